@@ -1,0 +1,46 @@
+# gputext: `make demo` and `make test` do all the set-up on a fresh machine (Python 3.11+).
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+DEMO    ?= out/demo
+PYTEST  := $(BIN)/python -m pytest
+
+.PHONY: install demo test test-fast test-gpu clean
+.DEFAULT_GOAL := demo
+
+$(STAMP): pyproject.toml setup.py
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The main pipeline on the built-in synthetic corpus, on the GPU if there is one, else the CPU.
+demo: $(STAMP)
+	@mkdir -p $(DEMO)
+	$(BIN)/gputext doctor
+	$(BIN)/gputext corpus synth --preset demo -o $(DEMO)/corpus.h5
+	$(BIN)/gputext corpus info $(DEMO)/corpus.h5
+	$(BIN)/gputext corpus split $(DEMO)/corpus.h5 --test-size 0.2 --seed 1 -o $(DEMO)/split
+	@$(MAKE) --no-print-directory demo-steps BIN=$(BIN) DEMO=$(DEMO)
+	@echo "demo finished: outputs in $(DEMO)/"
+
+# Families append their steps to demo-steps in scripts/make/*.mk (double-colon rule).
+demo-steps::
+	@true
+
+# Two passes: everything on the CPU (kernels also compiled to PTX for real), then the kernel
+# tests again inside numba's CUDA simulator, which must be switched on before numba is imported.
+test: $(STAMP)
+	$(PYTEST) -m "not cudasim and not gpu"
+	NUMBA_ENABLE_CUDASIM=1 $(PYTEST) -m "cudasim"; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
+
+test-gpu: $(STAMP)
+	$(PYTEST) -m gpu
+
+clean:
+	rm -rf out build *.egg-info .pytest_cache
+
+-include scripts/make/*.mk

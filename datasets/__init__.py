@@ -1,0 +1,1 @@
+"""Deterministic synthetic corpora and learning-to-rank data, installed as ``gputext.datasets``."""

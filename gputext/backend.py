@@ -1,0 +1,92 @@
+"""The one place that decides where kernels run: ``cpu`` or ``cuda``.
+
+``resolve("auto")`` picks ``cuda`` when a real CUDA GPU is usable, else ``cpu``, and says why.
+Under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) ``auto`` still picks ``cpu`` (the
+simulator runs a few threads per second); ``cuda`` is then allowed and runs the kernels in the
+simulator, which is how CI tests them.
+
+Nothing here imports ``numba.cuda`` until a question about CUDA is asked.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .errors import BackendError
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str  # "cpu" or "cuda"
+    simulator: bool  # True when name == "cuda" and kernels run in numba's CUDA simulator
+    reason: str  # one line: why this backend (shown by `auto` and by `gputext doctor`)
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.name == "cuda"
+
+    def describe(self) -> str:
+        return f"{self.name}{' (simulator)' if self.simulator else ''}: {self.reason}"
+
+
+def simulator_enabled() -> bool:
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+@lru_cache(maxsize=1)
+def cuda_status() -> tuple[bool, str]:
+    """(usable, one-line description of the GPU or of why there is none)."""
+    if simulator_enabled():
+        return True, "numba CUDA simulator (NUMBA_ENABLE_CUDASIM=1)"
+    try:
+        from numba import cuda
+    except Exception as exc:  # numba-cuda missing or broken
+        return False, f"numba.cuda cannot be imported: {exc}"
+    try:
+        if not cuda.is_available():
+            return False, "no CUDA driver or GPU found"
+        device = cuda.get_current_device()
+        name = device.name.decode() if isinstance(device.name, bytes) else str(device.name)
+        cc = ".".join(map(str, device.compute_capability))
+        free, total = cuda.current_context().get_memory_info()
+        return True, f"{name}, compute capability {cc}, {free / 2**30:.1f} of {total / 2**30:.1f} GiB free"
+    except Exception as exc:
+        return False, f"CUDA present but unusable: {str(exc).splitlines()[0]}"
+
+
+def resolve(device: str = "auto") -> Backend:
+    """Turn a user's ``--device`` into a Backend; ``cuda`` without a usable GPU is an error."""
+    device = (device or "auto").lower()
+    if device not in DEVICES:
+        raise BackendError(f"unknown device {device!r}: expected one of {', '.join(DEVICES)}")
+    if device == "cpu":
+        return Backend("cpu", False, "requested with --device cpu")
+    usable, what = cuda_status()
+    if device == "cuda":
+        if not usable:
+            raise BackendError(f"--device cuda requested but CUDA is not usable: {what}")
+        return Backend("cuda", simulator_enabled(), what)
+    if usable and not simulator_enabled():
+        return Backend("cuda", False, f"auto chose the GPU: {what}")
+    if simulator_enabled():
+        return Backend("cpu", False, "auto chose the CPU: only the CUDA simulator is active (use --device cuda to run kernels in it)")
+    return Backend("cpu", False, f"auto chose the CPU: {what}")
+
+
+def device_memory() -> tuple[int, int] | None:
+    """(free, total) bytes of the current CUDA device, or None without a real GPU."""
+    if simulator_enabled():
+        return None
+    usable, _ = cuda_status()
+    if not usable:
+        return None
+    from numba import cuda
+    return cuda.current_context().get_memory_info()
+
+
+def cpu_threads() -> int:
+    import numba
+    return numba.get_num_threads()

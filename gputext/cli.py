@@ -1,0 +1,125 @@
+"""The ``gputext`` command: a thin click group over the library.
+
+Every error a user can cause is one line on stderr and exit code 2 (never a traceback); an
+internal error is one line and exit code 1 (``GPUTEXT_DEBUG=1`` shows its traceback).
+Families register their groups in FAMILIES; a family whose module is not there yet has no command.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from . import __version__
+from .errors import GputextError
+
+# (module, attributes): click commands or groups added to `gputext` when their module exists.
+FAMILIES = [
+    ("gputext.corpus_cli", ("corpus",)),
+    ("gputext.knn.cli", ("knn",)),
+    ("gputext.cluster.cli", ("cluster",)),
+    ("gputext.rank.cli", ("rank",)),
+]
+
+
+class UserError(click.ClickException):
+    """A GputextError on its way to the terminal: 'Error: <message>', exit code 2."""
+
+    exit_code = 2
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return " ".join(text.split())
+
+
+class GputextGroup(click.Group):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
+            raise
+        except GputextError as exc:
+            raise UserError(_one_line(exc)) from None
+        except (OSError, MemoryError, UnicodeError) as exc:
+            raise UserError(_one_line(exc)) from None
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        except Exception as exc:  # a bug: still one line unless asked
+            if os.environ.get("GPUTEXT_DEBUG"):
+                raise
+            click.echo(f"Error: internal error: {type(exc).__name__}: {_one_line(exc)} "
+                       "(set GPUTEXT_DEBUG=1 for a traceback)", err=True)
+            sys.exit(1)
+
+
+@click.group(cls=GputextGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gputext")
+def cli():
+    """GPU text mining over HDF5 corpora: exact kNN, classification, clustering, ranking.
+
+    Every command reads and writes anndata-compatible HDF5 files ('-' is stdin/stdout, so
+    commands pipe) and runs on the GPU when one is usable, else on the parallel CPU twin
+    (--device auto|cpu|cuda).
+
+    \b
+    Example:
+      gputext corpus synth --preset reu-10k -o train.h5
+      gputext corpus info train.h5
+    """
+
+
+@cli.command()
+def doctor():
+    """Print versions, the CUDA device and driver (or why there is none), and what --device auto picks.
+
+    \b
+    Example:
+      gputext doctor
+    """
+    import numba
+    import numpy
+
+    from .backend import cpu_threads, resolve, simulator_enabled
+
+    try:
+        from importlib.metadata import version
+        numba_cuda = version("numba-cuda")
+    except Exception:
+        numba_cuda = "not installed"
+    click.echo(f"gputext     {__version__}")
+    click.echo(f"python      {sys.version.split()[0]}")
+    click.echo(f"numpy       {numpy.__version__}")
+    click.echo(f"numba       {numba.__version__} ({cpu_threads()} CPU threads)")
+    click.echo(f"numba-cuda  {numba_cuda}")
+    if simulator_enabled():
+        click.echo("cuda        numba CUDA simulator is ON (NUMBA_ENABLE_CUDASIM=1): kernels run in Python, for tests")
+    else:
+        try:
+            from numba import cuda
+            if cuda.is_available():
+                dev = cuda.get_current_device()
+                name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
+                drv = cuda.cudadrv.driver.driver.get_version()
+                click.echo(f"cuda        {name}, compute capability {'.'.join(map(str, dev.compute_capability))}, "
+                           f"driver CUDA {drv[0]}.{drv[1]}")
+            else:
+                click.echo("cuda        none: no CUDA driver or GPU found")
+        except Exception as exc:
+            click.echo(f"cuda        none: {_one_line(exc)}")
+    click.echo(f"auto        {resolve('auto').describe()}")
+
+
+from .cli_common import add_optional_commands  # noqa: E402
+
+add_optional_commands(cli, FAMILIES)
+
+
+def main() -> None:
+    cli(prog_name="gputext")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Clustering: overlapping star clustering (star.py) and stream clustering (stream.py)."""

@@ -1,0 +1,596 @@
+"""The gputext corpus file: anndata-compatible HDF5 written and read with plain h5py.
+
+Layout (DESIGN.md, "HDF5 corpus format"):
+
+    /                 attrs encoding-type="anndata", encoding-version="0.1.0",
+                      gputext-format="corpus", gputext-format-version="1"
+    /X                csr_matrix group: data float32, indices int32 (sorted, unique per row),
+                      indptr int64, attrs shape=[n_docs, n_terms]
+    /obs              dataframe: _index (doc ids), columns (label is categorical: codes int32 +
+                      categories), qid int32, relevance float32, cluster int32, ...
+    /var              dataframe: _index (terms), df int64, idf float64 (when weighted)
+    /obsm             dict: dense arrays (knn_indices, knn_scores, ...) or csr groups (labels, clusters)
+    /uns/gputext      dict: parameters of the run that wrote the file (nested dicts allowed)
+
+A result file is a corpus file whose rows are the queries/documents it describes.
+Every reader error names the offending HDF5 key, what was expected and what was found.
+"""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import sys
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import h5py
+import numpy as np
+import scipy.sparse as sp
+
+from .. import __version__
+from ..errors import FormatError, InputError
+
+FORMAT_VERSION = "1"
+STR_DTYPE = h5py.string_dtype("utf-8")
+
+
+@dataclass
+class Categorical:
+    """A categorical column: int32 codes (-1 = missing) into ``categories`` (str)."""
+
+    codes: np.ndarray
+    categories: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def take(self, rows: np.ndarray) -> "Categorical":
+        return Categorical(self.codes[rows], self.categories)
+
+    def values(self) -> np.ndarray:
+        out = np.empty(len(self.codes), dtype=object)
+        ok = self.codes >= 0
+        out[ok] = self.categories[self.codes[ok]]
+        out[~ok] = None
+        return out
+
+
+@dataclass
+class Corpus:
+    """A document-term matrix with its row and column annotations.
+
+    X        csr_matrix (n_docs, n_terms) float32, indices int32 sorted within rows, indptr int64
+    doc_ids  (n_docs,) str
+    terms    (n_terms,) str
+    obs      columns of length n_docs: np.ndarray or Categorical ("label" is a Categorical)
+    var      columns of length n_terms ("df" int64, "idf" float64)
+    obsm     arrays with n_docs rows, or csr_matrix with n_docs rows ("labels": multi-label targets)
+    uns      nested dict stored under /uns; gputext's own parameters live in uns["gputext"]
+    """
+
+    X: sp.csr_matrix
+    doc_ids: np.ndarray | None = None
+    terms: np.ndarray | None = None
+    obs: dict[str, Any] = field(default_factory=dict)
+    var: dict[str, Any] = field(default_factory=dict)
+    obsm: dict[str, Any] = field(default_factory=dict)
+    uns: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.X = canonical_csr(self.X)
+        n_docs, n_terms = self.X.shape
+        if self.doc_ids is None:
+            self.doc_ids = np.array([str(i) for i in range(n_docs)], dtype=object)
+        if self.terms is None:
+            self.terms = np.array([f"t{j}" for j in range(n_terms)], dtype=object)
+        self.doc_ids = np.asarray(self.doc_ids, dtype=object)
+        self.terms = np.asarray(self.terms, dtype=object)
+
+    @property
+    def n_docs(self) -> int:
+        return self.X.shape[0]
+
+    @property
+    def n_terms(self) -> int:
+        return self.X.shape[1]
+
+    @property
+    def params(self) -> dict:
+        """uns["gputext"], created on first use."""
+        return self.uns.setdefault("gputext", {})
+
+    @property
+    def labels(self) -> Categorical | None:
+        return self.obs.get("label")
+
+    @property
+    def label_matrix(self) -> sp.csr_matrix | None:
+        """Multi-label targets (n_docs, n_labels) with names in uns["gputext"]["label_names"]."""
+        return self.obsm.get("labels")
+
+    def take(self, rows) -> "Corpus":
+        """A new corpus of the given rows (any order), annotations included."""
+        rows = np.asarray(rows, dtype=np.int64)
+        obs = {k: (v.take(rows) if isinstance(v, Categorical) else np.asarray(v)[rows]) for k, v in self.obs.items()}
+        obsm = {k: v[rows] for k, v in self.obsm.items()}
+        return Corpus(self.X[rows], self.doc_ids[rows], self.terms, obs, dict(self.var), obsm, _copy_dict(self.uns))
+
+
+def csr_arrays(X: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(indptr int64, indices int32, data float32), C-contiguous: what kernels take."""
+    return (np.ascontiguousarray(X.indptr, dtype=np.int64), np.ascontiguousarray(X.indices, dtype=np.int32),
+            np.ascontiguousarray(X.data, dtype=np.float32))
+
+
+def _copy_dict(d: dict) -> dict:
+    return {k: (_copy_dict(v) if isinstance(v, dict) else v) for k, v in d.items()}
+
+
+def canonical_csr(X) -> sp.csr_matrix:
+    """float32 data, indices sorted and unique within rows, C-contiguous.
+
+    scipy keeps indices and indptr in one index dtype (int32 while it fits); kernels take
+    ``csr_arrays(X)``: indptr int64, indices int32, data float32. On disk it is always
+    indptr int64 and indices int32.
+    """
+    if not sp.issparse(X):
+        X = sp.csr_matrix(np.asarray(X, dtype=np.float32))
+    X = sp.csr_matrix(X)
+    if not X.has_canonical_format:
+        X.sum_duplicates()
+        X.sort_indices()
+    out = sp.csr_matrix(
+        (np.ascontiguousarray(X.data, dtype=np.float32),
+         np.ascontiguousarray(X.indices, dtype=np.int32),
+         np.ascontiguousarray(X.indptr, dtype=np.int64)),
+        shape=X.shape,
+    )
+    out.has_sorted_indices = True
+    return out
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def _attrs(obj, **attrs):
+    for key, value in attrs.items():
+        obj.attrs[key] = value
+
+
+def _write_str_array(group: h5py.Group, name: str, values) -> None:
+    values = np.asarray([("" if v is None else str(v)) for v in values], dtype=object)
+    ds = group.create_dataset(name, data=values, dtype=STR_DTYPE)
+    _attrs(ds, **{"encoding-type": "string-array", "encoding-version": "0.2.0"})
+
+
+def _write_array(group: h5py.Group, name: str, values, compression=None) -> None:
+    values = np.asarray(values)
+    if values.dtype == object or values.dtype.kind in "US":
+        _write_str_array(group, name, values)
+        return
+    ds = group.create_dataset(name, data=values, compression=compression if values.size > 4096 else None)
+    _attrs(ds, **{"encoding-type": "array", "encoding-version": "0.2.0"})
+
+
+def _write_csr(group: h5py.Group, name: str, X: sp.csr_matrix, compression=None) -> None:
+    X = sp.csr_matrix(X)
+    g = group.create_group(name)
+    _attrs(g, **{"encoding-type": "csr_matrix", "encoding-version": "0.1.0"})
+    g.attrs["shape"] = np.array(X.shape, dtype=np.int64)
+    comp = compression if X.nnz > 65536 else None
+    g.create_dataset("data", data=X.data, compression=comp)
+    g.create_dataset("indices", data=X.indices.astype(np.int32, copy=False), compression=comp)
+    g.create_dataset("indptr", data=X.indptr.astype(np.int64, copy=False))
+
+
+def _write_categorical(group: h5py.Group, name: str, cat: Categorical) -> None:
+    g = group.create_group(name)
+    _attrs(g, **{"encoding-type": "categorical", "encoding-version": "0.2.0"})
+    g.attrs["ordered"] = False
+    _write_array(g, "codes", np.asarray(cat.codes, dtype=np.int32))
+    _write_str_array(g, "categories", cat.categories)
+
+
+def _write_dataframe(parent: h5py.Group, name: str, index, columns: dict) -> None:
+    g = parent.create_group(name)
+    _attrs(g, **{"encoding-type": "dataframe", "encoding-version": "0.2.0", "_index": "_index"})
+    g.attrs["column-order"] = np.array(list(columns), dtype=object).astype(STR_DTYPE) if columns else np.array([], dtype="S1")
+    _write_str_array(g, "_index", index)
+    for key, value in columns.items():
+        if isinstance(value, Categorical):
+            _write_categorical(g, key, value)
+        else:
+            _write_array(g, key, value)
+
+
+def _write_dict(parent: h5py.Group, name: str, d: dict) -> None:
+    g = parent.create_group(name)
+    _attrs(g, **{"encoding-type": "dict", "encoding-version": "0.1.0"})
+    for key, value in d.items():
+        if isinstance(value, dict):
+            _write_dict(g, key, value)
+        elif sp.issparse(value):
+            _write_csr(g, key, value)
+        elif isinstance(value, str):
+            ds = g.create_dataset(key, data=value, dtype=STR_DTYPE)
+            _attrs(ds, **{"encoding-type": "string", "encoding-version": "0.2.0"})
+        elif isinstance(value, (bool, int, float, np.integer, np.floating, np.bool_)):
+            ds = g.create_dataset(key, data=value)
+            _attrs(ds, **{"encoding-type": "numeric-scalar", "encoding-version": "0.2.0"})
+        elif value is None:
+            continue
+        else:
+            _write_array(g, key, value)
+
+
+def _write_root(f: h5py.File, corpus: Corpus, compression) -> None:
+    _attrs(f, **{"encoding-type": "anndata", "encoding-version": "0.1.0",
+                 "gputext-format": "corpus", "gputext-format-version": FORMAT_VERSION})
+    _write_csr(f, "X", corpus.X, compression)
+    _write_dataframe(f, "obs", corpus.doc_ids, corpus.obs)
+    _write_dataframe(f, "var", corpus.terms, corpus.var)
+    _write_dict(f, "obsm", corpus.obsm)
+    uns = _copy_dict(corpus.uns)
+    uns.setdefault("gputext", {})["version"] = __version__
+    _write_dict(f, "uns", uns)
+    for empty in ("varm", "layers", "obsp", "varp"):
+        _write_dict(f, empty, {})
+
+
+def write_corpus(corpus: Corpus, path: str, compression: str | None = "gzip") -> None:
+    """Write atomically (temp file + rename); ``-`` writes the file's bytes to stdout."""
+    with atomic_output(path) as tmp:
+        with h5py.File(tmp, "w") as f:
+            _write_root(f, corpus, compression)
+
+
+@contextmanager
+def atomic_output(path: str, suffix: str = ".h5") -> Iterator[str]:
+    """Yield a temporary path next to ``path``; rename it onto ``path`` only if the block succeeds.
+
+    ``-`` means stdout: the temporary file's bytes are copied there at the end. On any error
+    the temporary file is removed, so no half-written output is ever left behind.
+    """
+    to_stdout = path == "-"
+    directory = tempfile.gettempdir() if to_stdout else (os.path.dirname(os.path.abspath(path)) or ".")
+    if not to_stdout and not os.path.isdir(directory):
+        raise InputError(f"output directory {directory!r} does not exist")
+    base = "stdout" if to_stdout else os.path.basename(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp" + suffix, dir=directory)
+    os.close(fd)
+    try:
+        yield tmp
+        if to_stdout:
+            with open(tmp, "rb") as src:
+                shutil.copyfileobj(src, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class CorpusWriter:
+    """Write a corpus in row chunks, so that 10^7 documents never sit in memory at once.
+
+        with CorpusWriter("big.h5", n_terms) as w:
+            for chunk in chunks:
+                w.append(X_chunk, doc_ids_chunk, {"label": codes_chunk})
+            w.finish(terms, var={"df": df}, categories={"label": names}, uns={...})
+
+    ``obs`` chunks are plain arrays; columns named in ``finish(categories=...)`` are stored as
+    categoricals with those category names. The file appears at ``path`` only after ``finish``.
+    """
+
+    def __init__(self, path: str, n_terms: int, compression: str | None = "gzip"):
+        self.path, self.n_terms, self.compression = path, int(n_terms), compression
+        self._ctx = atomic_output(path)
+        self._tmp = self._ctx.__enter__()
+        self._f = h5py.File(self._tmp, "w")
+        self._n_docs = 0
+        self._nnz = 0
+        self._obs_cols: dict[str, h5py.Dataset] = {}
+        g = self._f.create_group("X")
+        chunk = 1 << 16
+        self._data = g.create_dataset("data", (0,), np.float32, maxshape=(None,), chunks=(chunk,), compression=compression)
+        self._indices = g.create_dataset("indices", (0,), np.int32, maxshape=(None,), chunks=(chunk,), compression=compression)
+        self._indptr = g.create_dataset("indptr", (1,), np.int64, maxshape=(None,), chunks=(chunk,))
+        self._indptr[0] = 0
+        self._staging = self._f.create_group("_staging")
+        self._ids = self._staging.create_dataset("_index", (0,), STR_DTYPE, maxshape=(None,), chunks=(chunk,))
+        self._done = False
+
+    def append(self, X, doc_ids, obs: dict | None = None) -> None:
+        X = canonical_csr(X)
+        if X.shape[1] != self.n_terms:
+            raise InputError(f"chunk has {X.shape[1]} terms, expected {self.n_terms}")
+        n, nnz = X.shape[0], X.nnz
+        for ds, values in ((self._data, X.data), (self._indices, X.indices)):
+            ds.resize((self._nnz + nnz,))
+            ds[self._nnz:] = values
+        self._indptr.resize((self._n_docs + n + 1,))
+        self._indptr[self._n_docs + 1:] = X.indptr[1:].astype(np.int64) + self._nnz
+        self._ids.resize((self._n_docs + n,))
+        self._ids[self._n_docs:] = np.asarray([str(d) for d in doc_ids], dtype=object)
+        for key, values in (obs or {}).items():
+            values = np.asarray(values)
+            if key not in self._obs_cols:
+                if self._n_docs:
+                    raise InputError(f"obs column {key!r} first appears after row {self._n_docs}")
+                self._obs_cols[key] = self._staging.create_dataset(key, (0,), values.dtype, maxshape=(None,), chunks=(chunk_len(values),))
+            ds = self._obs_cols[key]
+            ds.resize((self._n_docs + n,))
+            ds[self._n_docs:] = values
+        self._n_docs += n
+        self._nnz += nnz
+
+    def finish(self, terms, var: dict | None = None, categories: dict | None = None,
+               obsm: dict | None = None, uns: dict | None = None) -> None:
+        f = self._f
+        _attrs(f, **{"encoding-type": "anndata", "encoding-version": "0.1.0",
+                     "gputext-format": "corpus", "gputext-format-version": FORMAT_VERSION})
+        _attrs(f["X"], **{"encoding-type": "csr_matrix", "encoding-version": "0.1.0"})
+        f["X"].attrs["shape"] = np.array([self._n_docs, self.n_terms], dtype=np.int64)
+        categories = categories or {}
+        obs = f.create_group("obs")
+        _attrs(obs, **{"encoding-type": "dataframe", "encoding-version": "0.2.0", "_index": "_index"})
+        names = list(self._obs_cols)
+        obs.attrs["column-order"] = np.array(names, dtype=object).astype(STR_DTYPE) if names else np.array([], dtype="S1")
+        f.move("_staging/_index", "obs/_index")
+        _attrs(obs["_index"], **{"encoding-type": "string-array", "encoding-version": "0.2.0"})
+        for key in names:
+            if key in categories:
+                g = obs.create_group(key)
+                _attrs(g, **{"encoding-type": "categorical", "encoding-version": "0.2.0"})
+                g.attrs["ordered"] = False
+                f.move(f"_staging/{key}", f"obs/{key}/codes")
+                _attrs(g["codes"], **{"encoding-type": "array", "encoding-version": "0.2.0"})
+                _write_str_array(g, "categories", categories[key])
+            else:
+                f.move(f"_staging/{key}", f"obs/{key}")
+                _attrs(obs[key], **{"encoding-type": "array", "encoding-version": "0.2.0"})
+        del f["_staging"]
+        _write_dataframe(f, "var", terms, var or {})
+        _write_dict(f, "obsm", obsm or {})
+        uns = _copy_dict(uns or {})
+        uns.setdefault("gputext", {})["version"] = __version__
+        _write_dict(f, "uns", uns)
+        for empty in ("varm", "layers", "obsp", "varp"):
+            _write_dict(f, empty, {})
+        f.close()
+        self._ctx.__exit__(None, None, None)
+        self._done = True
+
+    @property
+    def n_docs(self) -> int:
+        return self._n_docs
+
+    def abort(self) -> None:
+        if not self._done:
+            self._f.close()
+            try:
+                raise RuntimeError("aborted")
+            except RuntimeError as exc:
+                self._ctx.__exit__(type(exc), exc, exc.__traceback__)
+            self._done = True
+
+    def __enter__(self) -> "CorpusWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None or not self._done:
+            self.abort()
+
+
+def chunk_len(values: np.ndarray) -> int:
+    return 1 << 16 if values.ndim == 1 else max(1, (1 << 16) // int(np.prod(values.shape[1:])))
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _open(path: str) -> h5py.File:
+    """Open a corpus file (``-`` reads stdin), turning every failure into one clear line."""
+    if path == "-":
+        data = sys.stdin.buffer.read()
+        if not data:
+            raise InputError("stdin is empty: expected a gputext corpus (HDF5) on standard input")
+        source: Any = io.BytesIO(data)
+        label = "<stdin>"
+    else:
+        if not os.path.exists(path):
+            raise InputError(f"{path}: no such file")
+        if os.path.isdir(path):
+            raise InputError(f"{path}: is a directory, expected a gputext corpus file (.h5)")
+        if os.path.getsize(path) == 0:
+            raise InputError(f"{path}: file is empty, expected a gputext corpus file (.h5)")
+        source, label = path, path
+    try:
+        f = h5py.File(source, "r")
+    except OSError as exc:
+        raise FormatError(f"{label}: not a readable HDF5 file (truncated, or another format): {str(exc).splitlines()[0]}") from None
+    f.gputext_label = label  # type: ignore[attr-defined]
+    return f
+
+
+def _where(f, key: str) -> str:
+    return f"{getattr(f, 'gputext_label', '?')}: /{key.lstrip('/')}"
+
+
+def _need(f: h5py.File, key: str, kind=None):
+    if key not in f:
+        raise FormatError(f"{_where(f, key)} is missing (not a gputext corpus file?)")
+    obj = f[key]
+    if kind is not None and not isinstance(obj, kind):
+        what = "group" if kind is h5py.Group else "dataset"
+        raise FormatError(f"{_where(f, key)} should be a {what}")
+    return obj
+
+
+def _read_str_array(ds: h5py.Dataset) -> np.ndarray:
+    values = ds[()]
+    if values.dtype.kind in "SO":
+        return np.array([v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values], dtype=object)
+    return values.astype(object)
+
+
+def _read_csr(f, key: str, n_rows: int | None = None, n_cols: int | None = None, validate: bool = True) -> sp.csr_matrix:
+    g = _need(f, key, h5py.Group)
+    enc = g.attrs.get("encoding-type")
+    if isinstance(enc, bytes):
+        enc = enc.decode()
+    if enc != "csr_matrix":
+        raise FormatError(f"{_where(f, key)} has encoding-type {enc!r}, expected 'csr_matrix'")
+    for part in ("data", "indices", "indptr"):
+        _need(f, f"{key}/{part}", h5py.Dataset)
+    if "shape" not in g.attrs:
+        raise FormatError(f"{_where(f, key)} has no 'shape' attribute")
+    shape = tuple(int(s) for s in g.attrs["shape"])
+    if len(shape) != 2 or min(shape) < 0:
+        raise FormatError(f"{_where(f, key)} attribute shape={shape} is not a 2-d shape")
+    data = g["data"][()]
+    indices = g["indices"][()]
+    indptr = g["indptr"][()]
+    if validate:
+        _validate_csr(f, key, shape, data, indices, indptr)
+    if n_rows is not None and shape[0] != n_rows:
+        raise FormatError(f"{_where(f, key)} has {shape[0]} rows, expected {n_rows}")
+    if n_cols is not None and shape[1] != n_cols:
+        raise FormatError(f"{_where(f, key)} has {shape[1]} columns, expected {n_cols}")
+    X = sp.csr_matrix((data.astype(np.float32, copy=False), indices.astype(np.int32, copy=False),
+                       indptr.astype(np.int64, copy=False)), shape=shape)
+    X.has_sorted_indices = True
+    return X
+
+
+def _validate_csr(f, key, shape, data, indices, indptr) -> None:
+    n_rows, n_cols = shape
+    if indptr.ndim != 1 or len(indptr) != n_rows + 1:
+        raise FormatError(f"{_where(f, key + '/indptr')} has length {len(indptr)}, expected n_rows + 1 = {n_rows + 1}")
+    if indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu":
+        raise FormatError(f"{_where(f, key)}: indptr and indices must be integers, got {indptr.dtype} and {indices.dtype}")
+    if data.dtype.kind not in "fiub":
+        raise FormatError(f"{_where(f, key + '/data')} has dtype {data.dtype}, expected float32")
+    if indptr[0] != 0 or np.any(np.diff(indptr) < 0):
+        raise FormatError(f"{_where(f, key + '/indptr')} is not non-decreasing from 0")
+    nnz = int(indptr[-1])
+    if len(indices) != nnz or len(data) != nnz:
+        raise FormatError(f"{_where(f, key)}: indptr[-1] = {nnz} but data has {len(data)} and indices {len(indices)} entries")
+    if nnz:
+        if indices.min() < 0 or indices.max() >= n_cols:
+            raise FormatError(f"{_where(f, key + '/indices')} has a column index outside [0, {n_cols})")
+        step = np.diff(indices.astype(np.int64))
+        row_start = np.zeros(nnz, dtype=bool)
+        starts = indptr[:-1][np.diff(indptr) > 0]
+        row_start[starts] = True
+        if np.any((step <= 0) & ~row_start[1:]):
+            raise FormatError(f"{_where(f, key + '/indices')} is not sorted and unique within every row")
+        if data.dtype.kind == "f" and not np.all(np.isfinite(data)):
+            raise FormatError(f"{_where(f, key + '/data')} contains NaN or infinite values")
+
+
+def _read_element(f, key: str):
+    obj = f[key]
+    enc = obj.attrs.get("encoding-type", "")
+    if isinstance(enc, bytes):
+        enc = enc.decode()
+    if isinstance(obj, h5py.Group):
+        if enc == "csr_matrix":
+            return _read_csr(f, key, validate=False)
+        if enc == "categorical":
+            return Categorical(np.asarray(obj["codes"][()], dtype=np.int32), _read_str_array(obj["categories"]))
+        return {k: _read_element(f, f"{key}/{k}") for k in obj.keys()}
+    value = obj[()]
+    if enc == "string" or isinstance(value, bytes):
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    if enc == "string-array" or (isinstance(value, np.ndarray) and value.dtype.kind in "SO"):
+        return _read_str_array(obj)
+    if enc == "numeric-scalar" and np.ndim(value) == 0:
+        return value.item()
+    return value
+
+
+def _read_dataframe(f, key: str, n_rows: int) -> tuple[np.ndarray, dict]:
+    g = _need(f, key, h5py.Group)
+    index_key = g.attrs.get("_index", "_index")
+    if isinstance(index_key, bytes):
+        index_key = index_key.decode()
+    index = _read_str_array(_need(f, f"{key}/{index_key}", h5py.Dataset))
+    if len(index) != n_rows:
+        raise FormatError(f"{_where(f, key + '/' + index_key)} has {len(index)} entries, expected {n_rows}")
+    columns = {}
+    for name in g.keys():
+        if name == index_key:
+            continue
+        value = _read_element(f, f"{key}/{name}")
+        if len(value) != n_rows:
+            raise FormatError(f"{_where(f, key + '/' + name)} has {len(value)} entries, expected {n_rows}")
+        if isinstance(value, Categorical):
+            ok = value.codes >= -1
+            if not np.all(ok) or (len(value.codes) and value.codes.max(initial=-1) >= len(value.categories)):
+                raise FormatError(f"{_where(f, key + '/' + name + '/codes')} has codes outside the categories")
+        columns[name] = value
+    return index, columns
+
+
+def read_corpus(path: str, validate: bool = True, require_docs: bool = True) -> Corpus:
+    """Read and validate a corpus (or result) file; ``-`` reads stdin.
+
+    Raises FormatError naming the HDF5 key for any layout problem, InputError for a missing or
+    empty file, and (with ``require_docs``) for a corpus with zero documents.
+    """
+    with _open(path) as f:
+        fmt = f.attrs.get("gputext-format")
+        enc = f.attrs.get("encoding-type")
+        if fmt is None and enc is None:
+            raise FormatError(f"{_where(f, '')} has neither gputext-format nor anndata encoding-type attributes: not a gputext corpus")
+        X = _read_csr(f, "X", validate=validate)
+        doc_ids, obs = _read_dataframe(f, "obs", X.shape[0])
+        terms, var = _read_dataframe(f, "var", X.shape[1])
+        obsm = {}
+        if "obsm" in f:
+            for key in f["obsm"].keys():
+                value = _read_element(f, f"obsm/{key}")
+                if value.shape[0] != X.shape[0]:
+                    raise FormatError(f"{_where(f, 'obsm/' + key)} has {value.shape[0]} rows, expected n_docs = {X.shape[0]}")
+                obsm[key] = value
+        uns = _read_element(f, "uns") if "uns" in f else {}
+    corpus = Corpus(X, doc_ids, terms, obs, var, obsm, uns if isinstance(uns, dict) else {})
+    if require_docs and corpus.n_docs == 0:
+        raise InputError(f"{path}: the corpus has zero documents")
+    return corpus
+
+
+def corpus_shape(path: str) -> tuple[int, int, int]:
+    """(n_docs, n_terms, nnz) read from the file's metadata only."""
+    with _open(path) as f:
+        g = _need(f, "X", h5py.Group)
+        shape = tuple(int(s) for s in g.attrs["shape"])
+        return shape[0], shape[1], int(_need(f, "X/indptr", h5py.Dataset)[-1])
+
+
+def read_rows(path: str, start: int, stop: int) -> sp.csr_matrix:
+    """Rows [start, stop) of /X without reading the rest (for corpora larger than memory)."""
+    with _open(path) as f:
+        g = _need(f, "X", h5py.Group)
+        shape = tuple(int(s) for s in g.attrs["shape"])
+        indptr = g["indptr"][start:stop + 1].astype(np.int64)
+        lo, hi = int(indptr[0]), int(indptr[-1])
+        X = sp.csr_matrix((g["data"][lo:hi].astype(np.float32), g["indices"][lo:hi].astype(np.int32), indptr - lo),
+                          shape=(stop - start, shape[1]))
+        X.has_sorted_indices = True
+        return X
+
+
+def check_same_vocabulary(a: Corpus, b: Corpus, a_name: str = "index", b_name: str = "queries") -> None:
+    """Queries must use the indexed corpus's vocabulary (build them with --vocab-from)."""
+    if a.n_terms != b.n_terms or not np.array_equal(a.terms, b.terms):
+        raise InputError(
+            f"the {b_name} corpus has a different vocabulary ({b.n_terms} terms) from the {a_name} corpus "
+            f"({a.n_terms} terms): build it with `gputext corpus build ... --vocab-from` the {a_name} corpus")

@@ -1,0 +1,56 @@
+"""Shared fixtures and markers.
+
+- ``cudasim`` tests run only in the second pass of ``make test`` (NUMBA_ENABLE_CUDASIM=1);
+  in the first pass they are deselected, and if run by hand without the simulator they skip.
+- ``gpu`` tests need a real GPU (run them on the GPU host with ``make test-gpu``).
+- ``realdata`` tests use ../shared/datasets (or $GPUTEXT_DATASETS) and skip when it is absent.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SIM = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def datasets_dir() -> Path | None:
+    env = os.environ.get("GPUTEXT_DATASETS")
+    for candidate in ([Path(env)] if env else []) + [ROOT.parent / "shared" / "datasets", ROOT / "shared" / "datasets"]:
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="session")
+def shared_datasets() -> Path:
+    path = datasets_dir()
+    if path is None:
+        pytest.skip("../shared/datasets is absent (real-data tests skip on a user's fresh clone)")
+    return path
+
+
+def _real_gpu() -> bool:
+    if SIM:
+        return False
+    try:
+        from numba import cuda
+        return cuda.is_available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu = None
+    for item in items:
+        if "cudasim" in item.keywords and not SIM:
+            item.add_marker(pytest.mark.skip(reason="needs NUMBA_ENABLE_CUDASIM=1 (second pass of make test)"))
+        if "gpu" in item.keywords:
+            if gpu is None:
+                gpu = _real_gpu()
+            if not gpu:
+                item.add_marker(pytest.mark.skip(reason="needs a real CUDA GPU"))
+        if "realdata" in item.keywords and datasets_dir() is None:
+            item.add_marker(pytest.mark.skip(reason="../shared/datasets is absent"))

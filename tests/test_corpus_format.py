@@ -1,0 +1,113 @@
+"""Round trips and validation of the HDF5 corpus format."""
+import h5py
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from gputext.errors import FormatError, InputError
+from gputext.io import Categorical, Corpus, CorpusWriter, read_corpus, read_rows, write_corpus
+
+
+def small_corpus(n_docs=5, n_terms=7, seed=0):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n_docs, n_terms, density=0.4, random_state=seed, format="csr", dtype=np.float32)
+    labels = Categorical(rng.integers(0, 3, n_docs).astype(np.int32), np.array(["a", "b", "c"], dtype=object))
+    return Corpus(X, [f"d{i}" for i in range(n_docs)], [f"w{j}" for j in range(n_terms)],
+                  obs={"label": labels, "qid": np.arange(n_docs, dtype=np.int32)},
+                  var={"df": np.asarray((X != 0).sum(0)).ravel().astype(np.int64)},
+                  obsm={"knn_indices": np.zeros((n_docs, 2), np.int32)},
+                  uns={"gputext": {"weighting": "tfidf", "min_df": 1, "nested": {"k": 3}}})
+
+
+def test_round_trip(tmp_path):
+    c = small_corpus()
+    path = str(tmp_path / "c.h5")
+    write_corpus(c, path)
+    r = read_corpus(path)
+    assert (r.X != c.X).nnz == 0 and r.X.dtype == np.float32
+    assert list(r.doc_ids) == list(c.doc_ids) and list(r.terms) == list(c.terms)
+    assert np.array_equal(r.labels.codes, c.labels.codes) and list(r.labels.categories) == ["a", "b", "c"]
+    assert r.uns["gputext"]["weighting"] == "tfidf" and r.uns["gputext"]["nested"]["k"] == 3
+    assert r.uns["gputext"]["version"]
+    with h5py.File(path) as f:
+        assert f.attrs["gputext-format"] == "corpus" and f["X"].attrs["encoding-type"] == "csr_matrix"
+        assert f["X/indptr"].dtype == np.int64 and f["X/indices"].dtype == np.int32 and f["X/data"].dtype == np.float32
+
+
+def test_anndata_reads_it(tmp_path):
+    anndata = pytest.importorskip("anndata")
+    path = str(tmp_path / "c.h5")
+    write_corpus(small_corpus(), path)
+    a = anndata.read_h5ad(path)
+    assert a.shape == (5, 7) and list(a.obs["label"].cat.categories) == ["a", "b", "c"]
+
+
+def test_writer_in_chunks(tmp_path):
+    c = small_corpus(20, 9)
+    path = str(tmp_path / "w.h5")
+    with CorpusWriter(path, 9) as w:
+        for s in range(0, 20, 7):
+            w.append(c.X[s:s + 7], c.doc_ids[s:s + 7], {"label": c.labels.codes[s:s + 7]})
+        w.finish(c.terms, var={"df": c.var["df"]}, categories={"label": c.labels.categories})
+    r = read_corpus(path)
+    assert (r.X != c.X).nnz == 0 and np.array_equal(r.labels.codes, c.labels.codes)
+    assert (read_rows(path, 3, 11) != c.X[3:11]).nnz == 0
+
+
+def test_writer_failure_leaves_nothing(tmp_path):
+    path = tmp_path / "w.h5"
+    with pytest.raises(RuntimeError):
+        with CorpusWriter(str(path), 3) as w:
+            w.append(sp.csr_matrix(np.ones((2, 3), np.float32)), ["a", "b"])
+            raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("breakage,key", [
+    (lambda f: f["X"].__delitem__("indptr"), "/X/indptr"),
+    (lambda f: f["X"].attrs.__setitem__("shape", np.array([5, 3])), "/X/indices"),
+    (lambda f: f.__delitem__("obs"), "/obs"),
+])
+def test_validation_names_the_key(tmp_path, breakage, key):
+    path = str(tmp_path / "c.h5")
+    write_corpus(small_corpus(), path)
+    with h5py.File(path, "r+") as f:
+        breakage(f)
+    with pytest.raises(FormatError, match=key):
+        read_corpus(path)
+
+
+def test_unsorted_indices_and_nan_refused(tmp_path):
+    path = str(tmp_path / "c.h5")
+    write_corpus(small_corpus(), path)
+    with h5py.File(path, "r+") as f:
+        d = f["X/data"][()]
+        d[0] = np.nan
+        f["X/data"][...] = d
+    with pytest.raises(FormatError, match="NaN"):
+        read_corpus(path)
+
+
+def test_missing_empty_truncated_files(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        read_corpus(str(tmp_path / "nope.h5"))
+    (tmp_path / "empty.h5").write_bytes(b"")
+    with pytest.raises(InputError, match="empty"):
+        read_corpus(str(tmp_path / "empty.h5"))
+    path = tmp_path / "c.h5"
+    write_corpus(small_corpus(), str(path))
+    (tmp_path / "trunc.h5").write_bytes(path.read_bytes()[:300])
+    with pytest.raises(FormatError, match="HDF5"):
+        read_corpus(str(tmp_path / "trunc.h5"))
+    with h5py.File(tmp_path / "foreign.h5", "w") as f:
+        f["x"] = 1
+    with pytest.raises(FormatError, match="not a gputext corpus"):
+        read_corpus(str(tmp_path / "foreign.h5"))
+
+
+def test_zero_documents_refused(tmp_path):
+    path = str(tmp_path / "z.h5")
+    write_corpus(Corpus(sp.csr_matrix((0, 4), dtype=np.float32)), path)
+    with pytest.raises(InputError, match="zero documents"):
+        read_corpus(path)
+    assert read_corpus(path, require_docs=False).n_docs == 0
