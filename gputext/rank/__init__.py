@@ -1,0 +1,1 @@
+"""Linear RankSVM (L2 loss, TRON) with per-query pair statistics."""
