@@ -1,0 +1,153 @@
+"""The inverted index: a corpus's document-term matrix, its postings and its document norms.
+
+An Index is a host object built from a CSR matrix. Backend structures are made on first use:
+``cpu()`` returns the postings built by the CPU twin (sorted lists), and the CUDA backend builds
+its own on the device shard by shard (gputext.engine.cuda_backend). ``save``/``load`` keep the
+CPU postings in an index file, which is also a valid corpus file (its /X is the corpus), so
+``knn search --index`` takes either.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import FormatError, InputError
+from ..io.corpus import Corpus, canonical_csr, csr_arrays, read_corpus, write_corpus
+from ..kernels import scoring
+
+
+@dataclass
+class Postings:
+    """The CPU twin's index: term_ptr int64 (n_terms+1,), post_doc int32 (nnz,), post_w float32
+    (nnz,), d_sq / d_l1 float64 (n_docs,), term_maxabs float32 (n_terms,)."""
+
+    term_ptr: np.ndarray
+    post_doc: np.ndarray
+    post_w: np.ndarray
+    d_sq: np.ndarray
+    d_l1: np.ndarray
+    term_maxabs: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.term_ptr, self.post_doc, self.post_w, self.d_sq, self.d_l1, self.term_maxabs))
+
+
+class Index:
+    """Documents to search: ``Index.from_csr(X)``, ``Index.from_corpus(c)``, ``Index.load(path)``."""
+
+    def __init__(self, X: sp.csr_matrix, corpus: Corpus | None = None, postings: Postings | None = None):
+        self.X = canonical_csr(X)
+        if self.X.nnz and not np.all(np.isfinite(self.X.data)):
+            raise InputError("the indexed matrix contains NaN or infinite weights")
+        self.corpus = corpus
+        self._postings = postings
+        self._norm_order: dict[int, np.ndarray] = {}
+        self._maxabs: np.ndarray | None = None
+        self.device_cache: dict = {}  # the CUDA backend keeps its device shards here
+
+    @classmethod
+    def from_csr(cls, X) -> "Index":
+        return cls(X)
+
+    @classmethod
+    def from_corpus(cls, corpus: Corpus) -> "Index":
+        return cls(corpus.X, corpus)
+
+    @property
+    def n_docs(self) -> int:
+        return self.X.shape[0]
+
+    @property
+    def n_terms(self) -> int:
+        return self.X.shape[1]
+
+    @property
+    def nnz(self) -> int:
+        return self.X.nnz
+
+    def cpu(self) -> Postings:
+        """Postings built by the CPU twin (once)."""
+        if self._postings is None:
+            indptr, indices, data = csr_arrays(self.X)
+            self._postings = Postings(*scoring.build_postings_cpu(indptr, indices, data, self.n_terms))
+        return self._postings
+
+    @property
+    def term_maxabs(self) -> np.ndarray:
+        """float32 (n_terms,): largest |weight| of each term (sets each query's fixed-point scale)."""
+        if self._postings is not None:
+            return self._postings.term_maxabs
+        if self._maxabs is None:
+            _, indices, data = csr_arrays(self.X)
+            self._maxabs = scoring.term_maxabs_cpu(indices, data, self.n_terms)
+        return self._maxabs
+
+    def norm_order(self, metric: int) -> np.ndarray:
+        """Documents by (norm, index) ascending for l2 (|d|^2) and l1 (|d|_1); identity otherwise."""
+        if metric not in self._norm_order:
+            p = self.cpu()
+            if metric == scoring.L2:
+                order = np.argsort(p.d_sq, kind="stable")
+            elif metric == scoring.L1:
+                order = np.argsort(p.d_l1, kind="stable")
+            else:
+                order = np.arange(self.n_docs)
+            self._norm_order[metric] = np.ascontiguousarray(order, dtype=np.int64)
+        return self._norm_order[metric]
+
+    # ------------------------------------------------------------------ files
+
+    def save(self, path: str, params: dict | None = None) -> None:
+        """Write an index file: the corpus (valid corpus file) plus /uns/gputext/index postings."""
+        p = self.cpu()
+        corpus = self.corpus or Corpus(self.X)
+        corpus = Corpus(corpus.X, corpus.doc_ids, corpus.terms, dict(corpus.obs), dict(corpus.var),
+                        dict(corpus.obsm), {k: v for k, v in corpus.uns.items()})
+        corpus.params["index"] = {
+            "term_ptr": p.term_ptr, "post_doc": p.post_doc, "post_w": p.post_w,
+            "d_sq": p.d_sq, "d_l1": p.d_l1, "term_maxabs": p.term_maxabs,
+            "format": "postings-sorted-by-doc", **(params or {}),
+        }
+        write_corpus(corpus, path)
+
+    @classmethod
+    def load(cls, path: str) -> "Index":
+        """Read an index file or a plain corpus file (postings are then built on first use)."""
+        corpus = read_corpus(path)
+        stored = corpus.params.pop("index", None)
+        postings = None
+        if isinstance(stored, dict):
+            try:
+                postings = Postings(*(np.asarray(stored[key]) for key in
+                                      ("term_ptr", "post_doc", "post_w", "d_sq", "d_l1", "term_maxabs")))
+            except KeyError as exc:
+                raise FormatError(f"{path}: /uns/gputext/index/{exc.args[0]} is missing") from None
+            _check_postings(path, postings, corpus.n_docs, corpus.n_terms, corpus.X.nnz)
+        return cls(corpus.X, corpus, postings)
+
+
+def _check_postings(path, p: Postings, n_docs, n_terms, nnz) -> None:
+    where = f"{path}: /uns/gputext/index"
+    if p.term_ptr.shape != (n_terms + 1,) or p.term_ptr[0] != 0 or p.term_ptr[-1] != nnz or np.any(np.diff(p.term_ptr) < 0):
+        raise FormatError(f"{where}/term_ptr does not match the corpus (expected {n_terms + 1} non-decreasing offsets ending at nnz = {nnz})")
+    if p.post_doc.shape != (nnz,) or p.post_w.shape != (nnz,):
+        raise FormatError(f"{where}/post_doc and post_w should have nnz = {nnz} entries")
+    if nnz and (p.post_doc.min() < 0 or p.post_doc.max() >= n_docs):
+        raise FormatError(f"{where}/post_doc has a document index outside [0, {n_docs})")
+    if p.d_sq.shape != (n_docs,) or p.d_l1.shape != (n_docs,) or p.term_maxabs.shape != (n_terms,):
+        raise FormatError(f"{where}: d_sq, d_l1 ({n_docs}) or term_maxabs ({n_terms}) has the wrong length")
+    p.term_ptr = p.term_ptr.astype(np.int64)
+    p.post_doc = p.post_doc.astype(np.int32)
+    p.post_w = p.post_w.astype(np.float32)
+    p.d_sq = p.d_sq.astype(np.float64)
+    p.d_l1 = p.d_l1.astype(np.float64)
+    p.term_maxabs = p.term_maxabs.astype(np.float32)
+
+
+def index_file_has_postings(path: str) -> bool:
+    with h5py.File(path, "r") as f:
+        return "uns/gputext/index/term_ptr" in f

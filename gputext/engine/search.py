@@ -1,0 +1,198 @@
+"""The engine's public entry points: validate once, pick the backend, run, return arrays.
+
+search_topk      exact k nearest documents of each query (the argmax selector is k = 1)
+search_threshold every document whose similarity reaches (or distance stays within) a threshold
+
+Both backends compute the same fixed-point scores (gputext.kernels.scoring), so their results are
+identical, not merely close. Results are in numpy arrays on the host.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..backend import Backend, resolve
+from ..errors import InputError
+from ..io.corpus import canonical_csr, csr_arrays
+from ..kernels import scoring
+from .index import Index
+
+METRICS = tuple(scoring.METRICS)
+SIMILARITIES = ("cosine", "dot")  # larger is better; l2 and l1 are distances
+
+
+@dataclass
+class Geometry:
+    """Launch geometry of the CUDA path (tests shrink it for the simulator)."""
+
+    accumulate_block: int = 256
+    accumulate_items: int = 16
+    select_block: int | None = None  # None: max(256, next pow2 of k)
+    select_items: int | None = None  # None: as many as fit 46 KB of shared memory
+    merge_block: int = 256
+    merge_width: int = 2048
+    build_block: int = 256
+    scan_block: int = 256
+    scan_items: int = 8
+
+
+def _metric_code(metric: str) -> int:
+    try:
+        return scoring.METRICS[metric]
+    except KeyError:
+        raise InputError(f"unknown metric {metric!r}: expected one of {', '.join(METRICS)}") from None
+
+
+def _queries(index: Index, Q) -> sp.csr_matrix:
+    Q = canonical_csr(Q)
+    if Q.shape[1] != index.n_terms:
+        raise InputError(f"queries have {Q.shape[1]} terms but the index has {index.n_terms}: "
+                         "build the queries with --vocab-from the indexed corpus")
+    if Q.nnz and not np.all(np.isfinite(Q.data)):
+        raise InputError("queries contain NaN or infinite weights")
+    return Q
+
+
+def _self_docs(index: Index, n_queries: int, exclude_self) -> np.ndarray:
+    """int64 (n_queries,): the document each query leaves out, or -1."""
+    if exclude_self is None or exclude_self is False:
+        return np.full(n_queries, -1, np.int64)
+    if exclude_self is True:
+        if n_queries != index.n_docs:
+            raise InputError(f"exclude_self needs the queries to be the indexed corpus: expected "
+                             f"{index.n_docs} queries, got {n_queries}")
+        return np.arange(n_queries, dtype=np.int64)
+    docs = np.asarray(exclude_self, dtype=np.int64)
+    if docs.shape != (n_queries,):
+        raise InputError(f"exclude_self array must have one entry per query ({n_queries}), got shape {docs.shape}")
+    return docs
+
+
+def _cpu_chunks(n_queries: int) -> int:
+    import numba
+    return max(1, min(n_queries, numba.get_num_threads() * 4))
+
+
+def search_topk(index: Index, Q, k: int, metric: str = "cosine", device: str | Backend = "auto",
+                exclude_self=False, batch_size: int | None = None, quiet: bool = True,
+                geometry: Geometry | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Exact k nearest documents of every query row.
+
+    Q: CSR (n_queries, n_terms), same vocabulary as the index. Returns (indices int32, scores
+    float32), both (n_queries, k), best first: similarity for cosine/dot, distance for l2/l1;
+    ties broken by lower document index; -1 / NaN where fewer than k documents exist.
+    exclude_self: False; True (query i is document i); or int array (n_queries,) of documents to
+    leave out (-1 for none).
+    """
+    code = _metric_code(metric)
+    if not isinstance(k, (int, np.integer)) or k < 1:
+        raise InputError(f"k must be a positive integer, got {k!r}")
+    Q = _queries(index, Q)
+    self_doc = _self_docs(index, Q.shape[0], exclude_self)
+    backend = device if isinstance(device, Backend) else resolve(device)
+    if Q.shape[0] == 0:
+        return np.empty((0, k), np.int32), np.empty((0, k), np.float32)
+    if backend.is_cuda:
+        from .cuda_backend import topk_cuda
+        docs, keys = topk_cuda(index, Q, int(k), code, self_doc, batch_size, quiet, geometry or Geometry())
+    else:
+        docs, keys = _topk_cpu(index, Q, int(k), code, self_doc, batch_size, quiet)
+    return docs, keys_to_scores(keys, docs, code)
+
+
+def keys_to_scores(keys: np.ndarray, docs: np.ndarray, code: int) -> np.ndarray:
+    """float64 keys (larger is better) -> float32 scores (distances positive), NaN where doc < 0."""
+    scores = keys if code in (scoring.COSINE, scoring.DOT) else -keys
+    scores = scores.astype(np.float32)
+    scores[docs < 0] = np.nan
+    return scores
+
+
+def _batches(n_queries: int, batch_size: int | None, default: int):
+    step = max(1, int(batch_size or default))
+    return [(s, min(n_queries, s + step)) for s in range(0, n_queries, step)]
+
+
+def _topk_cpu(index, Q, k, code, self_doc, batch_size, quiet):
+    from ..progress import progress
+
+    p = index.cpu()
+    scale, q_sq, q_l1 = scoring.query_stats(*csr_arrays(Q), index.term_maxabs, code)
+    order = index.norm_order(code)
+    n_q = Q.shape[0]
+    out_doc = np.empty((n_q, k), np.int32)
+    out_key = np.empty((n_q, k), np.float64)
+    batches = _batches(n_q, batch_size, 4096)
+    with progress(len(batches) if len(batches) > 1 else 0, "scoring (cpu)", quiet) as bar:
+        for lo, hi in batches:
+            indptr, indices, data = csr_arrays(Q[lo:hi])
+            scoring.topk_cpu(indptr, indices, data, scale[lo:hi], q_sq[lo:hi], q_l1[lo:hi], self_doc[lo:hi],
+                             p.term_ptr, p.post_doc, p.post_w, p.d_sq, p.d_l1, order, code, k,
+                             _cpu_chunks(hi - lo), out_doc[lo:hi], out_key[lo:hi])
+            bar.update(1)
+    return out_doc, out_key
+
+
+def min_key_for(threshold: float, code: int) -> float:
+    """Threshold in the user's terms -> key bound (keys are larger-is-better)."""
+    if not np.isfinite(threshold):
+        raise InputError(f"threshold must be a finite number, got {threshold!r}")
+    return float(threshold) if code in (scoring.COSINE, scoring.DOT) else -float(threshold)
+
+
+def search_threshold(index: Index, Q, threshold: float, metric: str = "cosine",
+                     device: str | Backend = "auto", exclude_self=False, batch_size: int | None = None,
+                     quiet: bool = True, geometry: Geometry | None = None) -> sp.csr_matrix:
+    """Every document with similarity >= threshold (cosine, dot) or distance <= threshold (l2, l1).
+
+    Returns CSR float32 (n_queries, n_docs) of the scores (the values search_topk reports),
+    column indices sorted within rows. Documents sharing no term with a query are included when
+    they qualify (e.g. threshold <= 0 for cosine).
+    """
+    code = _metric_code(metric)
+    min_key = min_key_for(threshold, code)
+    Q = _queries(index, Q)
+    self_doc = _self_docs(index, Q.shape[0], exclude_self)
+    backend = device if isinstance(device, Backend) else resolve(device)
+    if backend.is_cuda:
+        from .cuda_backend import threshold_cuda
+        indptr, docs, keys = threshold_cuda(index, Q, min_key, code, self_doc, batch_size, quiet, geometry or Geometry())
+    else:
+        indptr, docs, keys = _threshold_cpu(index, Q, min_key, code, self_doc, batch_size, quiet)
+    scores = keys_to_scores(keys, docs, code)
+    out = sp.csr_matrix((scores, docs, indptr), shape=(Q.shape[0], index.n_docs))
+    out.has_sorted_indices = True
+    return out
+
+
+def _threshold_cpu(index, Q, min_key, code, self_doc, batch_size, quiet):
+    from ..progress import progress
+
+    p = index.cpu()
+    scale, q_sq, q_l1 = scoring.query_stats(*csr_arrays(Q), index.term_maxabs, code)
+    order = index.norm_order(code)
+    n_q = Q.shape[0]
+    parts_ptr, parts_doc, parts_key = [np.zeros(1, np.int64)], [], []
+    batches = _batches(n_q, batch_size, 4096)
+    total = 0
+    with progress(len(batches) if len(batches) > 1 else 0, "scoring (cpu)", quiet) as bar:
+        for lo, hi in batches:
+            indptr, indices, data = csr_arrays(Q[lo:hi])
+            args = (indptr, indices, data, scale[lo:hi], q_sq[lo:hi], q_l1[lo:hi], self_doc[lo:hi],
+                    p.term_ptr, p.post_doc, p.post_w, p.d_sq, p.d_l1, order, code, min_key, _cpu_chunks(hi - lo))
+            counts = np.zeros(hi - lo, np.int64)
+            scoring.threshold_cpu(*args, counts, np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.float64))
+            ptr = np.zeros(hi - lo + 1, np.int64)
+            np.cumsum(counts, out=ptr[1:])
+            docs = np.empty(ptr[-1], np.int32)
+            keys = np.empty(ptr[-1], np.float64)
+            scoring.threshold_cpu(*args, counts, ptr, docs, keys)
+            parts_ptr.append(ptr[1:] + total)
+            parts_doc.append(docs)
+            parts_key.append(keys)
+            total += int(ptr[-1])
+            bar.update(1)
+    return (np.concatenate(parts_ptr), np.concatenate(parts_doc) if parts_doc else np.empty(0, np.int32),
+            np.concatenate(parts_key) if parts_key else np.empty(0, np.float64))

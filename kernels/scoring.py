@@ -1,0 +1,775 @@
+"""The sparse scoring engine's kernels (GT-kNN) and their CPU twins.
+
+Exactness and determinism: fixed-point accumulation
+---------------------------------------------------
+A score is a sum of per-term contributions c = q_t * d_t (dot, cosine, l2) or
+c = |q_t - d_t| - |q_t| - |d_t| (l1), each computed in float64 from float32 weights (a product of
+two float32 is exact in float64). Each contribution is scaled by a per-query power of two S and
+truncated to int64; the int64 sums are exact and therefore independent of the order in which
+threads add them. S = 2**(62 - e) where 2**e bounds the sum of |c| over the query's terms
+(``query_scale``), so nothing overflows and the resolution is 2**-62 of that bound, far finer
+than float64's own rounding of the same sum. GPU atomics and the CPU twin thus give bitwise
+identical scores, and duplicate documents tie exactly.
+
+Keys: every document d gets a float64 key, larger is better (``score_key``):
+    dot     acc / S
+    cosine  (acc / S) / (|q|_2 |d|_2), 0 when either norm is 0
+    l2      -sqrt(max(0, |q|^2 + |d|^2 - 2 acc / S))
+    l1      -(|q|_1 + |d|_1 + acc / S)
+Documents that share no term with the query have acc = 0 and so get their exact key too.
+Selection is by (key descending, document index ascending).
+
+GPU pipeline for a batch of queries (dense per-query score rows, as the paper):
+    1. ``zero_int64``        acc[Q * n_docs] = 0
+    2. ``accumulate``        E = the concatenated posting lists of every (query, term) of the batch,
+                             split evenly over threads: position p -> segment j by binary search in
+                             seg_off (an exclusive prefix sum of the segments' document frequencies),
+                             posting = term_ptr[term_j] + p - seg_off[j]; atomic int64 add into acc.
+    3. ``select_topk``       block (segment s, query q) turns B*IPT score rows entries into keys and
+                             keeps the segment's top k (thread-max prefilter, ties in index order,
+                             bitonic sort of the few candidates).
+    4. ``merge_topk``        groups of sorted top-k lists are merged (bitonic) until one is left.
+   or 3'. ``count_threshold`` / ``write_threshold``: ordered compaction of keys >= threshold.
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from numba import cuda, prange
+
+from ._factory import kernel_cache
+
+COSINE, DOT, L2, L1 = 0, 1, 2, 3
+METRICS = {"cosine": COSINE, "dot": DOT, "l2": L2, "l1": L1}
+NEG_INF = -np.inf
+
+
+# ----------------------------------------------------------------------------- shared math
+# These run on the host (numba.njit) and on the device (cuda.jit(device=True)) from one source.
+
+def _contribution(metric, qw, dw):
+    q = numba.float64(qw)
+    d = numba.float64(dw)
+    if metric == L1:
+        return abs(q - d) - abs(q) - abs(d)
+    return q * d
+
+
+def _score_key(metric, acc, scale, q_sq, q_l1, d_sq, d_l1):
+    s = numba.float64(acc) / scale
+    if metric == DOT:
+        return s
+    if metric == COSINE:
+        denom = math.sqrt(q_sq) * math.sqrt(d_sq)
+        if denom > 0.0:
+            return s / denom
+        return 0.0
+    if metric == L2:
+        dist2 = q_sq + d_sq - 2.0 * s
+        if dist2 < 0.0:
+            dist2 = 0.0
+        return -math.sqrt(dist2)
+    dist = q_l1 + d_l1 + s
+    if dist < 0.0:
+        dist = 0.0
+    return -dist
+
+
+contribution_cpu = numba.njit(inline="always")(_contribution)
+score_key_cpu = numba.njit(inline="always")(_score_key)
+contribution_dev = cuda.jit(device=True, inline=True)(_contribution)
+score_key_dev = cuda.jit(device=True, inline=True)(_score_key)
+
+
+@numba.njit(cache=True)
+def query_stats(q_indptr, q_indices, q_data, term_maxabs, metric):
+    """Per query (host side, shared by both backends so they agree bit for bit).
+
+    q_indptr int64 (Q+1,), q_indices int32, q_data float32; term_maxabs float32 (n_terms,) = the
+    largest |weight| of each term in the index. Returns scale, q_sq, q_l1: float64 (Q,) each.
+    """
+    n = q_indptr.shape[0] - 1
+    scale = np.empty(n, np.float64)
+    q_sq = np.empty(n, np.float64)
+    q_l1 = np.empty(n, np.float64)
+    for i in range(n):
+        bound = 0.0
+        sq = 0.0
+        l1 = 0.0
+        for p in range(q_indptr[i], q_indptr[i + 1]):
+            w = np.float64(q_data[p])
+            m = np.float64(term_maxabs[q_indices[p]])
+            sq += w * w
+            l1 += abs(w)
+            if metric == L1:
+                bound += 2.0 * min(abs(w), m)
+            else:
+                bound += abs(w) * m
+        q_sq[i] = sq
+        q_l1[i] = l1
+        if bound > 0.0:
+            e = math.frexp(bound)[1]  # bound < 2**e
+            scale[i] = math.ldexp(1.0, 62 - e)
+        else:
+            scale[i] = 1.0
+    return scale, q_sq, q_l1
+
+
+# ----------------------------------------------------------------------------- index build (CPU twin)
+
+@numba.njit(cache=True)
+def build_postings_cpu(indptr, indices, data, n_terms):
+    """CSR (n_docs, n_terms) -> postings grouped by term, each list sorted by document.
+
+    Returns term_ptr int64 (n_terms+1,), post_doc int32 (nnz,), post_w float32 (nnz,),
+    d_sq float64 (n_docs,) = |d|_2^2, d_l1 float64 (n_docs,), term_maxabs float32 (n_terms,).
+    Twin of count_df + exclusive scan + scatter_postings + doc_norms (rows scattered in order, so
+    lists come out sorted; the device's atomic scatter leaves them in arbitrary order, which the
+    fixed-point accumulation makes irrelevant).
+    """
+    n_docs = indptr.shape[0] - 1
+    nnz = indices.shape[0]
+    df = np.zeros(n_terms, np.int64)
+    maxabs = np.zeros(n_terms, np.float32)
+    for p in range(nnz):
+        t = indices[p]
+        df[t] += 1
+        a = abs(data[p])
+        if a > maxabs[t]:
+            maxabs[t] = a
+    term_ptr = np.empty(n_terms + 1, np.int64)
+    total = 0
+    for t in range(n_terms):
+        term_ptr[t] = total
+        total += df[t]
+    term_ptr[n_terms] = total
+    cursor = term_ptr[:-1].copy()
+    post_doc = np.empty(nnz, np.int32)
+    post_w = np.empty(nnz, np.float32)
+    d_sq = np.zeros(n_docs, np.float64)
+    d_l1 = np.zeros(n_docs, np.float64)
+    for d in range(n_docs):
+        sq = 0.0
+        l1 = 0.0
+        for p in range(indptr[d], indptr[d + 1]):
+            t = indices[p]
+            pos = cursor[t]
+            cursor[t] += 1
+            post_doc[pos] = d
+            post_w[pos] = data[p]
+            w = np.float64(data[p])
+            sq += w * w
+            l1 += abs(w)
+        d_sq[d] = sq
+        d_l1[d] = l1
+    return term_ptr, post_doc, post_w, d_sq, d_l1, maxabs
+
+
+@numba.njit(cache=True)
+def term_maxabs_cpu(indices, data, n_terms):
+    """float32 (n_terms,): the largest |weight| of each term. Host side for both backends (it
+    sets the queries' fixed-point scales, which must agree bit for bit)."""
+    out = np.zeros(n_terms, np.float32)
+    for p in range(indices.shape[0]):
+        a = abs(data[p])
+        if a > out[indices[p]]:
+            out[indices[p]] = a
+    return out
+
+
+# ----------------------------------------------------------------------------- CPU twin: scoring
+
+@numba.njit(cache=True, inline="always")
+def _accumulate_query(i, q_indptr, q_indices, q_data, scale, term_ptr, post_doc, post_w, metric,
+                      acc, stamp, touched):
+    """Add query i's postings into acc (int64, fixed point); returns the number of touched docs
+    (listed in touched[:n]); stamp[d] == i marks docs touched by query i."""
+    n = 0
+    s = scale[i]
+    for p in range(q_indptr[i], q_indptr[i + 1]):
+        t = q_indices[p]
+        qw = q_data[p]
+        for r in range(term_ptr[t], term_ptr[t + 1]):
+            d = post_doc[r]
+            v = numba.int64(contribution_cpu(metric, qw, post_w[r]) * s)
+            if stamp[d] != i:
+                stamp[d] = i
+                acc[d] = v
+                touched[n] = d
+                n += 1
+            else:
+                acc[d] += v
+    return n
+
+
+@numba.njit(cache=True)
+def _topk_of_candidates(docs, keys, k, out_doc, out_key):
+    """Best k of (docs, keys) by (key desc, doc asc) into out_doc/out_key (pre-filled with -1/-inf)."""
+    m = docs.shape[0]
+    if m == 0:
+        return
+    order = np.argsort(docs)  # doc ascending, so a stable sort on -key breaks ties by lower doc
+    docs = docs[order]
+    keys = keys[order]
+    if m > k:
+        tau = -np.partition(-keys, k - 1)[k - 1]
+        n_gt = 0
+        for j in range(m):
+            if keys[j] > tau:
+                n_gt += 1
+        need = k - n_gt
+        sel = np.empty(k, np.int64)
+        c = 0
+        for j in range(m):
+            if keys[j] > tau:
+                sel[c] = j
+                c += 1
+            elif keys[j] == tau and need > 0:
+                sel[c] = j
+                c += 1
+                need -= 1
+        docs = docs[sel]
+        keys = keys[sel]
+        m = k
+    order = np.argsort(-keys, kind="mergesort")
+    for j in range(m):
+        out_doc[j] = docs[order[j]]
+        out_key[j] = keys[order[j]]
+
+
+@numba.njit(parallel=True, cache=True)
+def topk_cpu(q_indptr, q_indices, q_data, scale, q_sq, q_l1, self_doc,
+             term_ptr, post_doc, post_w, d_sq, d_l1, norm_order, metric, k, n_chunks,
+             out_doc, out_key):
+    """CPU twin of the GPU pipeline: exact top-k for each query.
+
+    Queries are split into n_chunks contiguous chunks run in parallel; each chunk reuses one
+    accumulator (int64 n_docs) and touch stamp. Candidates: the documents the query touches, plus
+    the best untouched ones (all untouched docs have acc = 0: for dot/cosine their key is 0 and
+    the lowest indices win; for l2/l1 the key falls with |d|, so walk ``norm_order``, the
+    documents sorted by (|d|_2^2 or |d|_1, index)). self_doc int64 (Q,): a document to leave out
+    per query, or -1. out_doc int32 (Q, k) = -1 and out_key float64 (Q, k) = -inf where fewer
+    than k documents exist.
+    """
+    n_q = q_indptr.shape[0] - 1
+    n_docs = d_sq.shape[0]
+    for c in prange(n_chunks):
+        acc = np.zeros(n_docs, np.int64)
+        stamp = np.full(n_docs, -1, np.int64)
+        touched = np.empty(n_docs, np.int32)
+        lo = c * n_q // n_chunks
+        hi = (c + 1) * n_q // n_chunks
+        for i in range(lo, hi):
+            n = _accumulate_query(i, q_indptr, q_indices, q_data, scale, term_ptr, post_doc, post_w,
+                                  metric, acc, stamp, touched)
+            extra = min(k + 1, n_docs)
+            docs = np.empty(n + extra, np.int32)
+            keys = np.empty(n + extra, np.float64)
+            m = 0
+            for j in range(n):
+                d = touched[j]
+                if d == self_doc[i]:
+                    continue
+                docs[m] = d
+                keys[m] = score_key_cpu(metric, acc[d], scale[i], q_sq[i], q_l1[i], d_sq[d], d_l1[d])
+                m += 1
+            found = 0
+            for r in range(n_docs):
+                if found >= k:
+                    break
+                d = r if (metric == COSINE or metric == DOT) else norm_order[r]
+                if stamp[d] == i or d == self_doc[i]:
+                    continue
+                docs[m] = d
+                keys[m] = score_key_cpu(metric, 0, scale[i], q_sq[i], q_l1[i], d_sq[d], d_l1[d])
+                m += 1
+                found += 1
+            out_doc[i, :] = -1
+            out_key[i, :] = -np.inf
+            _topk_of_candidates(docs[:m], keys[:m], k, out_doc[i], out_key[i])
+
+
+@numba.njit(parallel=True, cache=True)
+def threshold_cpu(q_indptr, q_indices, q_data, scale, q_sq, q_l1, self_doc,
+                  term_ptr, post_doc, post_w, d_sq, d_l1, norm_order, metric, min_key, n_chunks,
+                  counts, out_ptr, out_doc, out_key):
+    """CPU twin of the threshold selector: every document with key >= min_key, by document.
+
+    Called twice: with out_ptr of length 0 it only fills counts (Q,); then with out_ptr (Q+1,)
+    (exclusive scan of counts) it writes out_doc int32 / out_key float64 rows sorted by document.
+    """
+    n_q = q_indptr.shape[0] - 1
+    n_docs = d_sq.shape[0]
+    write = out_ptr.shape[0] > 0
+    for c in prange(n_chunks):
+        acc = np.zeros(n_docs, np.int64)
+        stamp = np.full(n_docs, -1, np.int64)
+        touched = np.empty(n_docs, np.int32)
+        lo = c * n_q // n_chunks
+        hi = (c + 1) * n_q // n_chunks
+        for i in range(lo, hi):
+            n = _accumulate_query(i, q_indptr, q_indices, q_data, scale, term_ptr, post_doc, post_w,
+                                  metric, acc, stamp, touched)
+            hits = np.empty(n_docs if _untouched_can_pass(metric, min_key, q_sq[i], q_l1[i], d_sq, d_l1, norm_order) else n, np.int32)
+            hk = np.empty(hits.shape[0], np.float64)
+            m = 0
+            for j in range(n):
+                d = touched[j]
+                key = score_key_cpu(metric, acc[d], scale[i], q_sq[i], q_l1[i], d_sq[d], d_l1[d])
+                if key >= min_key and d != self_doc[i]:
+                    hits[m] = d
+                    hk[m] = key
+                    m += 1
+            if hits.shape[0] > n:  # untouched documents can pass too
+                for r in range(n_docs):
+                    d = r if (metric == COSINE or metric == DOT) else norm_order[r]
+                    if stamp[d] == i or d == self_doc[i]:
+                        continue
+                    key = score_key_cpu(metric, 0, scale[i], q_sq[i], q_l1[i], d_sq[d], d_l1[d])
+                    if key < min_key:
+                        if metric == COSINE or metric == DOT:
+                            continue
+                        break  # l2/l1: keys only fall along norm_order
+                    hits[m] = d
+                    hk[m] = key
+                    m += 1
+            if not write:
+                counts[i] = m
+                continue
+            order = np.argsort(hits[:m])
+            base = out_ptr[i]
+            for j in range(m):
+                out_doc[base + j] = hits[order[j]]
+                out_key[base + j] = hk[order[j]]
+
+
+@numba.njit(cache=True)
+def _untouched_can_pass(metric, min_key, q_sq, q_l1, d_sq, d_l1, norm_order):
+    """Whether a document sharing no term with the query can have key >= min_key."""
+    if metric == COSINE or metric == DOT:
+        return 0.0 >= min_key
+    if d_sq.shape[0] == 0:
+        return False
+    best = norm_order[0]
+    return score_key_cpu(metric, 0, 1.0, q_sq, q_l1, d_sq[best], d_l1[best]) >= min_key
+
+
+# ----------------------------------------------------------------------------- GPU: index build
+
+@cuda.jit
+def count_df(indices, df):
+    """Thread p (one per stored entry): df[indices[p]] += 1 (atomic int32)."""
+    p = cuda.grid(1)
+    if p < indices.shape[0]:
+        cuda.atomic.add(df, indices[p], 1)
+
+
+@cuda.jit
+def scatter_postings(indptr, indices, data, term_ptr, cursor, post_doc, post_w):
+    """Thread p (one per stored entry of the CSR): its row by binary search in indptr (int64,
+    n_docs+1), then slot = term_ptr[t] + atomic cursor[t]++, and post_doc/post_w[slot] = row,
+    weight. Order within a posting list is arbitrary (see the module docstring)."""
+    p = cuda.grid(1)
+    nnz = indices.shape[0]
+    if p >= nnz:
+        return
+    lo = 0
+    hi = indptr.shape[0] - 1
+    while hi - lo > 1:  # largest row with indptr[row] <= p
+        mid = (lo + hi) // 2
+        if indptr[mid] <= p:
+            lo = mid
+        else:
+            hi = mid
+    t = indices[p]
+    slot = term_ptr[t] + cuda.atomic.add(cursor, t, 1)
+    post_doc[slot] = lo
+    post_w[slot] = data[p]
+
+
+@cuda.jit
+def doc_norms(indptr, data, d_sq, d_l1):
+    """Thread d (one per row): |d|_2^2 and |d|_1 in float64, summed in row order (as the twin)."""
+    d = cuda.grid(1)
+    if d < d_sq.shape[0]:
+        sq = 0.0
+        l1 = 0.0
+        for p in range(indptr[d], indptr[d + 1]):
+            w = numba.float64(data[p])
+            sq += w * w
+            l1 += abs(w)
+        d_sq[d] = sq
+        d_l1[d] = l1
+
+
+# ----------------------------------------------------------------------------- GPU: scoring
+
+@cuda.jit
+def zero_int64(values):
+    """Grid-stride loop: values[:] = 0."""
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, values.shape[0], stride):
+        values[i] = 0
+
+
+@kernel_cache
+def accumulate_kernel(block: int, items: int):
+    """Load-balanced accumulation of a batch's postings into dense score rows.
+
+    Segments j = 0..L-1 are the (query, term) pairs of the batch in query order; seg_off int64
+    (L+1,) is the exclusive prefix sum of their document frequencies, so E = seg_off[L] postings
+    in all. Block b covers positions [b*block*items, (b+1)*block*items); thread tid takes
+    p = base + i*block + tid for i < items (consecutive threads read consecutive postings), finds
+    its segment by binary search once and then walks forward. Each posting adds
+    int64(contribution * scale[query]) into acc[query * n_docs + doc] with an atomic add.
+    seg_term int32, seg_weight float32, seg_query int32 (L,); scale float64 (Q,);
+    term_ptr int64 (n_terms+1,), post_doc int32, post_w float32; acc int64 (Q * n_docs,).
+    No shared memory, no synchronisation.
+    """
+
+    @cuda.jit
+    def accumulate(seg_off, seg_term, seg_weight, seg_query, scale, term_ptr, post_doc, post_w,
+                   metric, n_docs, acc):
+        n_seg = seg_term.shape[0]
+        total = seg_off[n_seg]
+        p = numba.int64(cuda.blockIdx.x) * (block * items) + cuda.threadIdx.x
+        if p >= total:
+            return
+        lo = 0
+        hi = n_seg
+        while hi - lo > 1:  # largest j with seg_off[j] <= p
+            mid = (lo + hi) // 2
+            if seg_off[mid] <= p:
+                lo = mid
+            else:
+                hi = mid
+        j = lo
+        for i in range(items):
+            if p >= total:
+                return
+            while seg_off[j + 1] <= p:
+                j += 1
+            t = seg_term[j]
+            q = seg_query[j]
+            r = term_ptr[t] + (p - seg_off[j])
+            v = numba.int64(contribution_dev(metric, seg_weight[j], post_w[r]) * scale[q])
+            cuda.atomic.add(acc, numba.int64(q) * n_docs + post_doc[r], v)
+            p += block
+
+    return accumulate
+
+
+@cuda.jit(device=True, inline=True)
+def _better(ka, da, kb, db):
+    """(key desc, doc asc) order; doc < 0 marks an empty slot, which sorts last."""
+    if da < 0:
+        return False
+    if db < 0:
+        return True
+    if ka != kb:
+        return ka > kb
+    return da < db
+
+
+@cuda.jit(device=True, inline=True)
+def _bitonic_pairs(keys, docs, n, tid, block):
+    """Sort keys/docs (shared, n a power of two) best first by _better. Each of the block's threads
+    handles pairs i = tid, tid + block, ...; a syncthreads after every compare-exchange step."""
+    size = 2
+    while size <= n:
+        stride = size // 2
+        while stride > 0:
+            i = tid
+            while i < n:
+                partner = i ^ stride
+                if partner > i:
+                    ka = keys[i]
+                    da = docs[i]
+                    kb = keys[partner]
+                    db = docs[partner]
+                    if (i & size) == 0:
+                        swap = _better(kb, db, ka, da)
+                    else:
+                        swap = _better(ka, da, kb, db)
+                    if swap:
+                        keys[i] = kb
+                        docs[i] = db
+                        keys[partner] = ka
+                        docs[partner] = da
+                i += block
+            cuda.syncthreads()  # step complete before the next stride reads
+            stride //= 2
+        size *= 2
+
+
+@cuda.jit(device=True, inline=True)
+def _bitonic_keys_desc(keys, n, tid, block):
+    """Sort float64 keys (shared, n a power of two) descending; syncthreads after every step."""
+    size = 2
+    while size <= n:
+        stride = size // 2
+        while stride > 0:
+            i = tid
+            while i < n:
+                partner = i ^ stride
+                if partner > i:
+                    a = keys[i]
+                    b = keys[partner]
+                    if ((i & size) == 0 and b > a) or ((i & size) != 0 and a > b):
+                        keys[i] = b
+                        keys[partner] = a
+                i += block
+            cuda.syncthreads()  # step complete
+            stride //= 2
+        size *= 2
+
+
+@cuda.jit(device=True, inline=True)
+def _block_exclusive_scan(flags, tid, block):
+    """In-place exclusive scan of flags (shared int32, block entries); returns the total.
+    Hillis-Steele with a syncthreads around every round (read, then write)."""
+    own = flags[tid]
+    cuda.syncthreads()  # every flag written by the caller
+    offset = 1
+    while offset < block:
+        add = 0
+        if tid >= offset:
+            add = flags[tid - offset]
+        cuda.syncthreads()  # all reads of this round done
+        flags[tid] += add
+        cuda.syncthreads()  # all writes of this round done
+        offset *= 2
+    total = flags[block - 1]
+    cuda.syncthreads()  # everyone read the total before flags become exclusive
+    flags[tid] -= own
+    cuda.syncthreads()
+    return total
+
+
+def topk_geometry(k: int, block: int | None = None, items: int | None = None) -> tuple[int, int, int]:
+    """(block, items, cap) for select_topk: block >= k a power of two, the segment's keys
+    (block*items float64) plus candidates (cap = next pow2 of max(k, (k-1)*items)) in < 48 KB."""
+    if block is None:
+        block = max(256, _next_pow2(k))
+    if block < k or block & (block - 1):
+        raise ValueError(f"block must be a power of two >= k, got block={block}, k={k}")
+    if items is None:
+        items = 16
+        while items > 1 and (block * items * 8 + _cap(k, items) * 12 + block * 12) > 46 * 1024:
+            items //= 2
+    return block, items, _cap(k, items)
+
+
+def _cap(k, items):
+    return max(2, _next_pow2(max(k, (k - 1) * items)))
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, int(n - 1).bit_length())
+
+
+@kernel_cache
+def select_topk_kernel(block: int, items: int, cap: int):
+    """Top k of each (query, segment): block (s, q) covers documents [s*block*items, ...).
+
+    1. Thread tid turns acc entries of documents s*block*items + i*block + tid (i < items) into keys
+       (shared float64 keys[block*items]; the query's self document and documents past n_docs get
+       -inf) and keeps their maximum in tmax[tid].
+    2. tmax is sorted descending (bitonic); tau = tmax[k-1] is a lower bound of the segment's k-th
+       key, since k distinct documents reach it.
+    3. Documents with key > tau (at most (k-1)*items of them) go to the candidate arrays through a
+       shared atomic counter; if fewer than k, ties at tau are added in document order, rounds of
+       block documents at a time with a block scan over tie flags.
+    4. The candidates are sorted (key desc, doc asc) and the first k written to out_doc int32 /
+       out_key float64, shape (Q, n_segments, k); slots without a document get doc -1.
+    Shared: keys 8*block*items B, tmax 8*block B, candidates 12*cap B, flags 4*block B.
+    """
+    seg_len = block * items
+
+    @cuda.jit
+    def select_topk(acc, n_docs, scale, q_sq, q_l1, self_doc, d_sq, d_l1, metric, k, out_doc, out_key):
+        keys = cuda.shared.array(seg_len, numba.float64)
+        tmax = cuda.shared.array(block, numba.float64)
+        cand_key = cuda.shared.array(cap, numba.float64)
+        cand_doc = cuda.shared.array(cap, numba.int32)
+        flags = cuda.shared.array(block, numba.int32)
+        counter = cuda.shared.array(1, numba.int32)
+        tid = cuda.threadIdx.x
+        seg = cuda.blockIdx.x
+        q = cuda.blockIdx.y
+        base = seg * seg_len
+        row = numba.int64(q) * n_docs
+        sc = scale[q]
+        qs = q_sq[q]
+        ql = q_l1[q]
+        me = self_doc[q]
+        best = -math.inf
+        for i in range(items):
+            d = base + i * block + tid
+            key = -math.inf
+            if d < n_docs and d != me:
+                key = score_key_dev(metric, acc[row + d], sc, qs, ql, d_sq[d], d_l1[d])
+            keys[i * block + tid] = key
+            if key > best:
+                best = key
+        tmax[tid] = best
+        for j in range(tid, cap, block):
+            cand_doc[j] = -1
+            cand_key[j] = -math.inf
+        if tid == 0:
+            counter[0] = 0
+        cuda.syncthreads()  # keys, tmax, empty candidates and counter ready
+        _bitonic_keys_desc(tmax, block, tid, block)
+        tau = tmax[k - 1]
+        for i in range(items):
+            key = keys[i * block + tid]
+            if key > tau:
+                slot = cuda.atomic.add(counter, 0, 1)
+                cand_key[slot] = key
+                cand_doc[slot] = base + i * block + tid
+        cuda.syncthreads()  # all candidates above tau placed
+        n_gt = counter[0]
+        n_cand = n_gt
+        if n_gt < k and tau > -math.inf:
+            need = k - n_gt
+            taken = 0
+            for i in range(items):
+                key = keys[i * block + tid]
+                flags[tid] = 1 if key == tau else 0
+                total = _block_exclusive_scan(flags, tid, block)
+                pos = taken + flags[tid]
+                if key == tau and pos < need:
+                    cand_key[n_gt + pos] = key
+                    cand_doc[n_gt + pos] = base + i * block + tid
+                taken += total
+                cuda.syncthreads()  # flags reused next round
+                if taken >= need:
+                    break
+            n_cand = n_gt + min(taken, need)
+        cuda.syncthreads()  # all candidates placed
+        n_sort = 2
+        while n_sort < n_cand:
+            n_sort *= 2
+        _bitonic_pairs(cand_key, cand_doc, n_sort, tid, block)
+        for j in range(tid, k, block):
+            out_doc[q, seg, j] = cand_doc[j]
+            out_key[q, seg, j] = cand_key[j]
+
+    return select_topk
+
+
+@kernel_cache
+def merge_topk_kernel(block: int, width: int):
+    """Merge groups of sorted top-k lists: block (g, q) loads lists [g*group, (g+1)*group) of query
+    q (in_doc int32 / in_key float64, shape (Q, n_lists, k)) into shared arrays of ``width`` entries
+    (a power of two >= group*k; empty slots doc -1), sorts them (key desc, doc asc) and writes
+    the first k to out (Q, n_groups, k). Shared: 12*width bytes."""
+
+    @cuda.jit
+    def merge_topk(in_doc, in_key, group, k, out_doc, out_key):
+        keys = cuda.shared.array(width, numba.float64)
+        docs = cuda.shared.array(width, numba.int32)
+        tid = cuda.threadIdx.x
+        g = cuda.blockIdx.x
+        q = cuda.blockIdx.y
+        n_lists = in_doc.shape[1]
+        for j in range(tid, width, block):
+            lst = g * group + j // k
+            docs[j] = -1
+            keys[j] = -math.inf
+            if j < group * k and lst < n_lists:
+                docs[j] = in_doc[q, lst, j % k]
+                keys[j] = in_key[q, lst, j % k]
+        cuda.syncthreads()  # shared lists loaded
+        _bitonic_pairs(keys, docs, width, tid, block)
+        for j in range(tid, k, block):
+            out_doc[q, g, j] = docs[j]
+            out_key[q, g, j] = keys[j]
+
+    return merge_topk
+
+
+@kernel_cache
+def threshold_kernels(block: int, items: int):
+    """Ordered compaction of documents with key >= min_key, per (segment, query) block.
+
+    count_threshold: block (s, q) counts its segment's hits into counts[q, s] (shared counter).
+    write_threshold: the same block writes its hits in document order starting at
+    offsets[q * n_seg + s] (an exclusive scan of counts), in rounds of ``block`` consecutive
+    documents with a block scan over hit flags. Shared: 4*block + 4 bytes.
+    """
+    seg_len = block * items
+
+    @cuda.jit
+    def count_threshold(acc, n_docs, scale, q_sq, q_l1, self_doc, d_sq, d_l1, metric, min_key, counts):
+        counter = cuda.shared.array(1, numba.int32)
+        tid = cuda.threadIdx.x
+        seg = cuda.blockIdx.x
+        q = cuda.blockIdx.y
+        if tid == 0:
+            counter[0] = 0
+        cuda.syncthreads()  # counter zeroed
+        row = numba.int64(q) * n_docs
+        hits = 0
+        for i in range(items):
+            d = seg * seg_len + i * block + tid
+            if d < n_docs and d != self_doc[q]:
+                key = score_key_dev(metric, acc[row + d], scale[q], q_sq[q], q_l1[q], d_sq[d], d_l1[d])
+                if key >= min_key:
+                    hits += 1
+        if hits:
+            cuda.atomic.add(counter, 0, hits)
+        cuda.syncthreads()  # all hits counted
+        if tid == 0:
+            counts[q, seg] = counter[0]
+
+    @cuda.jit
+    def write_threshold(acc, n_docs, scale, q_sq, q_l1, self_doc, d_sq, d_l1, metric, min_key,
+                        offsets, out_doc, out_key):
+        flags = cuda.shared.array(block, numba.int32)
+        tid = cuda.threadIdx.x
+        seg = cuda.blockIdx.x
+        q = cuda.blockIdx.y
+        n_seg = cuda.gridDim.x
+        row = numba.int64(q) * n_docs
+        at = offsets[numba.int64(q) * n_seg + seg]
+        for i in range(items):
+            d = seg * seg_len + i * block + tid
+            key = -math.inf
+            hit = 0
+            if d < n_docs and d != self_doc[q]:
+                key = score_key_dev(metric, acc[row + d], scale[q], q_sq[q], q_l1[q], d_sq[d], d_l1[d])
+                if key >= min_key:
+                    hit = 1
+            flags[tid] = hit
+            total = _block_exclusive_scan(flags, tid, block)
+            if hit:
+                out_doc[at + flags[tid]] = d
+                out_key[at + flags[tid]] = key
+            at += total
+            cuda.syncthreads()  # flags reused next round
+
+    return count_threshold, write_threshold
+
+
+def ptx_kernels():
+    """Every kernel with a representative geometry, for tests/test_ptx.py."""
+    b, it, cap = topk_geometry(30)
+    count_t, write_t = threshold_kernels(256, 16)
+    acc_sig = "void(int64[::1], int64, float64[::1], float64[::1], float64[::1], int64[::1], float64[::1], float64[::1], int64, "
+    return [
+        ("count_df", count_df, "void(int32[::1], int32[::1])"),
+        ("scatter_postings", scatter_postings,
+         "void(int64[::1], int32[::1], float32[::1], int64[::1], int32[::1], int32[::1], float32[::1])"),
+        ("doc_norms", doc_norms, "void(int64[::1], float32[::1], float64[::1], float64[::1])"),
+        ("zero_int64", zero_int64, "void(int64[::1])"),
+        ("accumulate", accumulate_kernel(256, 16),
+         "void(int64[::1], int32[::1], float32[::1], int32[::1], float64[::1], int64[::1], int32[::1], float32[::1], int64, int64, int64[::1])"),
+        ("select_topk", select_topk_kernel(b, it, cap), acc_sig + "int64, int32[:, :, ::1], float64[:, :, ::1])"),
+        ("merge_topk", merge_topk_kernel(256, 2048),
+         "void(int32[:, :, ::1], float64[:, :, ::1], int64, int64, int32[:, :, ::1], float64[:, :, ::1])"),
+        ("count_threshold", count_t, acc_sig + "float64, int32[:, ::1])"),
+        ("write_threshold", write_t, acc_sig + "float64, int64[::1], int32[::1], float64[::1])"),
+    ]
