@@ -77,14 +77,15 @@ def _cpu_chunks(n_queries: int) -> int:
 
 def search_topk(index: Index, Q, k: int, metric: str = "cosine", device: str | Backend = "auto",
                 exclude_self=False, batch_size: int | None = None, quiet: bool = True,
-                geometry: Geometry | None = None) -> tuple[np.ndarray, np.ndarray]:
+                geometry: Geometry | None = None, stats: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Exact k nearest documents of every query row.
 
     Q: CSR (n_queries, n_terms), same vocabulary as the index. Returns (indices int32, scores
     float32), both (n_queries, k), best first: similarity for cosine/dot, distance for l2/l1;
     ties broken by lower document index; -1 / NaN where fewer than k documents exist.
     exclude_self: False; True (query i is document i); or int array (n_queries,) of documents to
-    leave out (-1 for none).
+    leave out (-1 for none). stats: a dict to receive what the run did (backend, shards,
+    batch_size, index_bytes and rows_bytes on the device, postings scored, seconds).
     """
     code = _metric_code(metric)
     if not isinstance(k, (int, np.integer)) or k < 1:
@@ -92,11 +93,13 @@ def search_topk(index: Index, Q, k: int, metric: str = "cosine", device: str | B
     Q = _queries(index, Q)
     self_doc = _self_docs(index, Q.shape[0], exclude_self)
     backend = device if isinstance(device, Backend) else resolve(device)
+    if stats is not None:
+        stats["backend"] = backend.name + (" (simulator)" if backend.simulator else "")
     if Q.shape[0] == 0:
         return np.empty((0, k), np.int32), np.empty((0, k), np.float32)
     if backend.is_cuda:
         from .cuda_backend import topk_cuda
-        docs, keys = topk_cuda(index, Q, int(k), code, self_doc, batch_size, quiet, geometry or Geometry())
+        docs, keys = topk_cuda(index, Q, int(k), code, self_doc, batch_size, quiet, geometry or Geometry(), stats)
     else:
         docs, keys = _topk_cpu(index, Q, int(k), code, self_doc, batch_size, quiet)
     return docs, keys_to_scores(keys, docs, code)
@@ -144,7 +147,7 @@ def min_key_for(threshold: float, code: int) -> float:
 
 def search_threshold(index: Index, Q, threshold: float, metric: str = "cosine",
                      device: str | Backend = "auto", exclude_self=False, batch_size: int | None = None,
-                     quiet: bool = True, geometry: Geometry | None = None) -> sp.csr_matrix:
+                     quiet: bool = True, geometry: Geometry | None = None, stats: dict | None = None) -> sp.csr_matrix:
     """Every document with similarity >= threshold (cosine, dot) or distance <= threshold (l2, l1).
 
     Returns CSR float32 (n_queries, n_docs) of the scores (the values search_topk reports),
@@ -156,9 +159,11 @@ def search_threshold(index: Index, Q, threshold: float, metric: str = "cosine",
     Q = _queries(index, Q)
     self_doc = _self_docs(index, Q.shape[0], exclude_self)
     backend = device if isinstance(device, Backend) else resolve(device)
+    if stats is not None:
+        stats["backend"] = backend.name + (" (simulator)" if backend.simulator else "")
     if backend.is_cuda:
         from .cuda_backend import threshold_cuda
-        indptr, docs, keys = threshold_cuda(index, Q, min_key, code, self_doc, batch_size, quiet, geometry or Geometry())
+        indptr, docs, keys = threshold_cuda(index, Q, min_key, code, self_doc, batch_size, quiet, geometry or Geometry(), stats)
     else:
         indptr, docs, keys = _threshold_cpu(index, Q, min_key, code, self_doc, batch_size, quiet)
     scores = keys_to_scores(keys, docs, code)

@@ -1,0 +1,274 @@
+"""The engine on a CUDA device: index shards built on the device, batches of queries scored
+into dense fixed-point score rows, then a selector (gputext.kernels.scoring for the kernels).
+
+Memory plan (reported in ``stats``): an index shard takes 8 bytes a posting (doc int32 + weight
+float32) + 8 a term + 16 a document, and 16 bytes a posting while it is being built (the CSR rows
+are on the device then); a batch takes 8 bytes per (query, document) of score rows. Shards get
+up to 45% of the free device memory and score rows 30%, so a corpus larger than the device is
+indexed shard by shard, each shard's top-k lists merged on the host (exact: keys are the same
+float64 values whichever shard a document is in).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from numba import cuda
+
+from ..backend import device_memory
+from ..io.corpus import csr_arrays
+from ..kernels import scan, scoring
+from ..progress import progress
+from .index import Index
+
+INDEX_SHARE = 0.45
+ROWS_SHARE = 0.30
+SIM_BATCH = 64  # the simulator has no memory to plan against
+
+
+@dataclass
+class DeviceShard:
+    doc_lo: int
+    doc_hi: int
+    term_ptr: object  # device int64 (n_terms+1,)
+    post_doc: object  # device int32 (nnz,)
+    post_w: object  # device float32 (nnz,)
+    d_sq: object  # device float64 (n_docs,)
+    d_l1: object  # device float64 (n_docs,)
+    df: np.ndarray  # host int64 (n_terms,): posting list lengths, for the batch offsets
+    nbytes: int
+
+    @property
+    def n_docs(self) -> int:
+        return self.doc_hi - self.doc_lo
+
+
+def build_shard(X: sp.csr_matrix, doc_lo: int, doc_hi: int, geom) -> DeviceShard:
+    """Build rows [doc_lo, doc_hi) of X into a device index: df by atomics, exclusive scan,
+    atomic scatter, norms (kernels count_df, scan_blocks, scatter_postings, doc_norms)."""
+    rows = X[doc_lo:doc_hi]
+    indptr, indices, data = csr_arrays(rows)
+    n_terms = X.shape[1]
+    nnz = indices.shape[0]
+    n_docs = doc_hi - doc_lo
+    b = geom.build_block
+    d_indptr = cuda.to_device(indptr)
+    d_indices = cuda.to_device(indices)
+    d_data = cuda.to_device(data)
+    d_df = cuda.to_device(np.zeros(n_terms, np.int32))
+    if nnz:
+        scoring.count_df[_blocks(nnz, b), b](d_indices, d_df)
+    d_term_ptr = scan.exclusive_scan_device(d_df, geom.scan_block, geom.scan_items)
+    d_cursor = cuda.to_device(np.zeros(n_terms, np.int32))
+    d_post_doc = cuda.device_array(max(nnz, 1), np.int32)
+    d_post_w = cuda.device_array(max(nnz, 1), np.float32)
+    if nnz:
+        scoring.scatter_postings[_blocks(nnz, b), b](d_indptr, d_indices, d_data, d_term_ptr, d_cursor,
+                                                      d_post_doc, d_post_w)
+    d_sq = cuda.device_array(max(n_docs, 1), np.float64)
+    d_l1 = cuda.device_array(max(n_docs, 1), np.float64)
+    if n_docs:
+        scoring.doc_norms[_blocks(n_docs, b), b](d_indptr, d_data, d_sq, d_l1)
+    df = np.diff(d_term_ptr.copy_to_host())
+    del d_indptr, d_indices, d_data, d_df, d_cursor
+    nbytes = 8 * max(nnz, 1) + 8 * (n_terms + 1) + 16 * max(n_docs, 1)
+    return DeviceShard(doc_lo, doc_hi, d_term_ptr, d_post_doc, d_post_w, d_sq, d_l1, df, nbytes)
+
+
+def _blocks(n: int, block: int) -> int:
+    return max(1, (n + block - 1) // block)
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, int(n - 1).bit_length())
+
+
+def plan_shards(index: Index) -> list[tuple[int, int]]:
+    """Row ranges whose device index (at build time, 16 B a posting) fits INDEX_SHARE of free memory."""
+    mem = device_memory()
+    if mem is None:
+        return [(0, index.n_docs)]
+    budget = INDEX_SHARE * mem[0]
+    indptr = index.X.indptr
+    per_doc = 16 * np.diff(indptr).astype(np.float64) + 16
+    if per_doc.sum() + 8 * index.n_terms <= budget:
+        return [(0, index.n_docs)]
+    ranges, lo = [], 0
+    cum = np.concatenate([[0.0], np.cumsum(per_doc)])
+    while lo < index.n_docs:
+        hi = int(np.searchsorted(cum, cum[lo] + budget - 8 * index.n_terms, side="right")) - 1
+        hi = max(hi, lo + 1)
+        ranges.append((lo, min(hi, index.n_docs)))
+        lo = ranges[-1][1]
+    return ranges
+
+
+def _shards(index: Index, geom, stats: dict):
+    """Yield device shards; a single shard is kept on the Index for later searches."""
+    ranges = plan_shards(index)
+    stats["shards"] = len(ranges)
+    if len(ranges) == 1:
+        cached = index.device_cache.get("shard")
+        if cached is None:
+            cached = build_shard(index.X, 0, index.n_docs, geom)
+            index.device_cache["shard"] = cached
+        stats["index_bytes"] = cached.nbytes
+        yield cached
+        return
+    for lo, hi in ranges:
+        shard = build_shard(index.X, lo, hi, geom)
+        stats["index_bytes"] = max(stats.get("index_bytes", 0), shard.nbytes)
+        yield shard
+        del shard
+
+
+def _batch_rows(shard: DeviceShard, n_queries: int, batch_size: int | None, per_query_extra: int) -> int:
+    if batch_size:
+        return max(1, min(int(batch_size), n_queries, 65535))
+    mem = device_memory()
+    if mem is None:
+        return max(1, min(n_queries, SIM_BATCH))
+    per_query = 8 * shard.n_docs + per_query_extra
+    return max(1, min(n_queries, 65535, int(ROWS_SHARE * mem[0] // per_query)))
+
+
+class _Batch:
+    """One batch of queries on the device: uploaded segments and zeroed score rows."""
+
+    def __init__(self, Q: sp.csr_matrix, lo: int, hi: int, shard: DeviceShard, scale, q_sq, q_l1, self_doc, code,
+                 d_acc, geom):
+        indptr, indices, data = csr_arrays(Q[lo:hi])
+        self.n = hi - lo
+        seg_len = shard.df[indices]
+        seg_off = np.zeros(len(indices) + 1, np.int64)
+        np.cumsum(seg_len, out=seg_off[1:])
+        seg_query = np.repeat(np.arange(self.n, dtype=np.int32), np.diff(indptr))
+        local_self = np.where((self_doc[lo:hi] >= shard.doc_lo) & (self_doc[lo:hi] < shard.doc_hi),
+                              self_doc[lo:hi] - shard.doc_lo, -1).astype(np.int64)
+        self.scale = cuda.to_device(scale[lo:hi])
+        self.q_sq = cuda.to_device(q_sq[lo:hi])
+        self.q_l1 = cuda.to_device(q_l1[lo:hi])
+        self.self_doc = cuda.to_device(local_self)
+        self.postings = int(seg_off[-1])
+        self.acc = d_acc[: self.n * shard.n_docs]
+        b = geom.accumulate_block
+        scoring.zero_int64[min(_blocks(self.n * shard.n_docs, b), 65535 * 4), b](self.acc)
+        if self.postings:
+            per_block = b * geom.accumulate_items
+            scoring.accumulate_kernel(b, geom.accumulate_items)[_blocks(self.postings, per_block), b](
+                cuda.to_device(seg_off), cuda.to_device(indices), cuda.to_device(data), cuda.to_device(seg_query),
+                self.scale, shard.term_ptr, shard.post_doc, shard.post_w, code, shard.n_docs, self.acc)
+
+
+def topk_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geom, stats: dict | None = None):
+    """Host driver of the GPU top-k pipeline; returns (docs int32 (n_q, k), keys float64 (n_q, k))."""
+    stats = {} if stats is None else stats
+    t0 = time.perf_counter()
+    scale, q_sq, q_l1 = scoring.query_stats(*csr_arrays(Q), index.term_maxabs, code)
+    block, items, cap = scoring.topk_geometry(k, geom.select_block, geom.select_items)
+    seg_len = block * items
+    select = scoring.select_topk_kernel(block, items, cap)
+    group = max(2, geom.merge_width // _next_pow2(k))
+    width = _next_pow2(group * k)
+    merge = scoring.merge_topk_kernel(geom.merge_block, width)
+    n_q = Q.shape[0]
+    parts = []
+    for shard in _shards(index, geom, stats):
+        n_seg = _blocks(shard.n_docs, seg_len)
+        rows = _batch_rows(shard, n_q, batch_size, 12 * n_seg * k)
+        stats["batch_size"] = rows
+        stats["rows_bytes"] = 8 * rows * shard.n_docs + 12 * rows * n_seg * k
+        d_acc = cuda.device_array(max(1, rows * shard.n_docs), np.int64)
+        docs = np.empty((n_q, k), np.int32)
+        keys = np.empty((n_q, k), np.float64)
+        batches = range(0, n_q, rows)
+        with progress(len(batches) if len(batches) > 1 else 0, "scoring (cuda)", quiet) as bar:
+            for lo in batches:
+                hi = min(n_q, lo + rows)
+                batch = _Batch(Q, lo, hi, shard, scale, q_sq, q_l1, self_doc, code, d_acc, geom)
+                d_doc = cuda.device_array((batch.n, n_seg, k), np.int32)
+                d_key = cuda.device_array((batch.n, n_seg, k), np.float64)
+                select[(n_seg, batch.n), block](batch.acc, shard.n_docs, batch.scale, batch.q_sq, batch.q_l1,
+                                                batch.self_doc, shard.d_sq, shard.d_l1, code, k, d_doc, d_key)
+                n_lists = n_seg
+                while n_lists > 1:
+                    n_groups = _blocks(n_lists, group)
+                    o_doc = cuda.device_array((batch.n, n_groups, k), np.int32)
+                    o_key = cuda.device_array((batch.n, n_groups, k), np.float64)
+                    merge[(n_groups, batch.n), geom.merge_block](d_doc, d_key, group, k, o_doc, o_key)
+                    d_doc, d_key, n_lists = o_doc, o_key, n_groups
+                got = d_doc.copy_to_host()[:, 0, :]
+                docs[lo:hi] = np.where(got >= 0, got + shard.doc_lo, -1)
+                keys[lo:hi] = d_key.copy_to_host()[:, 0, :]
+                stats["postings"] = stats.get("postings", 0) + batch.postings
+                bar.update(1)
+        del d_acc
+        parts.append((docs, keys))
+    stats["seconds"] = time.perf_counter() - t0
+    if len(parts) == 1:
+        return parts[0]
+    return merge_shard_results(parts, k)
+
+
+def merge_shard_results(parts, k):
+    """Exact merge of per-shard top-k lists: (key desc, doc asc), empty slots (doc -1) last."""
+    docs = np.concatenate([d for d, _ in parts], axis=1)
+    keys = np.concatenate([kk for _, kk in parts], axis=1)
+    missing = docs < 0
+    sort_keys = np.where(missing, np.inf, -keys)
+    sort_docs = np.where(missing, np.iinfo(np.int64).max, docs.astype(np.int64))
+    order = np.lexsort((sort_docs, sort_keys), axis=1)[:, :k]
+    return np.take_along_axis(docs, order, 1), np.take_along_axis(keys, order, 1)
+
+
+def threshold_cuda(index: Index, Q, min_key, code, self_doc, batch_size, quiet, geom, stats: dict | None = None):
+    """Host driver of the GPU threshold pipeline; returns CSR parts (indptr int64, docs int32, keys float64)."""
+    stats = {} if stats is None else stats
+    scale, q_sq, q_l1 = scoring.query_stats(*csr_arrays(Q), index.term_maxabs, code)
+    block = geom.select_block or 256
+    items = geom.select_items or 16
+    count, write = scoring.threshold_kernels(block, items)
+    n_q = Q.shape[0]
+    rows_parts: list[np.ndarray] = []
+    docs_parts: list[np.ndarray] = []
+    keys_parts: list[np.ndarray] = []
+    for shard in _shards(index, geom, stats):
+        n_seg = _blocks(shard.n_docs, block * items)
+        per_batch = _batch_rows(shard, n_q, batch_size, 4 * n_seg)
+        stats["batch_size"] = per_batch
+        d_acc = cuda.device_array(max(1, per_batch * shard.n_docs), np.int64)
+        batches = range(0, n_q, per_batch)
+        with progress(len(batches) if len(batches) > 1 else 0, "scoring (cuda)", quiet) as bar:
+            for lo in batches:
+                hi = min(n_q, lo + per_batch)
+                batch = _Batch(Q, lo, hi, shard, scale, q_sq, q_l1, self_doc, code, d_acc, geom)
+                d_counts = cuda.device_array((batch.n, n_seg), np.int32)
+                args = (batch.acc, shard.n_docs, batch.scale, batch.q_sq, batch.q_l1, batch.self_doc,
+                        shard.d_sq, shard.d_l1, code, min_key)
+                count[(n_seg, batch.n), block](*args, d_counts)
+                counts = d_counts.copy_to_host().astype(np.int64)
+                offsets = np.zeros(counts.size + 1, np.int64)
+                np.cumsum(counts.ravel(), out=offsets[1:])
+                total = int(offsets[-1])
+                d_doc = cuda.device_array(max(total, 1), np.int32)
+                d_key = cuda.device_array(max(total, 1), np.float64)
+                if total:
+                    write[(n_seg, batch.n), block](*args, cuda.to_device(offsets[:-1]), d_doc, d_key)
+                # q-major offsets: hits come grouped by query, then in document order
+                rows_parts.append(np.repeat(np.arange(lo, hi, dtype=np.int64), counts.sum(axis=1)))
+                docs_parts.append(d_doc.copy_to_host()[:total] + shard.doc_lo)
+                keys_parts.append(d_key.copy_to_host()[:total])
+                bar.update(1)
+        del d_acc
+    rows = np.concatenate(rows_parts) if rows_parts else np.empty(0, np.int64)
+    docs = (np.concatenate(docs_parts) if docs_parts else np.empty(0)).astype(np.int32)
+    keys = np.concatenate(keys_parts) if keys_parts else np.empty(0, np.float64)
+    if stats["shards"] > 1:  # each shard's hits are in order; interleave them by (query, document)
+        order = np.lexsort((docs, rows))
+        rows, docs, keys = rows[order], docs[order], keys[order]
+    indptr = np.zeros(n_q + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=n_q), out=indptr[1:])
+    return indptr, docs, keys

@@ -1,0 +1,97 @@
+"""Exact kNN search over corpus files: the library call behind `gputext knn search`.
+
+    from gputext.knn.search import search_files, load_index
+    result = search_files("train.h5", "test.h5", k=30, metric="cosine")   # -> gputext.io.Corpus
+    result.obsm["knn_indices"], result.obsm["knn_scores"]
+
+For arrays, call the engine directly (gputext.engine.search_topk).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..backend import Backend, resolve
+from ..engine import Index, search_topk
+from ..errors import InputError
+from ..io.corpus import Corpus, check_same_vocabulary, read_corpus
+
+METHODS = ("inverted", "dense", "auto")
+
+
+def load_index(path: str) -> Index:
+    """An index file written by `gputext knn index`, or any corpus file."""
+    return Index.load(path)
+
+
+def choose_method(method: str, index: Index, backend: Backend) -> tuple[str, str]:
+    """(method, reason): auto takes dense when gputext.knn.dense says the dense matrix fits and pays."""
+    if method not in METHODS:
+        raise InputError(f"unknown method {method!r}: expected one of {', '.join(METHODS)}")
+    if method == "inverted":
+        return "inverted", "requested"
+    try:
+        from . import dense
+    except ImportError:
+        if method == "dense":
+            raise InputError("--method dense is not available in this build") from None
+        return "inverted", "dense method not available"
+    if method == "dense":
+        return "dense", "requested"
+    from ..backend import device_memory
+    mem = device_memory() if backend.is_cuda else None
+    fits, reason = dense.dense_fits(index.n_docs, index.n_terms, mem[0] if mem else None, nnz=index.nnz)
+    return ("dense" if fits else "inverted"), reason
+
+
+def search_corpora(index: Index, queries: Corpus, k: int, metric: str = "cosine", method: str = "auto",
+                   device: str = "auto", exclude_self: bool = False, batch_size: int | None = None,
+                   quiet: bool = True) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Validate and search; returns (indices int32 (n_q, k), scores float32 (n_q, k), run info)."""
+    if index.corpus is not None:
+        check_same_vocabulary(index.corpus, queries)
+    elif queries.n_terms != index.n_terms:
+        raise InputError(f"queries have {queries.n_terms} terms, the index {index.n_terms}")
+    available = index.n_docs - (1 if exclude_self else 0)
+    if k > available:
+        raise InputError(f"Expected k <= {available} (the number of indexed documents"
+                         f"{' other than the query itself' if exclude_self else ''}), got k = {k}")
+    if exclude_self and queries.n_docs != index.n_docs:
+        raise InputError(f"--exclude-self needs the queries to be the indexed corpus: expected {index.n_docs} "
+                         f"queries, got {queries.n_docs}")
+    backend = resolve(device)
+    chosen, reason = choose_method(method, index, backend)
+    stats: dict = {"method": chosen, "method_reason": reason}
+    t0 = time.perf_counter()
+    if chosen == "dense":
+        from .dense import search_dense
+        indices, scores = search_dense(index.X, queries.X, k, metric=metric, device=backend, exclude_self=exclude_self)
+        stats["backend"] = backend.name
+    else:
+        indices, scores = search_topk(index, queries.X, k, metric, backend, exclude_self=exclude_self,
+                                      batch_size=batch_size, quiet=quiet, stats=stats)
+    stats["seconds"] = time.perf_counter() - t0
+    return indices, scores, stats
+
+
+def result_corpus(queries: Corpus, indices: np.ndarray, scores: np.ndarray, params: dict) -> Corpus:
+    """A result file: the queries' ids and annotations, an empty X of the queries' shape, and
+    obsm/knn_indices, obsm/knn_scores; the run's parameters under uns/gputext/knn."""
+    empty = sp.csr_matrix(queries.X.shape, dtype=np.float32)
+    obsm = {"knn_indices": np.ascontiguousarray(indices, np.int32), "knn_scores": np.ascontiguousarray(scores, np.float32)}
+    uns = {"gputext": {"knn": params}}
+    return Corpus(empty, queries.doc_ids, queries.terms, dict(queries.obs), {}, obsm, uns)
+
+
+def search_files(index_path: str, queries_path: str | None, k: int, metric: str = "cosine", method: str = "auto",
+                 device: str = "auto", exclude_self: bool = False, batch_size: int | None = None,
+                 quiet: bool = True) -> Corpus:
+    """Search files and return the result corpus (not yet written)."""
+    index = load_index(index_path)
+    queries = index.corpus if queries_path is None else read_corpus(queries_path)
+    indices, scores, stats = search_corpora(index, queries, k, metric, method, device, exclude_self, batch_size, quiet)
+    params = {"k": int(k), "metric": metric, "index": str(index_path), "index_n_docs": int(index.n_docs),
+              "exclude_self": bool(exclude_self), **{key: v for key, v in stats.items() if isinstance(v, (int, float, str))}}
+    return result_corpus(queries, indices, scores, params)

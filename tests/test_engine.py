@@ -1,0 +1,165 @@
+"""The scoring engine against a float64 brute-force reference, on the CPU twin and (tiny) in the
+CUDA simulator; CPU and CUDA results must be identical, not just close."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from engine_reference import random_corpus, same_up_to_ties, similarity_matrix, topk
+from gputext.engine import Geometry, Index, search_threshold, search_topk
+from gputext.errors import InputError
+
+METRICS = ["cosine", "dot", "l2", "l1"]
+TINY = Geometry(accumulate_block=8, accumulate_items=2, select_block=8, select_items=2, merge_block=8,
+                merge_width=16, build_block=8, scan_block=8, scan_items=2)
+
+
+@pytest.mark.parametrize("metric", METRICS)
+@pytest.mark.parametrize("signed", [False, True])
+def test_topk_equals_reference_cpu(metric, signed):
+    X = random_corpus(400, 60, 0.06, seed=1, signed=signed, empty_rows=(5, 17), duplicates=((3, 40), (3, 41)))
+    Q = sp.vstack([random_corpus(30, 60, 0.1, seed=2, signed=signed), X[3], X[5], sp.csr_matrix((1, 60), dtype=np.float32)]).tocsr()
+    idx, sc = search_topk(Index.from_csr(X), Q, 10, metric, device="cpu")
+    ref_idx, ref_sc = topk(X, Q, 10, metric)
+    assert idx.dtype == np.int32 and sc.dtype == np.float32 and idx.shape == (33, 10)
+    assert same_up_to_ties(idx, sc, ref_idx, ref_sc)
+    # the duplicates 3, 40, 41 tie exactly and come in index order
+    row = idx[30].tolist()
+    assert [d for d in row if d in (3, 40, 41)] == [3, 40, 41]
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_documents_sharing_no_term_are_scored_exactly(metric):
+    # one query term that no document has: every score comes from the norms alone
+    X = random_corpus(50, 10, 0.3, seed=3)
+    X = sp.hstack([X, sp.csr_matrix((50, 1), dtype=np.float32)]).tocsr()
+    Q = sp.csr_matrix(([0.7], [[0], [10]]), shape=(1, 11), dtype=np.float32)
+    idx, sc = search_topk(Index.from_csr(X), Q, 50, metric, device="cpu")
+    ref_idx, ref_sc = topk(X, Q, 50, metric)
+    assert same_up_to_ties(idx, sc, ref_idx, ref_sc)
+    if metric in ("cosine", "dot"):
+        assert np.all(sc == 0) and idx.tolist()[0] == list(range(50))
+
+
+def test_k_larger_than_corpus_pads():
+    X = random_corpus(6, 8, 0.5, seed=4)
+    idx, sc = search_topk(Index.from_csr(X), X, 9, "cosine", device="cpu", exclude_self=True)
+    assert np.all(idx[:, 5:] == -1) and np.all(np.isnan(sc[:, 5:]))
+    assert all(i not in row for i, row in enumerate(idx.tolist()))
+    ref_idx, ref_sc = topk(X, X, 9, "cosine", exclude_self=True)
+    assert same_up_to_ties(idx, sc, ref_idx, ref_sc)
+
+
+def test_single_term_queries_and_one_document():
+    X = random_corpus(1, 5, 1.0, seed=5)
+    Q = sp.identity(5, dtype=np.float32, format="csr")
+    for metric in METRICS:
+        idx, sc = search_topk(Index.from_csr(X), Q, 1, metric, device="cpu")
+        ref_idx, ref_sc = topk(X, Q, 1, metric)
+        assert np.array_equal(idx, ref_idx) and np.allclose(sc, ref_sc, rtol=1e-6)
+
+
+def test_empty_index_rows_only():
+    X = sp.csr_matrix((4, 3), dtype=np.float32)
+    Q = sp.csr_matrix(np.array([[1, 0, 2]], np.float32))
+    idx, sc = search_topk(Index.from_csr(X), Q, 2, "l2", device="cpu")
+    assert idx.tolist() == [[0, 1]] and np.allclose(sc, np.sqrt(5))
+
+
+@pytest.mark.parametrize("metric,threshold", [("cosine", 0.2), ("dot", 0.1), ("l2", 1.1), ("l1", 2.5), ("cosine", 0.0)])
+def test_threshold_equals_reference_cpu(metric, threshold):
+    X = random_corpus(200, 40, 0.08, seed=6, empty_rows=(0,))
+    Q = random_corpus(15, 40, 0.1, seed=7)
+    S = search_threshold(Index.from_csr(X), Q, threshold, metric, device="cpu")
+    ref = similarity_matrix(X, Q, metric)
+    key_bound = threshold if metric in ("cosine", "dot") else -threshold
+    clear = np.abs(ref - key_bound) > 1e-6  # do not judge pairs at the boundary to rounding
+    got = np.zeros(ref.shape, bool)
+    got[np.repeat(np.arange(15), np.diff(S.indptr)), S.indices] = True
+    assert np.array_equal(got[clear], (ref >= key_bound)[clear])
+    vals = ref[got] if metric in ("cosine", "dot") else -ref[got]
+    assert np.allclose(S.toarray()[got], vals, rtol=1e-5, atol=1e-6)
+    assert S.has_sorted_indices
+
+
+def test_exclude_self_threshold_graph():
+    X = random_corpus(80, 20, 0.15, seed=8, duplicates=((1, 2),))
+    S = search_threshold(Index.from_csr(X), X, 0.3, "cosine", device="cpu", exclude_self=True)
+    assert S.diagonal().sum() == 0 and S[1, 2] > 0.999
+    assert abs(S - S.T).max() == 0  # cosine graph is symmetric, bit for bit
+
+
+def test_bad_input():
+    index = Index.from_csr(random_corpus(5, 4, 0.5, seed=9))
+    with pytest.raises(InputError, match="vocab"):
+        search_topk(index, sp.csr_matrix((1, 7), dtype=np.float32), 2)
+    with pytest.raises(InputError, match="metric"):
+        search_topk(index, sp.csr_matrix((1, 4), dtype=np.float32), 2, metric="hamming")
+    with pytest.raises(InputError, match="k must be"):
+        search_topk(index, sp.csr_matrix((1, 4), dtype=np.float32), 0)
+    with pytest.raises(InputError, match="NaN"):
+        search_topk(index, sp.csr_matrix(np.array([[np.nan, 0, 0, 1]], np.float32)), 2)
+    with pytest.raises(InputError, match="exclude_self"):
+        search_topk(index, sp.csr_matrix((2, 4), dtype=np.float32), 2, exclude_self=True)
+
+
+def test_index_file_round_trip(tmp_path):
+    X = random_corpus(60, 30, 0.1, seed=10)
+    index = Index.from_csr(X)
+    index.save(str(tmp_path / "i.h5"))
+    loaded = Index.load(str(tmp_path / "i.h5"))
+    assert loaded._postings is not None
+    Q = random_corpus(5, 30, 0.2, seed=11)
+    a = search_topk(index, Q, 7, "l1", device="cpu")
+    b = search_topk(loaded, Q, 7, "l1", device="cpu")
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+
+
+@pytest.mark.cudasim
+@pytest.mark.parametrize("metric", METRICS)
+def test_cuda_equals_cpu_in_simulator(metric):
+    X = random_corpus(40, 12, 0.2, seed=12, signed=metric == "dot", empty_rows=(7,), duplicates=((3, 39),))
+    Q = sp.vstack([random_corpus(2, 12, 0.3, seed=13), X[3]]).tocsr()
+    index = Index.from_csr(X)
+    ic, sc = search_topk(index, Q, 5, metric, device="cpu")
+    ig, sg = search_topk(index, Q, 5, metric, device="cuda", geometry=TINY)
+    assert np.array_equal(ic, ig) and np.array_equal(sc, sg)
+    ref_idx, ref_sc = topk(X, Q, 5, metric)
+    assert same_up_to_ties(ig, sg, ref_idx, ref_sc)
+
+
+@pytest.mark.cudasim
+def test_cuda_threshold_and_exclude_self_in_simulator():
+    X = random_corpus(24, 10, 0.3, seed=14, duplicates=((0, 23),))
+    index = Index.from_csr(X)
+    Tc = search_threshold(index, X[:4], 0.2, "cosine", device="cpu", exclude_self=np.arange(4))
+    Tg = search_threshold(index, X[:4], 0.2, "cosine", device="cuda", exclude_self=np.arange(4), geometry=TINY)
+    assert np.array_equal(Tc.indptr, Tg.indptr) and np.array_equal(Tc.indices, Tg.indices) and np.array_equal(Tc.data, Tg.data)
+    ic, sc = search_topk(index, X[:3], 30, "l2", device="cpu", exclude_self=np.arange(3))
+    wide = Geometry(**{**TINY.__dict__, "select_block": 32, "select_items": 1})  # block >= k
+    ig, sg = search_topk(index, X[:3], 30, "l2", device="cuda", exclude_self=np.arange(3), geometry=wide)
+    assert np.array_equal(ic, ig) and np.array_equal(np.isnan(sc), np.isnan(sg)) and np.all((ic[:, 23:] == -1))
+
+
+@pytest.mark.cudasim
+def test_device_scan_in_simulator():
+    from numba import cuda
+    from gputext.kernels.scan import exclusive_scan_cpu, exclusive_scan_device
+    values = np.random.default_rng(15).integers(0, 9, 77).astype(np.int32)
+    got = exclusive_scan_device(cuda.to_device(values), block=4, items=2).copy_to_host()
+    assert np.array_equal(got, exclusive_scan_cpu(values))
+
+
+@pytest.mark.cudasim
+def test_device_index_build_in_simulator():
+    from gputext.engine.cuda_backend import build_shard
+    X = random_corpus(20, 9, 0.3, seed=16)
+    shard = build_shard(X, 0, 20, TINY)
+    cpu = Index.from_csr(X).cpu()
+    tp = shard.term_ptr.copy_to_host()
+    assert np.array_equal(tp, cpu.term_ptr)
+    docs, ws = shard.post_doc.copy_to_host(), shard.post_w.copy_to_host()
+    for t in range(9):  # same postings, any order within a list
+        a = sorted(zip(docs[tp[t]:tp[t + 1]], ws[tp[t]:tp[t + 1]]))
+        b = list(zip(cpu.post_doc[tp[t]:tp[t + 1]], cpu.post_w[tp[t]:tp[t + 1]]))
+        assert a == b
+    assert np.array_equal(shard.d_sq.copy_to_host(), cpu.d_sq) and np.array_equal(shard.d_l1.copy_to_host(), cpu.d_l1)
