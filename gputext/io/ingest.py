@@ -51,6 +51,7 @@ from .tokenize import TOKEN_PATTERN, count_terms, load_stopwords
 from .weighting import WEIGHTINGS, Reference, apply_weighting, document_frequency, idf
 
 TEXT_READERS = {"tab": read_tab, "tsv": read_tsv, "dir": read_dir, "jsonl": read_jsonl}
+PROGRESS_MIN_DOCS = 2000  # fewer documents tokenise in well under a second: no progress bar
 
 
 # ----------------------------------------------------------------------------- options
@@ -277,7 +278,7 @@ def build_corpus(inputs: str | Sequence[str], format: str = "auto", stopwords: s
     if isinstance(docs, TextInput):
         stop = load_stopwords(stopwords)
         stopwords_used = stopwords
-        with progress(n_docs, "tokenising", quiet) as bar:
+        with progress(n_docs, "tokenising", quiet or n_docs < PROGRESS_MIN_DOCS) as bar:
             counted = count_terms(docs.texts, stop, training.vocabulary if training else None, progress=bar)
         counts, terms = counted.counts, counted.terms
         n_oov, n_oov_terms = counted.n_oov, counted.n_oov_terms

@@ -78,7 +78,8 @@ def _units(corpus: Corpus) -> tuple[list[np.ndarray] | None, int, list[np.ndarra
 def holdout_units(strata: list[np.ndarray], test_size, seed: int) -> np.ndarray:
     """Sorted unit numbers that go to test (see the module docstring for the rule)."""
     n = int(sum(len(s) for s in strata))
-    n_test = math.ceil(test_size * n) if isinstance(test_size, float) else int(test_size)
+    # ceil, ignoring float noise (0.7 * 10 = 7.000000000000001 must give 7)
+    n_test = math.ceil(test_size * n - 1e-9) if isinstance(test_size, float) else int(test_size)
     if not 1 <= n_test <= n - 1:
         raise InputError(f"--test-size {test_size} gives {n_test} test units out of {n}: expected between 1 and {n - 1}")
     sizes = np.array([len(s) for s in strata], dtype=np.int64)
