@@ -1,0 +1,870 @@
+"""DClustR / CUDA-DClus: updating overlapping star clusters after documents are added.
+
+The graph on disk: partial connected components (paper section 3.2)
+--------------------------------------------------------------------
+A partial connected component (PCC) is a connected subgraph induced by a subset of vertices.
+They are built as the paper describes: vertices are processed in the order they were added; a
+vertex without a PCC starts a new one; each successor u of v (u after v, plus, during an update,
+every old vertex) with S(v, u) >= beta joins v's PCC if it has none, and otherwise the two PCCs
+are "linked" when they differ.  A PCC together with everything linked to it, transitively, is a
+connected component.  Old PCCs never gain vertices (new vertices always start or join new PCCs),
+only edges.
+
+A cluster file written by ``gputext cluster star`` keeps, under /uns/gputext/star/graph:
+
+    pcc_of_doc  int32 (n,)        PC_V: the PCC of every document
+    order       int32 (n,)        documents grouped by PCC (PCC 0 first), ascending id within one
+    pcc_indptr  int64 (n_pcc+1,)  PCC p holds order[pcc_indptr[p]:pcc_indptr[p+1]]
+    adj_indptr  int64 (n+1,)      adjacency of order[r] is adj_indices/adj_weights[adj_indptr[r]:adj_indptr[r+1]]
+    adj_indices int32 (2E,)       neighbours (document ids), ascending within a row
+    adj_weights float32 (2E,)     cosine of each edge
+    links       int32 (n_links, 2) linked PCC pairs (p < q), unique, sorted
+    n_docs, n_pcc, n_edges, beta, fix_bits (scalars)
+
+so each PCC is one contiguous range of the adjacency datasets and can be read alone.
+
+The update (``update``)
+-----------------------
+1. Score only the new documents: against the old collection (engine index of the old documents,
+   queries = new documents) and against the new documents after them (upper triangle).
+2. Assign the new vertices to PCCs (new PCCs, links to old ones) as above.
+3. The affected connected components are those of the new PCCs (union-find over the links).
+   Only their old PCCs are read from disk; the edges of the new vertices are added.
+4. Relevance of every vertex of the affected components is recomputed on the device.
+5. DClustR's cover update (paper section 2.2) with C' = the old centers of those components:
+   V+ (vertices not in C' with relevance > 0) is scanned: v enters the candidate list L when
+   (a) v is uncovered, (b) a neighbour of v is uncovered, or (c) some neighbour u has no center
+   of C' covering it with relevance >= relevance(v); the u of (c) are marked "active".  Then each
+   c in C' is scanned: every neighbour with larger relevance enters L and makes c "weak"; a weak
+   c, or one with an active neighbour, leaves C' (and enters L when its relevance is > 0).
+   The remaining C' are centers; L is visited in decreasing relevance (ties: lower id first) and
+   v becomes a center when v or a neighbour is uncovered.  Linked lists are emptied (the
+   improvement recomputes them).
+   Decision where the paper is silent: if a vertex is still uncovered after L (possible when a
+   removed center was the only one covering a vertex that entered neither list), a completion
+   pass visits all non-center vertices with relevance > 0 in the candidate order with the same
+   rule, which always completes the cover; ``stats["completion_centers"]`` counts its centers.
+6. The improvement stage of OClustR (gputext.cluster.star.improve_centers) gives the final
+   clusters of the affected components; clusters of untouched components are copied unchanged.
+7. The output file gets the union corpus, the clusters, and the graph: untouched PCCs are
+   streamed from the input file through a fixed window (never decoded), affected PCCs are written
+   with their new edges, new PCCs are appended.
+
+What "equal to DClustR" means here and how it is checked (tests/test_star_dclus.py): the update
+is compared with an independent set-based implementation of section 2.2 over the whole graph in
+memory (tests/test_star_reference.py), on random corpora and random additions; clusters of
+components without new documents equal a from-scratch OClustR of the union (the rules are
+component-local); components made only of new documents equal OClustR too (C' is empty there);
+the paper's Table 1 + Table 2 additions give the PCCs of its Figures 9-16 and the clusters worked
+out by hand in the test; and the graph after additions equals the graph of the union built from
+scratch.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import h5py
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+from ..backend import Backend, resolve
+from ..errors import FormatError, InputError
+from ..io.corpus import Categorical, Corpus, atomic_output, canonical_csr, check_same_vocabulary, write_corpus
+from ..kernels import star as kstar
+from ..progress import info
+from .graph import StarGraph, check_beta, score_additions
+from .star import (RelevanceGeometry, StarResult, candidate_order, compute_relevance, cover_candidates,
+                   degree_order, improve_centers, membership_matrix)
+
+GRAPH_KEY = "uns/gputext/star/graph"
+STAR_KEY = "uns/gputext/star"
+COPY_WINDOW = 1 << 22  # adjacency entries per read/write when streaming untouched PCCs
+
+
+# ----------------------------------------------------------------------------- PCCs
+
+@numba.njit(cache=True)
+def assign_pcc(indptr, indices, pcc_of, first, next_pcc):
+    """Assign vertices first..n-1 (rows 0.. of indptr/indices) to PCCs, in order.
+
+    indptr int64 (n-first+1,), indices int32: the adjacency rows of vertices first, first+1, ...
+    (global ids).  pcc_of int32 (n,) (-1 = none yet) is updated in place; the neighbours examined
+    from v are its successors (u > v) and the vertices before ``first`` (the old collection in an
+    update; none in a full build).  Returns (next_pcc, links int32 (k, 2) with p < q, unsorted,
+    possibly repeated).
+    """
+    n_rows = indptr.shape[0] - 1
+    cap = 0
+    for r in range(n_rows):
+        cap += indptr[r + 1] - indptr[r]
+    links = np.empty((cap, 2), np.int32)
+    k = 0
+    for r in range(n_rows):
+        v = first + r
+        if pcc_of[v] < 0:
+            pcc_of[v] = next_pcc
+            next_pcc += 1
+        pv = pcc_of[v]
+        for p in range(indptr[r], indptr[r + 1]):
+            u = indices[p]
+            if u > v or u < first:
+                pu = pcc_of[u]
+                if pu < 0:
+                    pcc_of[u] = pv
+                elif pu != pv:
+                    links[k, 0] = min(pu, pv)
+                    links[k, 1] = max(pu, pv)
+                    k += 1
+    return next_pcc, links[:k]
+
+
+def unique_links(links: np.ndarray) -> np.ndarray:
+    links = np.asarray(links, np.int32).reshape(-1, 2)
+    if len(links) == 0:
+        return np.empty((0, 2), np.int32)
+    return np.unique(links, axis=0).astype(np.int32)
+
+
+@numba.njit(cache=True)
+def _find(parent, x):
+    root = x
+    while parent[root] != root:
+        root = parent[root]
+    while parent[x] != root:
+        nxt = parent[x]
+        parent[x] = root
+        x = nxt
+    return root
+
+
+@numba.njit(cache=True)
+def components_of_pccs(n_pcc, links):
+    """Connected component label (int32, = smallest PCC id in it) of every PCC (union-find)."""
+    parent = np.arange(n_pcc).astype(np.int32)
+    for k in range(links.shape[0]):
+        a = _find(parent, links[k, 0])
+        b = _find(parent, links[k, 1])
+        if a < b:
+            parent[b] = a
+        elif b < a:
+            parent[a] = b
+    out = np.empty(n_pcc, np.int32)
+    for p in range(n_pcc):
+        out[p] = _find(parent, p)
+    return out
+
+
+def pcc_layout(pcc_of: np.ndarray, n_pcc: int) -> tuple[np.ndarray, np.ndarray]:
+    """(order int32 (n,), pcc_indptr int64 (n_pcc+1,)): documents grouped by PCC, ascending within."""
+    order = np.argsort(pcc_of, kind="stable").astype(np.int32)
+    indptr = np.zeros(n_pcc + 1, np.int64)
+    np.cumsum(np.bincount(pcc_of, minlength=n_pcc), out=indptr[1:])
+    return order, indptr
+
+
+@dataclass
+class PCCs:
+    """pcc_of int32 (n,), links int32 (k, 2) unique, order int32 (n,), pcc_indptr int64 (n_pcc+1,)."""
+
+    pcc_of: np.ndarray
+    links: np.ndarray
+    order: np.ndarray
+    pcc_indptr: np.ndarray
+
+    @property
+    def n_pcc(self) -> int:
+        return len(self.pcc_indptr) - 1
+
+    def components(self) -> np.ndarray:
+        return components_of_pccs(self.n_pcc, self.links)
+
+    def members(self, p: int) -> np.ndarray:
+        return self.order[self.pcc_indptr[p]:self.pcc_indptr[p + 1]]
+
+
+def build_pccs(graph: StarGraph) -> PCCs:
+    """The array of PCCs of a whole graph, processing vertices 0..n-1 (paper, Figures 9-12)."""
+    pcc_of = np.full(graph.n, -1, np.int32)
+    n_pcc, links = assign_pcc(graph.indptr, graph.indices, pcc_of, 0, 0)
+    order, pcc_indptr = pcc_layout(pcc_of, n_pcc)
+    return PCCs(pcc_of, unique_links(links), order, pcc_indptr)
+
+
+@numba.njit(parallel=True, cache=True)
+def _gather_rows(indptr, indices, weights, rows, out_ptr, out_idx, out_w):
+    for k in numba.prange(rows.shape[0]):
+        v = rows[k]
+        s = indptr[v]
+        d = out_ptr[k]
+        for p in range(indptr[v + 1] - s):
+            out_idx[d + p] = indices[s + p]
+            out_w[d + p] = weights[s + p]
+
+
+def gather_rows(indptr, indices, weights, rows):
+    """Rows ``rows`` of a CSR, concatenated: (ptr int64 (len+1,), indices, weights)."""
+    rows = np.asarray(rows, np.int64)
+    lengths = indptr[rows + 1] - indptr[rows]
+    ptr = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(lengths, out=ptr[1:])
+    out_idx = np.empty(ptr[-1], indices.dtype)
+    out_w = np.empty(ptr[-1], weights.dtype)
+    if len(rows):
+        _gather_rows(indptr, indices, weights, rows, ptr, out_idx, out_w)
+    return ptr, out_idx, out_w
+
+
+# ----------------------------------------------------------------------------- file: graph group
+
+def _set_enc(obj, kind: str) -> None:
+    obj.attrs["encoding-type"] = kind
+    obj.attrs["encoding-version"] = "0.1.0" if kind == "dict" else "0.2.0"
+
+
+def _dataset(group: h5py.Group, name: str, data=None, shape=None, dtype=None):
+    ds = group.create_dataset(name, data=data, shape=shape, dtype=dtype)
+    _set_enc(ds, "array")
+    return ds
+
+
+def _scalar(group: h5py.Group, name: str, value) -> None:
+    ds = group.create_dataset(name, data=value)
+    _set_enc(ds, "numeric-scalar")
+
+
+def _graph_group(f: h5py.File) -> h5py.Group:
+    if "uns/gputext/star" not in f:
+        raise AssertionError("write the corpus (with uns/gputext/star) before the graph")
+    g = f.create_group(GRAPH_KEY)
+    _set_enc(g, "dict")
+    return g
+
+
+def write_graph(f: h5py.File, graph: StarGraph, pccs: PCCs, beta: float) -> None:
+    """Write a whole graph as PCC-grouped adjacency into an open result file."""
+    g = _graph_group(f)
+    ptr, idx, w = gather_rows(graph.indptr, graph.indices, graph.weights, pccs.order)
+    _dataset(g, "pcc_of_doc", pccs.pcc_of.astype(np.int32))
+    _dataset(g, "order", pccs.order.astype(np.int32))
+    _dataset(g, "pcc_indptr", pccs.pcc_indptr.astype(np.int64))
+    _dataset(g, "adj_indptr", ptr)
+    _dataset(g, "adj_indices", idx.astype(np.int32))
+    _dataset(g, "adj_weights", w.astype(np.float32))
+    _dataset(g, "links", pccs.links.astype(np.int32).reshape(-1, 2))
+    _scalar(g, "n_docs", int(graph.n))
+    _scalar(g, "n_pcc", int(pccs.n_pcc))
+    _scalar(g, "n_edges", int(graph.n_edges))
+    _scalar(g, "beta", float(beta))
+    _scalar(g, "fix_bits", int(kstar.FIX_BITS))
+
+
+@dataclass
+class GraphOnDisk:
+    """The small per-document and per-PCC arrays of a stored graph (the edges stay on disk)."""
+
+    path: str
+    n_docs: int
+    beta: float
+    pcc_of: np.ndarray
+    order: np.ndarray
+    pcc_indptr: np.ndarray
+    adj_indptr: np.ndarray
+    links: np.ndarray
+
+    @property
+    def n_pcc(self) -> int:
+        return len(self.pcc_indptr) - 1
+
+    @property
+    def n_entries(self) -> int:
+        return int(self.adj_indptr[-1])
+
+
+def read_graph_meta(f: h5py.File, path: str, n_docs: int) -> GraphOnDisk:
+    if GRAPH_KEY not in f:
+        raise InputError(f"{path}: /{GRAPH_KEY} is missing: the file was not written by `gputext cluster star` "
+                         "(only its output can be updated with --update)")
+    g = f[GRAPH_KEY]
+    need = ("pcc_of_doc", "order", "pcc_indptr", "adj_indptr", "adj_indices", "adj_weights", "links", "beta")
+    for key in need:
+        if key not in g:
+            raise FormatError(f"{path}: /{GRAPH_KEY}/{key} is missing")
+    pcc_of = g["pcc_of_doc"][()].astype(np.int32)
+    order = g["order"][()].astype(np.int32)
+    pcc_indptr = g["pcc_indptr"][()].astype(np.int64)
+    adj_indptr = g["adj_indptr"][()].astype(np.int64)
+    links = g["links"][()].astype(np.int32).reshape(-1, 2)
+    beta = float(g["beta"][()])
+    n_pcc = len(pcc_indptr) - 1
+    if pcc_of.shape != (n_docs,) or order.shape != (n_docs,):
+        raise FormatError(f"{path}: /{GRAPH_KEY}/pcc_of_doc and order must have n_docs = {n_docs} entries, "
+                          f"got {pcc_of.shape[0]} and {order.shape[0]}")
+    if n_docs and (pcc_of.min() < 0 or pcc_of.max() >= n_pcc):
+        raise FormatError(f"{path}: /{GRAPH_KEY}/pcc_of_doc has a PCC outside [0, {n_pcc})")
+    if pcc_indptr[0] != 0 or pcc_indptr[-1] != n_docs or np.any(np.diff(pcc_indptr) < 0):
+        raise FormatError(f"{path}: /{GRAPH_KEY}/pcc_indptr is not non-decreasing from 0 to {n_docs}")
+    if adj_indptr.shape != (n_docs + 1,) or adj_indptr[0] != 0 or np.any(np.diff(adj_indptr) < 0):
+        raise FormatError(f"{path}: /{GRAPH_KEY}/adj_indptr must be {n_docs + 1} non-decreasing offsets from 0")
+    if g["adj_indices"].shape != (adj_indptr[-1],) or g["adj_weights"].shape != (adj_indptr[-1],):
+        raise FormatError(f"{path}: /{GRAPH_KEY}/adj_indices and adj_weights must have adj_indptr[-1] = {adj_indptr[-1]} entries")
+    if len(links) and (links.min() < 0 or links.max() >= n_pcc):
+        raise FormatError(f"{path}: /{GRAPH_KEY}/links has a PCC outside [0, {n_pcc})")
+    return GraphOnDisk(path, n_docs, beta, pcc_of, order, pcc_indptr, adj_indptr, links)
+
+
+def load_pcc_rows(f: h5py.File, meta: GraphOnDisk, pccs: np.ndarray):
+    """Read the adjacency of the given PCCs (sorted PCC ids) from disk, one read per run of
+    consecutive PCCs.  Returns (vertices int32 (m,) in storage order, ptr int64 (m+1,),
+    indices int32, weights float32)."""
+    g = f[GRAPH_KEY]
+    pccs = np.asarray(pccs, np.int64)
+    if len(pccs) == 0:
+        return np.empty(0, np.int32), np.zeros(1, np.int64), np.empty(0, np.int32), np.empty(0, np.float32)
+    breaks = np.flatnonzero(np.diff(pccs) != 1) + 1
+    starts = np.concatenate([[0], breaks])
+    ends = np.concatenate([breaks, [len(pccs)]])
+    verts, ptrs, idxs, ws = [], [], [], []
+    total = 0
+    for a, b in zip(starts, ends):
+        r0 = int(meta.pcc_indptr[pccs[a]])
+        r1 = int(meta.pcc_indptr[pccs[b - 1] + 1])
+        e0, e1 = int(meta.adj_indptr[r0]), int(meta.adj_indptr[r1])
+        verts.append(meta.order[r0:r1])
+        ptrs.append(meta.adj_indptr[r0 + 1:r1 + 1] - e0 + total)
+        idxs.append(g["adj_indices"][e0:e1].astype(np.int32))
+        ws.append(g["adj_weights"][e0:e1].astype(np.float32))
+        total += e1 - e0
+    return (np.concatenate(verts), np.concatenate([np.zeros(1, np.int64)] + ptrs),
+            np.concatenate(idxs), np.concatenate(ws))
+
+
+# ----------------------------------------------------------------------------- DClustR cover
+
+@numba.njit(cache=True)
+def dclustr_lists(indptr, indices, relevance, is_center, in_list):
+    """DClustR's candidate list (paper section 2.2) on a graph whose current centers are C'.
+
+    is_center bool (n,): C' on entry; the centers that must leave C' are set False.  in_list bool
+    (n,) receives L.  Returns (centers removed, vertices activated).
+    """
+    n = indptr.shape[0] - 1
+    best = np.full(n, -1.0)  # largest relevance of a center of C' covering each vertex (-1: uncovered)
+    for c in range(n):
+        if is_center[c]:
+            r = relevance[c]
+            if r > best[c]:
+                best[c] = r
+            for p in range(indptr[c], indptr[c + 1]):
+                u = indices[p]
+                if r > best[u]:
+                    best[u] = r
+    active = np.zeros(n, np.bool_)
+    n_active = 0
+    for v in range(n):  # V+
+        if is_center[v] or relevance[v] <= 0.0:
+            continue
+        take = best[v] < 0.0  # (a) v uncovered
+        for p in range(indptr[v], indptr[v + 1]):
+            u = indices[p]
+            if best[u] < 0.0:  # (b) an uncovered neighbour
+                take = True
+            if best[u] < relevance[v]:  # (c) no center covering u is at least as relevant as v
+                take = True
+                if not active[u]:
+                    active[u] = True
+                    n_active += 1
+        if take:
+            in_list[v] = True
+    leave = np.zeros(n, np.bool_)
+    for v in range(n):  # C'
+        if not is_center[v]:
+            continue
+        weak = False
+        touched = False
+        for p in range(indptr[v], indptr[v + 1]):
+            u = indices[p]
+            if relevance[u] > relevance[v]:
+                in_list[u] = True
+                weak = True
+            if active[u]:
+                touched = True
+        if weak or touched:
+            leave[v] = True
+            if relevance[v] > 0.0:
+                in_list[v] = True
+    removed = 0
+    for v in range(n):
+        if leave[v]:
+            is_center[v] = False
+            removed += 1
+    return removed, n_active
+
+
+def dclustr_cover(graph: StarGraph, relevance: np.ndarray, old_center: np.ndarray,
+                  vertex_ids: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
+    """Updated centers (bool (n,)) of the affected components after DClustR's cover update.
+
+    old_center bool (n,): C'.  vertex_ids: global ids (ascending) for the tie rules.
+    """
+    n = graph.n
+    is_center = np.asarray(old_center, bool).copy()
+    in_list = np.zeros(n, bool)
+    removed, n_active = dclustr_lists(graph.indptr, graph.indices, relevance, is_center, in_list)
+    kept = int(is_center.sum())
+    is_center |= graph.degree == 0  # isolated vertices are their own clusters
+    covered = np.zeros(n, bool)
+    for c in np.flatnonzero(is_center):
+        covered[c] = True
+        covered[graph.neighbours(c)] = True
+    order = candidate_order(np.where(in_list, relevance, 0.0), vertex_ids)
+    added = cover_candidates(graph.indptr, graph.indices, order, is_center, covered)
+    completion = 0
+    if not covered.all():
+        completion = cover_candidates(graph.indptr, graph.indices, candidate_order(relevance, vertex_ids),
+                                      is_center, covered)
+    if not covered.all():
+        raise AssertionError(f"DClustR cover left {int((~covered).sum())} vertices uncovered")
+    stats = {"old_centers": int(np.asarray(old_center, bool).sum()), "old_centers_removed": int(removed),
+             "old_centers_kept": kept, "activated": int(n_active), "candidates": int(in_list.sum()),
+             "centers_added": int(added), "completion_centers": int(completion)}
+    return is_center, stats
+
+
+def dclustr_graph(graph: StarGraph, old_center: np.ndarray, device: str | Backend = "cpu",
+                  geometry: RelevanceGeometry | None = None, vertex_ids: np.ndarray | None = None) -> StarResult:
+    """DClustR's update of the clusters of ``graph`` (all of it taken as affected), given the
+    previous centers C' (bool (n,)).  With no previous centers it is OClustR."""
+    t0 = time.perf_counter()
+    _, rel = compute_relevance(graph, device, geometry)
+    t1 = time.perf_counter()
+    is_center, stats = dclustr_cover(graph, rel, old_center, vertex_ids)
+    n_initial = int(is_center.sum())
+    linked_to = np.full(graph.n, -1, np.int32)
+    order = degree_order(graph.degree, np.flatnonzero(is_center), vertex_ids)
+    removed = improve_centers(graph.indptr, graph.indices, order, is_center, linked_to)
+    centers = np.flatnonzero(is_center).astype(np.int32)
+    membership = membership_matrix(graph, centers, linked_to)
+    stats.update({"n_initial_clusters": n_initial, "n_removed": int(removed), "n_clusters": int(len(centers)),
+                  "seconds_relevance": t1 - t0, "seconds_cover": time.perf_counter() - t1})
+    return StarResult(graph.n, centers, membership, rel, linked_to, graph, stats)
+
+
+# ----------------------------------------------------------------------------- reading a cluster file
+
+def _read_parts(path: str):
+    """The non-graph parts of a cluster file, read selectively (the graph's edges stay on disk)."""
+    from ..io import corpus as cio
+
+    with cio._open(path) as f:
+        if "X" not in f:
+            raise FormatError(f"{path}: /X is missing (not a gputext cluster file)")
+        X = cio._read_csr(f, "X")
+        doc_ids, obs = cio._read_dataframe(f, "obs", X.shape[0])
+        terms, var = cio._read_dataframe(f, "var", X.shape[1])
+        obsm = {k: cio._read_element(f, f"obsm/{k}") for k in (f["obsm"].keys() if "obsm" in f else [])}
+        uns = {}
+        if "uns" in f:
+            for k in f["uns"].keys():
+                if k != "gputext":
+                    uns[k] = cio._read_element(f, f"uns/{k}")
+            if "uns/gputext" in f:
+                uns["gputext"] = {k: cio._read_element(f, f"uns/gputext/{k}") for k in f["uns/gputext"].keys() if k != "star"}
+        if STAR_KEY not in f or "centers" not in f[STAR_KEY]:
+            raise InputError(f"{path}: /{STAR_KEY}/centers is missing: the file was not written by `gputext cluster star`")
+        centers = f[f"{STAR_KEY}/centers"][()].astype(np.int64)
+        meta = read_graph_meta(f, path, X.shape[0])
+    if "clusters" not in obsm or not sp.issparse(obsm["clusters"]):
+        raise InputError(f"{path}: /obsm/clusters is missing or not a CSR matrix")
+    M = obsm.pop("clusters")
+    if M.shape != (X.shape[0], len(centers)):
+        raise FormatError(f"{path}: /obsm/clusters has shape {M.shape}, expected ({X.shape[0]}, {len(centers)}) "
+                          "(n_docs x number of centers)")
+    if len(centers) and (centers.min() < 0 or centers.max() >= X.shape[0] or np.any(np.diff(centers) <= 0)):
+        raise FormatError(f"{path}: /{STAR_KEY}/centers must be ascending document indices in [0, {X.shape[0]})")
+    corpus = Corpus(X, doc_ids, terms, obs, var, obsm, uns)
+    return corpus, centers, sp.csc_matrix(M), meta
+
+
+def _merge_obs(old: dict, new: dict, n_old: int, n_new: int) -> tuple[dict, list[str]]:
+    """obs columns of the union: columns both have (categoricals get the union of categories)."""
+    out, dropped = {}, []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if a is None or b is None:
+            dropped.append(key)
+            continue
+        if isinstance(a, Categorical) and isinstance(b, Categorical):
+            cats = list(a.categories) + [c for c in b.categories if c not in set(a.categories)]
+            where = {c: i for i, c in enumerate(cats)}
+            remap = np.array([where[c] for c in b.categories] + [-1], np.int32)
+            codes_b = remap[np.where(b.codes >= 0, b.codes, len(b.categories))]
+            out[key] = Categorical(np.concatenate([a.codes, codes_b]).astype(np.int32), np.array(cats, dtype=object))
+        elif not isinstance(a, Categorical) and not isinstance(b, Categorical) and np.asarray(a).dtype.kind == np.asarray(b).dtype.kind:
+            out[key] = np.concatenate([np.asarray(a), np.asarray(b)])
+        else:
+            dropped.append(key)
+    return out, dropped
+
+
+# ----------------------------------------------------------------------------- the update
+
+@dataclass
+class UpdateReport:
+    n_old: int
+    n_new: int
+    n_new_edges: int
+    components_total: int
+    components_touched: int
+    pccs_total: int
+    pccs_loaded: int
+    vertices_loaded: int
+    entries_loaded: int
+    n_clusters: int
+    stats: dict = field(default_factory=dict)
+
+    def line(self) -> str:
+        return (f"added {self.n_new} documents to {self.n_old} ({self.n_new_edges} new edges); touched "
+                f"{self.components_touched} of {self.components_total} connected components "
+                f"({self.pccs_loaded} of {self.pccs_total} old PCCs, {self.vertices_loaded} vertices loaded); "
+                f"{self.n_clusters} clusters")
+
+
+def _new_adjacency(n_old: int, n_new: int, new_old, new_new):
+    """CSR (n_new rows, global column ids) of the new vertices' edges, sorted within rows."""
+    o_old, o_new, o_w = new_old
+    a, b, w = new_new
+    rows = np.concatenate([o_new.astype(np.int64) - n_old, a.astype(np.int64) - n_old, b.astype(np.int64) - n_old])
+    cols = np.concatenate([o_old, b, a]).astype(np.int64)
+    vals = np.concatenate([o_w, w, w]).astype(np.float32)
+    M = sp.csr_matrix((vals, (rows, cols)), shape=(n_new, n_old + n_new))
+    M.sort_indices()
+    return M.indptr.astype(np.int64), M.indices.astype(np.int32), M.data.astype(np.float32)
+
+
+@numba.njit(cache=True)
+def _local_rows(vertices, loaded_ptr, loaded_idx, loaded_w, extra_ptr, extra_idx, extra_w, local_of):
+    """Merge each vertex's loaded row with its extra (new) edges, in local ids, sorted.
+
+    vertices int64 (m,) global ids in local order; loaded_* / extra_* CSR (m rows) of global ids,
+    each sorted; local_of: global id -> local id (searchsorted table built by the caller).
+    """
+    m = vertices.shape[0]
+    indptr = np.zeros(m + 1, np.int64)
+    for k in range(m):
+        indptr[k + 1] = indptr[k] + (loaded_ptr[k + 1] - loaded_ptr[k]) + (extra_ptr[k + 1] - extra_ptr[k])
+    out_idx = np.empty(indptr[m], np.int32)
+    out_w = np.empty(indptr[m], np.float32)
+    for k in range(m):
+        a, a_end = loaded_ptr[k], loaded_ptr[k + 1]
+        b, b_end = extra_ptr[k], extra_ptr[k + 1]
+        d = indptr[k]
+        while a < a_end or b < b_end:
+            if b >= b_end or (a < a_end and loaded_idx[a] < extra_idx[b]):
+                out_idx[d] = local_of[loaded_idx[a]]
+                out_w[d] = loaded_w[a]
+                a += 1
+            else:
+                out_idx[d] = local_of[extra_idx[b]]
+                out_w[d] = extra_w[b]
+                b += 1
+            d += 1
+    return indptr, out_idx, out_w
+
+
+def _local_lookup(vertices: np.ndarray, n_total: int) -> np.ndarray:
+    """Dense global -> local id table (int32, -1 elsewhere)."""
+    table = np.full(n_total, -1, np.int32)
+    table[vertices] = np.arange(len(vertices), dtype=np.int32)
+    return table
+
+
+def update(clusters_path: str, added: Corpus, output: str, device: str | Backend = "auto",
+           beta: float | None = None, batch_size: int | None = None, quiet: bool = True,
+           geometry: RelevanceGeometry | None = None, engine_geometry=None,
+           compression: str | None = "gzip", edges=None) -> UpdateReport:
+    """DClustR / CUDA-DClus: add the documents of ``added`` to the clustering in ``clusters_path``
+    (a file written by ``cluster star``) and write the updated clustering of the union to
+    ``output`` (may equal clusters_path: the file is replaced atomically).  Returns the report
+    (components touched, PCCs loaded, seconds).  ``edges`` = (new_old, new_new) as returned by
+    ``score_additions`` replaces the scoring (tests feed the paper's hand-made similarities)."""
+    if clusters_path == "-":
+        raise InputError("--update needs a cluster file on disk (random access to its graph), not stdin")
+    backend = device if isinstance(device, Backend) else resolve(device)
+    t0 = time.perf_counter()
+    old, old_centers, old_M, meta = _read_parts(clusters_path)
+    stored_beta = check_beta(meta.beta)
+    if beta is not None and abs(check_beta(beta) - stored_beta) > 0:
+        raise InputError(f"--beta {beta} differs from the beta {stored_beta} the clusters in {clusters_path} were built "
+                         "with: an update keeps the original threshold (leave --beta out)")
+    check_same_vocabulary(old, added, "clustered", "added")
+    n_old, n_new = old.n_docs, added.n_docs
+    if n_new == 0:
+        raise InputError("the corpus to add has zero documents")
+    clash = set(map(str, old.doc_ids)) & set(map(str, added.doc_ids))
+    if clash:
+        raise InputError(f"{len(clash)} added document ids already exist in {clusters_path} (e.g. {sorted(clash)[0]!r}): "
+                         "document ids must stay unique")
+    n_total = n_old + n_new
+    t_read = time.perf_counter()
+
+    # 1. score only the new documents
+    if edges is None:
+        new_old, new_new = score_additions(old.X, added.X, stored_beta, backend, batch_size, quiet, engine_geometry)
+    else:
+        new_old, new_new = edges
+    t_score = time.perf_counter()
+    n_new_edges = len(new_old[0]) + len(new_new[0])
+
+    # 2. PCCs of the new vertices
+    new_ptr, new_idx, new_w = _new_adjacency(n_old, n_new, new_old, new_new)
+    pcc_of = np.concatenate([meta.pcc_of, np.full(n_new, -1, np.int32)])
+    n_pcc, raw_links = assign_pcc(new_ptr, new_idx, pcc_of, n_old, meta.n_pcc)
+    links = unique_links(np.concatenate([meta.links, raw_links]))
+
+    # 3. affected connected components and their old PCCs
+    comp = components_of_pccs(n_pcc, links)
+    affected_comp = np.zeros(n_pcc, bool)
+    affected_comp[np.unique(comp[meta.n_pcc:])] = True
+    affected_pcc = affected_comp[comp]
+    old_affected = np.flatnonzero(affected_pcc[:meta.n_pcc])
+    components_total = int(len(np.unique(comp)))
+    components_touched = int(affected_comp.sum())
+    with h5py.File(clusters_path, "r") as f:
+        old_vertices, old_ptr, old_idx, old_w = load_pcc_rows(f, meta, old_affected)
+    t_load = time.perf_counter()
+
+    # the local graph of the affected components (vertices in ascending global id)
+    vertices = np.sort(np.concatenate([old_vertices.astype(np.int64), np.arange(n_old, n_total, dtype=np.int64)]))
+    local_of = _local_lookup(vertices, n_total)
+    # loaded rows, in local order
+    pos_in_loaded = np.full(n_total, -1, np.int64)
+    pos_in_loaded[old_vertices] = np.arange(len(old_vertices))
+    is_old = vertices < n_old
+    loaded_rows = np.where(is_old, pos_in_loaded[vertices], -1)
+    la_ptr, la_idx, la_w = _rows_or_empty(old_ptr, old_idx, old_w, loaded_rows)
+    # extra rows: new edges of each vertex (old vertices: their new neighbours; new: all)
+    ex_ptr, ex_idx, ex_w = _extra_rows(vertices, n_old, new_ptr, new_idx, new_w, new_old)
+    indptr, indices, weights = _local_rows(vertices, la_ptr, la_idx, la_w, ex_ptr, ex_idx, ex_w, local_of)
+    degree, weight_sum = kstar.row_stats(indptr, weights)
+    local = StarGraph(len(vertices), indptr, indices, weights, degree, weight_sum)
+
+    # 4-6. relevance, DClustR cover update and improvement on the affected components
+    old_center = np.zeros(len(vertices), bool)
+    in_local = old_centers[local_of[old_centers] >= 0] if len(old_centers) else old_centers
+    old_center[local_of[in_local]] = True
+    res = dclustr_graph(local, old_center, backend, geometry, vertex_ids=vertices)
+    t_cluster = time.perf_counter()
+
+    # clusters of the union: untouched old clusters + the affected components' new ones
+    keep = local_of[old_centers] < 0 if len(old_centers) else np.zeros(0, bool)
+    kept_cols = np.flatnonzero(keep)
+    kept_centers = old_centers[kept_cols]
+    kept = old_M[:, kept_cols].tocoo()
+    new_centers_global = vertices[res.centers]
+    new_coo = res.membership.tocoo()
+    centers = np.concatenate([kept_centers, new_centers_global]).astype(np.int64)
+    order = np.argsort(centers, kind="stable")
+    rank = np.empty(len(centers), np.int64)
+    rank[order] = np.arange(len(centers))
+    docs = np.concatenate([kept.row.astype(np.int64), vertices[new_coo.row]])
+    cols = np.concatenate([rank[kept.col], rank[len(kept_centers) + new_coo.col]])
+    M = sp.csr_matrix((np.ones(len(docs), np.float32), (docs, cols)), shape=(n_total, len(centers)))
+    M.sort_indices()
+    centers = centers[order].astype(np.int32)
+
+    report = UpdateReport(n_old, n_new, n_new_edges, components_total, components_touched, meta.n_pcc,
+                          int(len(old_affected)), int(len(old_vertices)), int(len(old_idx)), int(len(centers)))
+    report.stats = {**res.stats, "seconds_read": t_read - t0, "seconds_scoring": t_score - t_read,
+                    "seconds_load": t_load - t_score, "seconds_cluster": t_cluster - t_load,
+                    "affected_vertices": int(len(vertices)), "backend": backend.name}
+
+    # 7. the output file
+    obs, dropped = _merge_obs(old.obs, added.obs, n_old, n_new)
+    if dropped and not quiet:
+        info(f"obs columns not in both corpora (dropped from the output): {', '.join(dropped)}", quiet)
+    obsm = {"clusters": M}
+    for key in set(old.obsm) & set(added.obsm):
+        a, b = old.obsm[key], added.obsm[key]
+        if sp.issparse(a) and sp.issparse(b) and a.shape[1] == b.shape[1]:
+            obsm[key] = sp.vstack([a, b]).tocsr()
+        elif not sp.issparse(a) and not sp.issparse(b) and np.ndim(a) == np.ndim(b) and np.shape(a)[1:] == np.shape(b)[1:]:
+            obsm[key] = np.concatenate([a, b])
+    X = sp.vstack([old.X, canonical_csr(added.X)]).tocsr()
+    uns = dict(old.uns)
+    gp = dict(uns.get("gputext", {}))
+    prev = gp.get("star_updates", 0)
+    gp["star"] = star_params(stored_beta, backend.name, centers, extra={
+        "update": {k: v for k, v in report.__dict__.items() if k != "stats"} | {
+            k: v for k, v in report.stats.items() if isinstance(v, (int, float, str))}})
+    gp["star_updates"] = int(prev) + 1
+    uns["gputext"] = gp
+    corpus = Corpus(X, np.concatenate([old.doc_ids, added.doc_ids]), old.terms, obs, dict(old.var), obsm, uns)
+    with atomic_output(output) as tmp:
+        write_corpus(corpus, tmp, compression=compression)
+        with h5py.File(clusters_path, "r") as src, h5py.File(tmp, "a") as dst:
+            _write_updated_graph(src, dst, meta, pcc_of, n_pcc, links, affected_pcc, local, vertices, stored_beta)
+    report.stats["seconds_write"] = time.perf_counter() - t_cluster
+    report.stats["seconds_total"] = time.perf_counter() - t0
+    return report
+
+
+def _rows_or_empty(ptr, idx, w, rows):
+    """Rows of a CSR for rows >= 0, empty rows where rows < 0."""
+    rows = np.asarray(rows, np.int64)
+    ptr2 = np.concatenate([ptr, ptr[-1:]])  # one extra, empty row
+    return gather_rows(ptr2, idx, w, np.where(rows >= 0, rows, len(ptr) - 1))
+
+
+def _extra_rows(vertices, n_old, new_ptr, new_idx, new_w, new_old):
+    """The new edges of each local vertex as CSR (local rows, global ids, sorted)."""
+    m = len(vertices)
+    o_old, o_new, o_w = new_old
+    local_row = np.searchsorted(vertices, o_old.astype(np.int64))
+    rows_old = local_row
+    # new vertices' rows: their whole new adjacency
+    first_new = np.searchsorted(vertices, n_old)
+    lens_new = np.diff(new_ptr)
+    rows_new = np.repeat(np.arange(first_new, m, dtype=np.int64), lens_new)
+    rows = np.concatenate([rows_old, rows_new])
+    cols = np.concatenate([o_new.astype(np.int64), new_idx.astype(np.int64)])
+    vals = np.concatenate([o_w, new_w]).astype(np.float32)
+    E = sp.csr_matrix((vals, (rows, cols)), shape=(m, int(vertices[-1]) + 1 if m else 0))
+    E.sort_indices()
+    return E.indptr.astype(np.int64), E.indices.astype(np.int32), E.data.astype(np.float32)
+
+
+@numba.njit(cache=True)
+def _patch_window(positions_local, old_ptr, old_idx, old_w, loc_ptr, loc_idx_global, loc_w, out_ptr, out_idx, out_w):
+    """Rows of a window: the stored row, or (positions_local[r] >= 0) the updated local row."""
+    for r in range(positions_local.shape[0]):
+        d = out_ptr[r]
+        k = positions_local[r]
+        if k < 0:
+            s = old_ptr[r]
+            for p in range(old_ptr[r + 1] - s):
+                out_idx[d + p] = old_idx[s + p]
+                out_w[d + p] = old_w[s + p]
+        else:
+            s = loc_ptr[k]
+            for p in range(loc_ptr[k + 1] - s):
+                out_idx[d + p] = loc_idx_global[s + p]
+                out_w[d + p] = loc_w[s + p]
+
+
+def _write_updated_graph(src: h5py.File, dst: h5py.File, meta: GraphOnDisk, pcc_of: np.ndarray, n_pcc: int,
+                         links: np.ndarray, affected_pcc: np.ndarray, local: StarGraph, vertices: np.ndarray,
+                         beta: float) -> None:
+    """The graph of the union: untouched PCC rows streamed from ``src`` window by window, affected
+    rows replaced by their updated adjacency, new PCCs appended."""
+    n_old = meta.n_docs
+    n_total = len(pcc_of)
+    order, pcc_indptr = pcc_layout(pcc_of, n_pcc)
+    if not np.array_equal(order[:n_old], meta.order):
+        raise AssertionError("old PCCs changed their vertices")
+    local_of = _local_lookup(vertices, n_total)
+    pos_local = local_of[order].astype(np.int64)  # local row of each stored position, -1 if untouched
+    loc_idx_global = vertices[local.indices].astype(np.int32)
+    lengths = np.where(pos_local >= 0, local.degree[np.maximum(pos_local, 0)], 0).astype(np.int64)
+    old_lengths = np.diff(meta.adj_indptr)
+    lengths[:n_old] = np.where(pos_local[:n_old] >= 0, lengths[:n_old], old_lengths)
+    adj_indptr = np.zeros(n_total + 1, np.int64)
+    np.cumsum(lengths, out=adj_indptr[1:])
+    g = _graph_group(dst)
+    _dataset(g, "pcc_of_doc", pcc_of.astype(np.int32))
+    _dataset(g, "order", order)
+    _dataset(g, "pcc_indptr", pcc_indptr)
+    _dataset(g, "adj_indptr", adj_indptr)
+    out_idx = _dataset(g, "adj_indices", shape=(int(adj_indptr[-1]),), dtype=np.int32)
+    out_w = _dataset(g, "adj_weights", shape=(int(adj_indptr[-1]),), dtype=np.float32)
+    _dataset(g, "links", links.astype(np.int32).reshape(-1, 2))
+    _scalar(g, "n_docs", int(n_total))
+    _scalar(g, "n_pcc", int(n_pcc))
+    _scalar(g, "n_edges", int(adj_indptr[-1] // 2))
+    _scalar(g, "beta", float(beta))
+    _scalar(g, "fix_bits", int(kstar.FIX_BITS))
+    s_idx, s_w = src[GRAPH_KEY]["adj_indices"], src[GRAPH_KEY]["adj_weights"]
+    r = 0
+    while r < n_total:
+        # a window of positions holding about COPY_WINDOW stored entries (at least one row)
+        if r < n_old:
+            limit = meta.adj_indptr[r] + COPY_WINDOW
+            r_end = int(np.searchsorted(meta.adj_indptr, limit, side="right")) - 1
+            r_end = min(max(r_end, r + 1), n_old)
+            e0, e1 = int(meta.adj_indptr[r]), int(meta.adj_indptr[r_end])
+            untouched = pos_local[r:r_end] < 0
+            if untouched.all():
+                o_idx, o_w = s_idx[e0:e1], s_w[e0:e1]  # plain copy
+            else:
+                o_idx = np.empty(e1 - e0, np.int32)
+                o_w = np.empty(e1 - e0, np.float32)
+                if untouched.any() and e1 > e0:
+                    o_idx = s_idx[e0:e1].astype(np.int32)
+                    o_w = s_w[e0:e1].astype(np.float32)
+            old_ptr = meta.adj_indptr[r:r_end + 1] - e0
+        else:
+            r_end = n_total
+            old_ptr = np.zeros(r_end - r + 1, np.int64)
+            o_idx = np.empty(0, np.int32)
+            o_w = np.empty(0, np.float32)
+        w_ptr = adj_indptr[r:r_end + 1] - adj_indptr[r]
+        if r < n_old and (pos_local[r:r_end] < 0).all():
+            buf_idx, buf_w = o_idx, o_w
+        else:
+            buf_idx = np.empty(int(w_ptr[-1]), np.int32)
+            buf_w = np.empty(int(w_ptr[-1]), np.float32)
+            _patch_window(pos_local[r:r_end], old_ptr, o_idx, o_w, local.indptr, loc_idx_global, local.weights,
+                          w_ptr, buf_idx, buf_w)
+        a, b = int(adj_indptr[r]), int(adj_indptr[r_end])
+        if b > a:
+            out_idx[a:b] = buf_idx
+            out_w[a:b] = buf_w
+        r = r_end
+
+
+# ----------------------------------------------------------------------------- writing a fresh result
+
+def star_params(beta: float, backend: str, centers: np.ndarray, extra: dict | None = None) -> dict:
+    return {"centers": np.asarray(centers, np.int32), "beta": float(beta), "metric": "cosine",
+            "algorithm": "OClustR/DClustR (CUDA-OClus, CUDA-DClus)", "backend": backend,
+            "n_clusters": int(len(centers)), **(extra or {})}
+
+
+def write_result(corpus: Corpus, result: StarResult, output: str, beta: float, backend: str,
+                 compression: str | None = "gzip") -> PCCs:
+    """Write the clusters of ``corpus`` (a result file that is also a corpus file: X, doc ids,
+    obs and var of the input) with the graph as PCCs, atomically.  Returns the PCCs."""
+    if result.graph is None:
+        raise AssertionError("write_result needs the graph")
+    pccs = build_pccs(result.graph)
+    obsm = {k: v for k, v in corpus.obsm.items() if k != "clusters"}
+    obsm["clusters"] = result.membership
+    uns = {k: v for k, v in corpus.uns.items()}
+    gp = {k: v for k, v in uns.get("gputext", {}).items() if k not in ("star", "star_updates")}
+    stats = {k: v for k, v in result.stats.items() if isinstance(v, (int, float, str))}
+    gp["star"] = star_params(beta, backend, result.centers, {"stats": stats})
+    uns["gputext"] = gp
+    out = Corpus(corpus.X, corpus.doc_ids, corpus.terms, dict(corpus.obs), dict(corpus.var), obsm, uns)
+    with atomic_output(output) as tmp:
+        write_corpus(out, tmp, compression=compression)
+        with h5py.File(tmp, "a") as f:
+            write_graph(f, result.graph, pccs, beta)
+    return pccs
+
+
+def read_stored_graph(path: str) -> tuple[StarGraph, PCCs]:
+    """The whole stored graph of a cluster file (for tests and inspection), in document order."""
+    from ..io.corpus import corpus_shape
+
+    n_docs = corpus_shape(path)[0]
+    with h5py.File(path, "r") as f:
+        meta = read_graph_meta(f, path, n_docs)
+        idx = f[GRAPH_KEY]["adj_indices"][()].astype(np.int32)
+        w = f[GRAPH_KEY]["adj_weights"][()].astype(np.float32)
+    pos = np.empty(n_docs, np.int64)
+    pos[meta.order] = np.arange(n_docs)
+    ptr, indices, weights = gather_rows(meta.adj_indptr, idx, w, pos)
+    degree, weight_sum = kstar.row_stats(ptr, weights)
+    graph = StarGraph(n_docs, ptr, indices, weights, degree, weight_sum)
+    return graph, PCCs(meta.pcc_of, meta.links, meta.order, meta.pcc_indptr)

@@ -1,0 +1,230 @@
+"""The weighted thresholded similarity graph of OClustR (paper section 2.1), built by the engine.
+
+G_beta has an edge (u, v), u != v, when cos(u, v) >= beta, labelled with that cosine.  Every pair
+is scored once: the corpus is cut into ``shards`` row ranges and the queries of shard s are scored
+(gputext.engine.search_threshold, the threshold selector) against an index of the documents from
+shard s on, keeping only the pairs (i, j) with j > i: the strict upper triangle, computed from
+the lower-numbered document's side (the paper's Suc_v).  Queries go to the engine in batches of
+``batch_size`` rows, so 10^5-10^6 documents never need an n x n matrix on the host (the engine
+batches the device work itself).  As the edges of a batch arrive, every endpoint's degree and
+fixed-point weight sum are updated (gputext.kernels.star.accumulate_edges): the approximate
+intra-cluster similarity AIS(v) of each star needs nothing else.  At the end the upper-triangle
+edges become a symmetric CSR adjacency (indptr int64, indices int32 sorted within rows, weights
+float32).
+
+Edge weights are the engine's float32 scores.  The engine's fixed-point scores are deterministic
+and identical on cpu and cuda; the score of a pair is computed with the lower-numbered document
+as the query (full builds) or with the added document as the query (DClustR additions), and the
+query's fixed-point scale depends on the index it is scored against, so the float64 key of the
+same pair may differ between those two computations in its last few bits (about 2**-60
+relative).  That changes an edge only if its cosine lies within that distance of beta or of a
+float32 rounding boundary; tests check that the graph after additions equals the graph of the
+union built from scratch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..backend import Backend, resolve
+from ..errors import InputError
+from ..io.corpus import canonical_csr, csr_arrays
+from ..kernels import star as kstar
+from ..progress import progress
+
+MIN_BETA = 1e-4  # weights >= 2**-17 keep the fixed-point AIS sums exact (kernels/star.py)
+
+
+def check_beta(beta) -> float:
+    try:
+        value = float(beta)
+    except (TypeError, ValueError):
+        raise InputError(f"beta must be a number in [{MIN_BETA}, 1], got {beta!r}") from None
+    if not (MIN_BETA <= value <= 1.0):
+        raise InputError(f"beta must be in [{MIN_BETA}, 1] (cosine similarity threshold), got {value}")
+    return value
+
+
+@dataclass
+class StarGraph:
+    """Symmetric weighted adjacency of G_beta.
+
+    indptr int64 (n+1,), indices int32 (2E,) sorted within rows, weights float32 (2E,);
+    degree int32 (n,); weight_sum int64 (n,) fixed-point sums of each row's weights (2**40 units).
+    """
+
+    n: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    weights: np.ndarray
+    degree: np.ndarray
+    weight_sum: np.ndarray
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def n_edges(self) -> int:
+        """Undirected edges."""
+        return int(self.indptr[-1]) // 2
+
+    @property
+    def ais(self) -> np.ndarray:
+        """float64 (n,): approximate intra-cluster similarity of each vertex's star."""
+        return kstar.ais_from_sums(self.degree, self.weight_sum)
+
+    def to_scipy(self) -> sp.csr_matrix:
+        return sp.csr_matrix((self.weights, self.indices, self.indptr), shape=(self.n, self.n))
+
+    def neighbours(self, v: int) -> np.ndarray:
+        return self.indices[self.indptr[v]:self.indptr[v + 1]]
+
+
+def graph_from_edges(n: int, rows, cols, weights) -> StarGraph:
+    """A StarGraph from undirected edges given once each (any order, either orientation).
+
+    rows, cols int (E,), weights float (E,), each edge once; self-loops and duplicate pairs are
+    errors.  Used by tests (hand-worked examples) and by DClustR to merge edge sets.
+    """
+    rows = np.asarray(rows, np.int64)
+    cols = np.asarray(cols, np.int64)
+    weights = np.asarray(weights, np.float32)
+    if not (rows.shape == cols.shape == weights.shape) or rows.ndim != 1:
+        raise InputError(f"edges need three 1-d arrays of one length, got shapes {rows.shape}, {cols.shape}, {weights.shape}")
+    if len(rows) and (min(rows.min(), cols.min()) < 0 or max(rows.max(), cols.max()) >= n):
+        raise InputError(f"edge endpoints must be in [0, {n})")
+    if np.any(rows == cols):
+        raise InputError("edges must join two different vertices (self-loops are not part of G_beta)")
+    lo = np.minimum(rows, cols)
+    hi = np.maximum(rows, cols)
+    order = np.lexsort((hi, lo))
+    lo, hi, weights = lo[order], hi[order], weights[order]
+    if len(lo) > 1 and np.any((lo[1:] == lo[:-1]) & (hi[1:] == hi[:-1])):
+        raise InputError("an edge is given twice")
+    return _assemble(n, lo.astype(np.int32), hi.astype(np.int32), weights)
+
+
+def _assemble(n: int, rows: np.ndarray, cols: np.ndarray, weights: np.ndarray,
+              degree: np.ndarray | None = None, weight_sum: np.ndarray | None = None) -> StarGraph:
+    """Upper-triangle edges sorted by (row, col) -> StarGraph (stats accumulated unless given)."""
+    if degree is None:
+        degree = np.zeros(n, np.int32)
+        weight_sum = np.zeros(n, np.int64)
+        kstar.accumulate_edges(rows, cols, weights, degree, weight_sum)
+    indptr, indices, w = kstar.symmetric_csr(n, rows, cols, weights, degree)
+    return StarGraph(n, indptr, indices, w, degree, weight_sum)
+
+
+def default_shards(n_docs: int) -> int:
+    """Row shards of the upper-triangle build: each halves the redundant lower-triangle scoring of
+    its rows; one index is built per shard.  About one shard per 16,384 documents, at most 8."""
+    return int(max(1, min(8, n_docs // 16384)))
+
+
+def shard_bounds(n_docs: int, shards: int) -> np.ndarray:
+    """Boundaries b_0 = 0 < ... < b_S = n_docs giving the shards near-equal numbers of *pairs*
+    (shard s scores its rows against n - b_s documents), so the last shards hold more rows."""
+    shards = max(1, min(int(shards), max(1, n_docs)))
+    # rows [0, x) of an n-row upper triangle hold n^2/2 - (n-x)^2/2 pairs: equalise that.
+    cuts = [int(round(n_docs * (1.0 - np.sqrt(1.0 - s / shards)))) for s in range(shards + 1)]
+    cuts[0], cuts[-1] = 0, n_docs
+    return np.unique(np.asarray(cuts, np.int64))
+
+
+def build_graph(X, beta: float, device: str | Backend = "auto", batch_size: int | None = None,
+                shards: int | None = None, quiet: bool = True, engine_geometry=None) -> StarGraph:
+    """G_beta of the rows of X (CSR (n_docs, n_terms)) under cosine similarity.
+
+    beta in [1e-4, 1].  ``batch_size`` query rows per engine call (default 8192; bounds the host
+    memory of one call's results), ``shards`` row shards (default ``default_shards``).  Returns a
+    StarGraph; ``stats`` has n_edges, shards and the seconds spent scoring.
+    """
+    import time
+
+    from ..engine import Index, search_threshold
+
+    beta = check_beta(beta)
+    X = canonical_csr(X)
+    backend = device if isinstance(device, Backend) else resolve(device)
+    n = X.shape[0]
+    batch = int(batch_size or 8192)
+    if batch < 1:
+        raise InputError(f"batch_size must be a positive integer, got {batch_size}")
+    bounds = shard_bounds(n, shards if shards is not None else default_shards(n))
+    degree = np.zeros(n, np.int32)
+    weight_sum = np.zeros(n, np.int64)
+    parts_r, parts_c, parts_w = [], [], []
+    t0 = time.perf_counter()
+    with progress(n if n > batch else 0, "similarity graph", quiet) as bar:
+        for s in range(len(bounds) - 1):
+            start, stop = int(bounds[s]), int(bounds[s + 1])
+            index = Index.from_csr(X[start:])
+            for lo in range(start, stop, batch):
+                hi = min(stop, lo + batch)
+                S = search_threshold(index, X[lo:hi], beta, metric="cosine", device=backend, quiet=True,
+                                     geometry=engine_geometry)
+                r, c, w = kstar.upper_edges(*csr_arrays(S), lo, start)
+                kstar.accumulate_edges(r, c, w, degree, weight_sum)
+                parts_r.append(r)
+                parts_c.append(c)
+                parts_w.append(w)
+                bar.update(hi - lo)
+            del index
+    t_score = time.perf_counter() - t0
+    rows = np.concatenate(parts_r) if parts_r else np.empty(0, np.int32)
+    cols = np.concatenate(parts_c) if parts_c else np.empty(0, np.int32)
+    weights = np.concatenate(parts_w) if parts_w else np.empty(0, np.float32)
+    # batches arrive in row order and each row's columns ascending: (row, col) order already
+    graph = _assemble(n, rows, cols, weights, degree, weight_sum)
+    graph.stats = {"n_edges": graph.n_edges, "shards": len(bounds) - 1, "batch_size": batch,
+                   "seconds_scoring": t_score, "seconds_assembly": time.perf_counter() - t0 - t_score}
+    return graph
+
+
+def score_additions(old_X, new_X, beta: float, device: str | Backend = "auto", batch_size: int | None = None,
+                    quiet: bool = True, engine_geometry=None):
+    """The edges DClustR needs after adding new documents (paper section 3.2): every new document
+    against the collection (an index of the old documents, queries = new documents) and against
+    the new documents after it (index of the new documents, upper triangle).
+
+    Returns ((old int32, new int32, w float32) new-old edges, (a int32, b int32, w float32)
+    new-new edges with a < b), all as global vertex ids (new documents numbered from n_old).
+    """
+    from ..engine import Index, search_threshold
+
+    beta = check_beta(beta)
+    old_X = canonical_csr(old_X)
+    new_X = canonical_csr(new_X)
+    backend = device if isinstance(device, Backend) else resolve(device)
+    n_old, n_new = old_X.shape[0], new_X.shape[0]
+    batch = int(batch_size or 8192)
+    old_index = Index.from_csr(old_X) if n_old else None
+    new_index = Index.from_csr(new_X)
+    no_parts = ([], [], [])
+    nn_parts = ([], [], [])
+    with progress(n_new if n_new > batch else 0, "scoring additions", quiet) as bar:
+        for lo in range(0, n_new, batch):
+            hi = min(n_new, lo + batch)
+            Q = new_X[lo:hi]
+            if old_index is not None:
+                S = search_threshold(old_index, Q, beta, metric="cosine", device=backend, quiet=True,
+                                     geometry=engine_geometry)
+                indptr, indices, data = csr_arrays(S)
+                counts = np.diff(indptr)
+                no_parts[0].append(indices)
+                no_parts[1].append(np.repeat(np.arange(n_old + lo, n_old + hi, dtype=np.int32), counts))
+                no_parts[2].append(data)
+            S = search_threshold(new_index, Q, beta, metric="cosine", device=backend, quiet=True,
+                                 geometry=engine_geometry)
+            r, c, w = kstar.upper_edges(*csr_arrays(S), n_old + lo, n_old)
+            nn_parts[0].append(r)
+            nn_parts[1].append(c)
+            nn_parts[2].append(w)
+            bar.update(hi - lo)
+
+    def cat(parts, dtype):
+        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
+
+    new_old = (cat(no_parts[0], np.int32), cat(no_parts[1], np.int32), cat(no_parts[2], np.float32))
+    new_new = (cat(nn_parts[0], np.int32), cat(nn_parts[1], np.int32), cat(nn_parts[2], np.float32))
+    return new_old, new_new

@@ -1,0 +1,307 @@
+"""OClustR / CUDA-OClus: overlapping star clustering (paper section 2.1 and 3.1).
+
+Stages
+------
+1. Graph: G_beta from the scoring engine (gputext.cluster.graph), with each vertex's degree and
+   AIS accumulated as the edges arrive.
+2. Relevance on the device (gputext.kernels.star.relevance_kernel) or its CPU twin:
+   relevance(v) = (relative density + relative compactness) / 2.
+3. Cover (initial clusters): isolated vertices are centers of their own (degenerate) clusters;
+   the candidate list L holds the vertices with relevance > 0 in decreasing relevance, ties by
+   lower vertex id first; each v in L becomes a center if v is not covered yet or has an
+   uncovered neighbour.  A vertex is covered when it is a center or adjacent to one.
+4. Improvement (final clusters): centers are visited in decreasing degree, ties by lower id.
+   Visiting v examines the centers u in Adj(v) (ascending id) that are still centers and have not
+   been visited: u's ws-graph {u} U Adj(u) is non-useful when more of its vertices are shared with
+   other ws-graphs (count > 1) than belong only to it; then u stops being a center and the
+   vertices only u covered are "linked" to v.  After its examination v, Adj(v) and v.Linked
+   form a final cluster.
+   Where the paper is silent we decided: a center that has already been visited has formed its
+   final cluster and is never removed afterwards (so a vertex is linked at most once); the
+   counts ("shared with other ws-graphs") are kept current as ws-graphs are removed.
+
+Every rule depends only on a vertex's neighbourhood and on global orders restricted to it, so
+the result decomposes over connected components: the clusters of a component do not depend on
+the rest of the graph.  DClustR (gputext.cluster.dclus) relies on that.
+
+Output: clusters in ascending order of their center's id; membership CSR (n_docs, n_clusters)
+float32 ones (a document is in every cluster that contains it), centers int32.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+from ..backend import Backend, resolve
+from ..errors import InputError
+from ..kernels import star as kstar
+from .graph import StarGraph, build_graph, check_beta
+
+
+@dataclass
+class RelevanceGeometry:
+    """Launch geometry of the relevance kernel: ``lanes`` threads per vertex (power of two),
+    ``vertices`` per block, at most ``max_blocks`` blocks (grid-stride beyond that)."""
+
+    lanes: int = 32
+    vertices: int = 8
+    max_blocks: int = 65536
+
+
+@dataclass
+class StarResult:
+    """Overlapping clusters of n_docs documents.
+
+    centers int32 (k,) ascending; membership CSR float32 (n_docs, k), ones; relevance float64
+    (n_docs,); linked_to int32 (n_docs,): the center a vertex was linked to by the improvement
+    (-1 for none); graph: the StarGraph (None when not kept); stats: counts and seconds.
+    """
+
+    n_docs: int
+    centers: np.ndarray
+    membership: sp.csr_matrix
+    relevance: np.ndarray
+    linked_to: np.ndarray
+    graph: StarGraph | None = None
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def n_clusters(self) -> int:
+        return int(len(self.centers))
+
+    def clusters(self) -> list[np.ndarray]:
+        """Member document ids of each cluster (ascending), in the order of ``centers``."""
+        csc = self.membership.tocsc()
+        return [np.sort(csc.indices[csc.indptr[k]:csc.indptr[k + 1]]).astype(np.int64) for k in range(self.n_clusters)]
+
+    def cluster_sets(self) -> dict[int, frozenset]:
+        """{center: frozenset(members)} (for tests and comparisons)."""
+        return {int(c): frozenset(int(x) for x in m) for c, m in zip(self.centers, self.clusters())}
+
+
+# ----------------------------------------------------------------------------- relevance
+
+def compute_relevance(graph: StarGraph, device: str | Backend = "cpu",
+                      geometry: RelevanceGeometry | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(count int32 (n,), relevance float64 (n,)) of every vertex; see gputext.kernels.star."""
+    backend = device if isinstance(device, Backend) else resolve(device)
+    ais = graph.ais
+    if backend.is_cuda:
+        g = geometry or RelevanceGeometry()
+        return kstar.relevance_device(graph.indptr, graph.indices, graph.degree, ais, g.lanes, g.vertices, g.max_blocks)
+    count = np.zeros(graph.n, np.int32)
+    rel = np.zeros(graph.n, np.float64)
+    if graph.n:
+        kstar.relevance_cpu(graph.indptr, graph.indices, graph.degree, ais, count, rel)
+    return count, rel
+
+
+def candidate_order(relevance: np.ndarray, vertex_ids: np.ndarray | None = None) -> np.ndarray:
+    """Vertices with relevance > 0 in decreasing relevance, ties by lower (global) id: int64 positions."""
+    n = len(relevance)
+    ids = np.arange(n) if vertex_ids is None else np.asarray(vertex_ids)
+    pos = np.flatnonzero(relevance > 0)
+    order = np.lexsort((ids[pos], -relevance[pos]))
+    return pos[order].astype(np.int64)
+
+
+def degree_order(degree: np.ndarray, vertices: np.ndarray, vertex_ids: np.ndarray | None = None) -> np.ndarray:
+    """``vertices`` sorted by decreasing degree, ties by lower (global) id: int64."""
+    vertices = np.asarray(vertices, np.int64)
+    ids = vertices if vertex_ids is None else np.asarray(vertex_ids)[vertices]
+    return vertices[np.lexsort((ids, -degree[vertices]))]
+
+
+# ----------------------------------------------------------------------------- cover (stage 2)
+
+@numba.njit(cache=True)
+def _mark_covered(indptr, indices, v, covered):
+    covered[v] = True
+    for p in range(indptr[v], indptr[v + 1]):
+        covered[indices[p]] = True
+
+
+@numba.njit(cache=True)
+def _needs_center(indptr, indices, v, covered):
+    if not covered[v]:
+        return True
+    for p in range(indptr[v], indptr[v + 1]):
+        if not covered[indices[p]]:
+            return True
+    return False
+
+
+@numba.njit(cache=True)
+def cover_candidates(indptr, indices, candidates, is_center, covered):
+    """Visit ``candidates`` (int64, in order); make v a center when v or a neighbour is uncovered.
+
+    is_center, covered bool (n,) updated in place (they may already hold centers, e.g. isolated
+    vertices or DClustR's kept centers).  Returns the number of centers added.
+    """
+    added = 0
+    for k in range(candidates.shape[0]):
+        v = candidates[k]
+        if is_center[v]:
+            continue
+        if _needs_center(indptr, indices, v, covered):
+            is_center[v] = True
+            _mark_covered(indptr, indices, v, covered)
+            added += 1
+    return added
+
+
+def initial_cover(graph: StarGraph, relevance: np.ndarray, vertex_ids: np.ndarray | None = None) -> np.ndarray:
+    """OClustR's stage 2: bool (n,) centers of the initial clusters."""
+    n = graph.n
+    is_center = graph.degree == 0  # isolated vertices: degenerate ws-graphs, their own clusters
+    covered = is_center.copy()
+    cover_candidates(graph.indptr, graph.indices, candidate_order(relevance, vertex_ids), is_center, covered)
+    if not covered.all():  # cannot happen (every neighbour of a relevance-0 vertex has relevance > 0)
+        raise AssertionError(f"OClustR cover left {int((~covered).sum())} of {n} vertices uncovered")
+    return is_center
+
+
+# ----------------------------------------------------------------------------- improvement (stage 3)
+
+@numba.njit(cache=True)
+def improve_centers(indptr, indices, order, is_center, linked_to):
+    """OClustR's removal of non-useful ws-graphs.
+
+    order int64: the centers, by decreasing degree then lower id.  is_center bool (n,) is updated
+    (removed centers become False); linked_to int32 (n,) (all -1 on entry) receives, for each
+    vertex linked to a center, that center.  Returns the number of centers removed.
+    """
+    n = indptr.shape[0] - 1
+    cnt = np.zeros(n, np.int32)  # number of current ws-graphs containing each vertex
+    for k in range(order.shape[0]):
+        c = order[k]
+        cnt[c] += 1
+        for p in range(indptr[c], indptr[c + 1]):
+            cnt[indices[p]] += 1
+    visited = np.zeros(n, np.bool_)
+    removed = 0
+    for k in range(order.shape[0]):
+        v = order[k]
+        if not is_center[v]:
+            continue
+        for p in range(indptr[v], indptr[v + 1]):
+            u = indices[p]
+            if not is_center[u] or visited[u]:
+                continue
+            shared = 0
+            if cnt[u] > 1:
+                shared += 1
+            for q in range(indptr[u], indptr[u + 1]):
+                if cnt[indices[q]] > 1:
+                    shared += 1
+            own = (indptr[u + 1] - indptr[u] + 1) - shared
+            if shared > own:
+                is_center[u] = False
+                removed += 1
+                cnt[u] -= 1  # u is also in v's star, so cnt[u] >= 2 here
+                for q in range(indptr[u], indptr[u + 1]):
+                    w = indices[q]
+                    if cnt[w] == 1:
+                        linked_to[w] = v  # only u covered w: w joins v's cluster
+                    else:
+                        cnt[w] -= 1
+        visited[v] = True
+    return removed
+
+
+@numba.njit(cache=True)
+def _membership_coo(indptr, indices, centers, linked_to, cluster_of_center):
+    total = 0
+    for k in range(centers.shape[0]):
+        c = centers[k]
+        total += 1 + indptr[c + 1] - indptr[c]
+    for v in range(linked_to.shape[0]):
+        if linked_to[v] >= 0:
+            total += 1
+    docs = np.empty(total, np.int64)
+    clus = np.empty(total, np.int64)
+    t = 0
+    for k in range(centers.shape[0]):
+        c = centers[k]
+        docs[t] = c
+        clus[t] = k
+        t += 1
+        for p in range(indptr[c], indptr[c + 1]):
+            docs[t] = indices[p]
+            clus[t] = k
+            t += 1
+    for v in range(linked_to.shape[0]):
+        if linked_to[v] >= 0:
+            docs[t] = v
+            clus[t] = cluster_of_center[linked_to[v]]
+            t += 1
+    return docs, clus
+
+
+def membership_matrix(graph: StarGraph, centers: np.ndarray, linked_to: np.ndarray) -> sp.csr_matrix:
+    """CSR float32 (n, k): cluster k = {centers[k]} U Adj(centers[k]) U linked to it."""
+    n = graph.n
+    centers = np.asarray(centers, np.int64)
+    cluster_of_center = np.full(n, -1, np.int64)
+    cluster_of_center[centers] = np.arange(len(centers))
+    docs, clus = _membership_coo(graph.indptr, graph.indices, centers, linked_to, cluster_of_center)
+    M = sp.csr_matrix((np.ones(len(docs), np.float32), (docs, clus)), shape=(n, len(centers)))
+    M.sum_duplicates()
+    M.sort_indices()
+    if M.nnz != len(docs):
+        raise AssertionError("a vertex was counted twice in one cluster")
+    M.data[:] = 1.0
+    return M
+
+
+# ----------------------------------------------------------------------------- OClustR
+
+def oclustr_graph(graph: StarGraph, device: str | Backend = "cpu", geometry: RelevanceGeometry | None = None) -> StarResult:
+    """OClustR on a given graph (stages 2-4): relevance on ``device``, cover and improvement on
+    the host."""
+    t0 = time.perf_counter()
+    _, rel = compute_relevance(graph, device, geometry)
+    t1 = time.perf_counter()
+    is_center = initial_cover(graph, rel)
+    n_initial = int(is_center.sum())
+    linked_to = np.full(graph.n, -1, np.int32)
+    order = degree_order(graph.degree, np.flatnonzero(is_center))
+    removed = improve_centers(graph.indptr, graph.indices, order, is_center, linked_to)
+    centers = np.flatnonzero(is_center).astype(np.int32)
+    membership = membership_matrix(graph, centers, linked_to)
+    t2 = time.perf_counter()
+    stats = {"n_docs": graph.n, "n_edges": graph.n_edges, "n_isolated": int((graph.degree == 0).sum()),
+             "n_initial_clusters": n_initial, "n_removed": int(removed), "n_clusters": int(len(centers)),
+             "seconds_relevance": t1 - t0, "seconds_cover": t2 - t1}
+    return StarResult(graph.n, centers, membership, rel, linked_to, graph, stats)
+
+
+def cluster_star(X, beta: float = 0.25, device: str | Backend = "auto", batch_size: int | None = None,
+                 shards: int | None = None, quiet: bool = True, geometry: RelevanceGeometry | None = None,
+                 engine_geometry=None) -> StarResult:
+    """OClustR / CUDA-OClus on the rows of X (CSR (n_docs, n_terms), or a gputext Corpus).
+
+    beta: cosine threshold in [1e-4, 1].  device: "auto" | "cpu" | "cuda" or a Backend: the graph
+    (engine) and the relevance run there; the cover and the improvement on the host.
+    Returns a StarResult whose stats include the seconds of each stage.
+    """
+    from ..io.corpus import Corpus
+
+    beta = check_beta(beta)
+    if isinstance(X, Corpus):
+        X = X.X
+    if not sp.issparse(X):
+        raise InputError(f"cluster_star needs a CSR document-term matrix or a Corpus, got {type(X).__name__}")
+    backend = device if isinstance(device, Backend) else resolve(device)
+    t0 = time.perf_counter()
+    graph = build_graph(X, beta, backend, batch_size=batch_size, shards=shards, quiet=quiet,
+                        engine_geometry=engine_geometry)
+    t1 = time.perf_counter()
+    result = oclustr_graph(graph, backend, geometry)
+    result.stats.update({"beta": beta, "backend": backend.name, "seconds_graph": t1 - t0,
+                         "seconds_total": time.perf_counter() - t0, **{f"graph_{k}": v for k, v in graph.stats.items()}})
+    return result
