@@ -11,7 +11,8 @@ threads add them. S = 2**(62 - e) where 2**e bounds the sum of |c| over the quer
 than float64's own rounding of the same sum. GPU atomics and the CPU twin thus give bitwise
 identical scores, and duplicate documents tie exactly.
 
-Keys: every document d gets a float64 key, larger is better (``score_key``):
+Keys: every document d gets a float64 key, larger is better (``score_key``), from one norm term
+per query (qn) and per document (dn), chosen by the metric (``norm_terms``):
     dot     acc / S
     cosine  (acc / S) / (|q|_2 |d|_2), 0 when either norm is 0
     l2      -sqrt(max(0, |q|^2 + |d|^2 - 2 acc / S))
@@ -57,21 +58,23 @@ def _contribution(metric, qw, dw):
     return q * d
 
 
-def _score_key(metric, acc, scale, q_sq, q_l1, d_sq, d_l1):
+def _score_key(metric, acc, scale, qn, dn):
+    # qn, dn: the query's and the document's norm term for the metric (norm_terms): |x|_2 for
+    # cosine, |x|_2^2 for l2, |x|_1 for l1, unused for dot
     s = numba.float64(acc) / scale
     if metric == DOT:
         return s
     if metric == COSINE:
-        denom = math.sqrt(q_sq) * math.sqrt(d_sq)
+        denom = qn * dn
         if denom > 0.0:
             return s / denom
         return 0.0
     if metric == L2:
-        dist2 = q_sq + d_sq - 2.0 * s
+        dist2 = qn + dn - 2.0 * s
         if dist2 < 0.0:
             dist2 = 0.0
         return -math.sqrt(dist2)
-    dist = q_l1 + d_l1 + s
+    dist = qn + dn + s
     if dist < 0.0:
         dist = 0.0
     return -dist
@@ -88,12 +91,12 @@ def query_stats(q_indptr, q_indices, q_data, term_maxabs, metric):
     """Per query (host side, shared by both backends so they agree bit for bit).
 
     q_indptr int64 (Q+1,), q_indices int32, q_data float32; term_maxabs float32 (n_terms,) = the
-    largest |weight| of each term in the index. Returns scale, q_sq, q_l1: float64 (Q,) each.
+    largest |weight| of each term in the index. Returns scale and qn (the metric's norm term,
+    see norm_terms): float64 (Q,) each.
     """
     n = q_indptr.shape[0] - 1
     scale = np.empty(n, np.float64)
-    q_sq = np.empty(n, np.float64)
-    q_l1 = np.empty(n, np.float64)
+    qn = np.empty(n, np.float64)
     for i in range(n):
         bound = 0.0
         sq = 0.0
@@ -107,14 +110,25 @@ def query_stats(q_indptr, q_indices, q_data, term_maxabs, metric):
                 bound += 2.0 * min(abs(w), m)
             else:
                 bound += abs(w) * m
-        q_sq[i] = sq
-        q_l1[i] = l1
+        qn[i] = math.sqrt(sq) if metric == COSINE else (sq if metric == L2 else l1)
         if bound > 0.0:
             e = math.frexp(bound)[1]  # bound < 2**e
             scale[i] = math.ldexp(1.0, 62 - e)
         else:
             scale[i] = 1.0
-    return scale, q_sq, q_l1
+    return scale, qn
+
+
+def norm_terms(d_sq, d_l1, metric):
+    """float64 (n_docs,): each document's norm term for the metric: |d|_2 (cosine), |d|_2^2 (l2),
+    |d|_1 (l1), zeros (dot). One array, so selection reads 8 bytes a document."""
+    if metric == COSINE:
+        return np.sqrt(d_sq)
+    if metric == L2:
+        return d_sq
+    if metric == L1:
+        return d_l1
+    return np.zeros_like(d_sq)
 
 
 # ----------------------------------------------------------------------------- index build (CPU twin)
@@ -183,9 +197,10 @@ def term_maxabs_cpu(indices, data, n_terms):
 
 @numba.njit(cache=True, inline="always")
 def _accumulate_query(i, q_indptr, q_indices, q_data, scale, term_ptr, post_doc, post_w, metric,
-                      acc, stamp, touched):
-    """Add query i's postings into acc (int64, fixed point); returns the number of touched docs
-    (listed in touched[:n]); stamp[d] == i marks docs touched by query i."""
+                      state, touched):
+    """Add query i's postings into the fixed-point accumulators; returns the number of touched
+    documents (listed in touched[:n]). state int64 (n_docs, 2): [d, 0] = the last query that
+    touched d, [d, 1] = its accumulator (side by side: one cache line per posting)."""
     n = 0
     s = scale[i]
     for p in range(q_indptr[i], q_indptr[i + 1]):
@@ -194,144 +209,131 @@ def _accumulate_query(i, q_indptr, q_indices, q_data, scale, term_ptr, post_doc,
         for r in range(term_ptr[t], term_ptr[t + 1]):
             d = post_doc[r]
             v = numba.int64(contribution_cpu(metric, qw, post_w[r]) * s)
-            if stamp[d] != i:
-                stamp[d] = i
-                acc[d] = v
+            if state[d, 0] != i:
+                state[d, 0] = i
+                state[d, 1] = v
                 touched[n] = d
                 n += 1
             else:
-                acc[d] += v
+                state[d, 1] += v
     return n
 
 
-@numba.njit(cache=True)
-def _topk_of_candidates(docs, keys, k, out_doc, out_key):
-    """Best k of (docs, keys) by (key desc, doc asc) into out_doc/out_key (pre-filled with -1/-inf)."""
-    m = docs.shape[0]
-    if m == 0:
-        return
-    order = np.argsort(docs)  # doc ascending, so a stable sort on -key breaks ties by lower doc
-    docs = docs[order]
-    keys = keys[order]
-    if m > k:
-        tau = -np.partition(-keys, k - 1)[k - 1]
-        n_gt = 0
-        for j in range(m):
-            if keys[j] > tau:
-                n_gt += 1
-        need = k - n_gt
-        sel = np.empty(k, np.int64)
-        c = 0
-        for j in range(m):
-            if keys[j] > tau:
-                sel[c] = j
-                c += 1
-            elif keys[j] == tau and need > 0:
-                sel[c] = j
-                c += 1
-                need -= 1
-        docs = docs[sel]
-        keys = keys[sel]
-        m = k
-    order = np.argsort(-keys, kind="mergesort")
-    for j in range(m):
-        out_doc[j] = docs[order[j]]
-        out_key[j] = keys[order[j]]
+@numba.njit(cache=True, inline="always")
+def _offer(key, d, keys, docs, filled, k):
+    """Insert (key, d) into the running best-k list keys/docs (sorted by key desc, doc asc) if it
+    belongs there; returns the new fill count. Any offering order gives the same list."""
+    if filled < k:
+        pos = filled
+        filled += 1
+    else:
+        last = keys[k - 1]
+        if key < last or (key == last and d > docs[k - 1]):
+            return filled
+        pos = k - 1
+    while pos > 0 and (keys[pos - 1] < key or (keys[pos - 1] == key and docs[pos - 1] > d)):
+        keys[pos] = keys[pos - 1]
+        docs[pos] = docs[pos - 1]
+        pos -= 1
+    keys[pos] = key
+    docs[pos] = d
+    return filled
+
+
+@numba.njit(cache=True, inline="always")
+def _untouched(r, metric, norm_order):
+    """The r-th document in the order untouched documents' keys fall: index order for dot and
+    cosine (all 0), norm_order (documents by norm term, then index) for l2 and l1."""
+    if metric == COSINE or metric == DOT:
+        return r
+    return norm_order[r]
 
 
 @numba.njit(parallel=True, cache=True)
-def topk_cpu(q_indptr, q_indices, q_data, scale, q_sq, q_l1, self_doc,
-             term_ptr, post_doc, post_w, d_sq, d_l1, norm_order, metric, k, n_chunks,
-             out_doc, out_key):
+def topk_cpu(q_indptr, q_indices, q_data, scale, qn, self_doc, term_ptr, post_doc, post_w, dn,
+             norm_order, metric, k, n_chunks, out_doc, out_key):
     """CPU twin of the GPU pipeline: exact top-k for each query.
 
     Queries are split into n_chunks contiguous chunks run in parallel; each chunk reuses one
-    accumulator (int64 n_docs) and touch stamp. Candidates: the documents the query touches, plus
-    the best untouched ones (all untouched docs have acc = 0: for dot/cosine their key is 0 and
-    the lowest indices win; for l2/l1 the key falls with |d|, so walk ``norm_order``, the
-    documents sorted by (|d|_2^2 or |d|_1, index)). self_doc int64 (Q,): a document to leave out
-    per query, or -1. out_doc int32 (Q, k) = -1 and out_key float64 (Q, k) = -inf where fewer
-    than k documents exist.
+    accumulator state (int64 (n_docs, 2)). Candidates: the documents the query touches, plus the
+    best untouched ones (an untouched document has acc = 0, so its key depends on its norm term
+    only: walk ``_untouched`` order), kept in a running best-k list (``_offer``).
+    scale, qn float64 (Q,) from query_stats; dn float64 (n_docs,) from norm_terms; self_doc int64
+    (Q,): a document to leave out per query, or -1. out_doc int32 (Q, k) = -1 and out_key float64
+    (Q, k) = -inf where fewer than k documents exist.
     """
     n_q = q_indptr.shape[0] - 1
-    n_docs = d_sq.shape[0]
+    n_docs = dn.shape[0]
     for c in prange(n_chunks):
-        acc = np.zeros(n_docs, np.int64)
-        stamp = np.full(n_docs, -1, np.int64)
+        state = np.empty((n_docs, 2), np.int64)
+        state[:, 0] = -1
         touched = np.empty(n_docs, np.int32)
         lo = c * n_q // n_chunks
         hi = (c + 1) * n_q // n_chunks
         for i in range(lo, hi):
             n = _accumulate_query(i, q_indptr, q_indices, q_data, scale, term_ptr, post_doc, post_w,
-                                  metric, acc, stamp, touched)
-            extra = min(k + 1, n_docs)
-            docs = np.empty(n + extra, np.int32)
-            keys = np.empty(n + extra, np.float64)
-            m = 0
+                                  metric, state, touched)
+            keys = out_key[i]
+            docs = out_doc[i]
+            docs[:] = -1
+            keys[:] = -np.inf
+            filled = 0
             for j in range(n):
                 d = touched[j]
-                if d == self_doc[i]:
-                    continue
-                docs[m] = d
-                keys[m] = score_key_cpu(metric, acc[d], scale[i], q_sq[i], q_l1[i], d_sq[d], d_l1[d])
-                m += 1
-            found = 0
+                if d != self_doc[i]:
+                    key = score_key_cpu(metric, state[d, 1], scale[i], qn[i], dn[d])
+                    filled = _offer(key, d, keys, docs, filled, k)
+            offered = 0
             for r in range(n_docs):
-                if found >= k:
+                if offered >= k:
                     break
-                d = r if (metric == COSINE or metric == DOT) else norm_order[r]
-                if stamp[d] == i or d == self_doc[i]:
+                d = _untouched(r, metric, norm_order)
+                if state[d, 0] == i or d == self_doc[i]:
                     continue
-                docs[m] = d
-                keys[m] = score_key_cpu(metric, 0, scale[i], q_sq[i], q_l1[i], d_sq[d], d_l1[d])
-                m += 1
-                found += 1
-            out_doc[i, :] = -1
-            out_key[i, :] = -np.inf
-            _topk_of_candidates(docs[:m], keys[:m], k, out_doc[i], out_key[i])
+                filled = _offer(score_key_cpu(metric, 0, scale[i], qn[i], dn[d]), d, keys, docs, filled, k)
+                offered += 1
 
 
 @numba.njit(parallel=True, cache=True)
-def threshold_cpu(q_indptr, q_indices, q_data, scale, q_sq, q_l1, self_doc,
-                  term_ptr, post_doc, post_w, d_sq, d_l1, norm_order, metric, min_key, n_chunks,
-                  counts, out_ptr, out_doc, out_key):
+def threshold_cpu(q_indptr, q_indices, q_data, scale, qn, self_doc, term_ptr, post_doc, post_w, dn,
+                  norm_order, metric, min_key, n_chunks, counts, out_ptr, out_doc, out_key):
     """CPU twin of the threshold selector: every document with key >= min_key, by document.
 
     Called twice: with out_ptr of length 0 it only fills counts (Q,); then with out_ptr (Q+1,)
     (exclusive scan of counts) it writes out_doc int32 / out_key float64 rows sorted by document.
     """
     n_q = q_indptr.shape[0] - 1
-    n_docs = d_sq.shape[0]
+    n_docs = dn.shape[0]
     write = out_ptr.shape[0] > 0
     for c in prange(n_chunks):
-        acc = np.zeros(n_docs, np.int64)
-        stamp = np.full(n_docs, -1, np.int64)
+        state = np.empty((n_docs, 2), np.int64)
+        state[:, 0] = -1
         touched = np.empty(n_docs, np.int32)
         lo = c * n_q // n_chunks
         hi = (c + 1) * n_q // n_chunks
         for i in range(lo, hi):
             n = _accumulate_query(i, q_indptr, q_indices, q_data, scale, term_ptr, post_doc, post_w,
-                                  metric, acc, stamp, touched)
-            hits = np.empty(n_docs if _untouched_can_pass(metric, min_key, q_sq[i], q_l1[i], d_sq, d_l1, norm_order) else n, np.int32)
+                                  metric, state, touched)
+            untouched_pass = n_docs > 0 and score_key_cpu(
+                metric, 0, scale[i], qn[i], dn[_untouched(0, metric, norm_order)]) >= min_key
+            hits = np.empty(n_docs if untouched_pass else n, np.int32)
             hk = np.empty(hits.shape[0], np.float64)
             m = 0
             for j in range(n):
                 d = touched[j]
-                key = score_key_cpu(metric, acc[d], scale[i], q_sq[i], q_l1[i], d_sq[d], d_l1[d])
+                key = score_key_cpu(metric, state[d, 1], scale[i], qn[i], dn[d])
                 if key >= min_key and d != self_doc[i]:
                     hits[m] = d
                     hk[m] = key
                     m += 1
-            if hits.shape[0] > n:  # untouched documents can pass too
+            if untouched_pass:  # untouched keys fall along _untouched order: stop at the first miss
                 for r in range(n_docs):
-                    d = r if (metric == COSINE or metric == DOT) else norm_order[r]
-                    if stamp[d] == i or d == self_doc[i]:
+                    d = _untouched(r, metric, norm_order)
+                    if state[d, 0] == i or d == self_doc[i]:
                         continue
-                    key = score_key_cpu(metric, 0, scale[i], q_sq[i], q_l1[i], d_sq[d], d_l1[d])
+                    key = score_key_cpu(metric, 0, scale[i], qn[i], dn[d])
                     if key < min_key:
-                        if metric == COSINE or metric == DOT:
-                            continue
-                        break  # l2/l1: keys only fall along norm_order
+                        break
                     hits[m] = d
                     hk[m] = key
                     m += 1
@@ -343,17 +345,6 @@ def threshold_cpu(q_indptr, q_indices, q_data, scale, q_sq, q_l1, self_doc,
             for j in range(m):
                 out_doc[base + j] = hits[order[j]]
                 out_key[base + j] = hk[order[j]]
-
-
-@numba.njit(cache=True)
-def _untouched_can_pass(metric, min_key, q_sq, q_l1, d_sq, d_l1, norm_order):
-    """Whether a document sharing no term with the query can have key >= min_key."""
-    if metric == COSINE or metric == DOT:
-        return 0.0 >= min_key
-    if d_sq.shape[0] == 0:
-        return False
-    best = norm_order[0]
-    return score_key_cpu(metric, 0, 1.0, q_sq, q_l1, d_sq[best], d_l1[best]) >= min_key
 
 
 # ----------------------------------------------------------------------------- GPU: index build
@@ -402,6 +393,21 @@ def doc_norms(indptr, data, d_sq, d_l1):
             l1 += abs(w)
         d_sq[d] = sq
         d_l1[d] = l1
+
+
+@cuda.jit
+def doc_norm_terms(d_sq, d_l1, metric, out):
+    """Thread d: out[d] = the document's norm term for the metric (twin: norm_terms)."""
+    d = cuda.grid(1)
+    if d < out.shape[0]:
+        if metric == COSINE:
+            out[d] = math.sqrt(d_sq[d])
+        elif metric == L2:
+            out[d] = d_sq[d]
+        elif metric == L1:
+            out[d] = d_l1[d]
+        else:
+            out[d] = 0.0
 
 
 # ----------------------------------------------------------------------------- GPU: scoring
@@ -589,7 +595,7 @@ def select_topk_kernel(block: int, items: int, cap: int):
     seg_len = block * items
 
     @cuda.jit
-    def select_topk(acc, n_docs, scale, q_sq, q_l1, self_doc, d_sq, d_l1, metric, k, out_doc, out_key):
+    def select_topk(acc, n_docs, scale, qn, self_doc, dn, metric, k, out_doc, out_key):
         keys = cuda.shared.array(seg_len, numba.float64)
         tmax = cuda.shared.array(block, numba.float64)
         cand_key = cuda.shared.array(cap, numba.float64)
@@ -602,15 +608,14 @@ def select_topk_kernel(block: int, items: int, cap: int):
         base = seg * seg_len
         row = numba.int64(q) * n_docs
         sc = scale[q]
-        qs = q_sq[q]
-        ql = q_l1[q]
+        qnorm = qn[q]
         me = self_doc[q]
         best = -math.inf
         for i in range(items):
             d = base + i * block + tid
             key = -math.inf
             if d < n_docs and d != me:
-                key = score_key_dev(metric, acc[row + d], sc, qs, ql, d_sq[d], d_l1[d])
+                key = score_key_dev(metric, acc[row + d], sc, qnorm, dn[d])
             keys[i * block + tid] = key
             if key > best:
                 best = key
@@ -703,7 +708,7 @@ def threshold_kernels(block: int, items: int):
     seg_len = block * items
 
     @cuda.jit
-    def count_threshold(acc, n_docs, scale, q_sq, q_l1, self_doc, d_sq, d_l1, metric, min_key, counts):
+    def count_threshold(acc, n_docs, scale, qn, self_doc, dn, metric, min_key, counts):
         counter = cuda.shared.array(1, numba.int32)
         tid = cuda.threadIdx.x
         seg = cuda.blockIdx.x
@@ -716,7 +721,7 @@ def threshold_kernels(block: int, items: int):
         for i in range(items):
             d = seg * seg_len + i * block + tid
             if d < n_docs and d != self_doc[q]:
-                key = score_key_dev(metric, acc[row + d], scale[q], q_sq[q], q_l1[q], d_sq[d], d_l1[d])
+                key = score_key_dev(metric, acc[row + d], scale[q], qn[q], dn[d])
                 if key >= min_key:
                     hits += 1
         if hits:
@@ -726,7 +731,7 @@ def threshold_kernels(block: int, items: int):
             counts[q, seg] = counter[0]
 
     @cuda.jit
-    def write_threshold(acc, n_docs, scale, q_sq, q_l1, self_doc, d_sq, d_l1, metric, min_key,
+    def write_threshold(acc, n_docs, scale, qn, self_doc, dn, metric, min_key,
                         offsets, out_doc, out_key):
         flags = cuda.shared.array(block, numba.int32)
         tid = cuda.threadIdx.x
@@ -740,7 +745,7 @@ def threshold_kernels(block: int, items: int):
             key = -math.inf
             hit = 0
             if d < n_docs and d != self_doc[q]:
-                key = score_key_dev(metric, acc[row + d], scale[q], q_sq[q], q_l1[q], d_sq[d], d_l1[d])
+                key = score_key_dev(metric, acc[row + d], scale[q], qn[q], dn[d])
                 if key >= min_key:
                     hit = 1
             flags[tid] = hit
@@ -758,12 +763,13 @@ def ptx_kernels():
     """Every kernel with a representative geometry, for tests/test_ptx.py."""
     b, it, cap = topk_geometry(30)
     count_t, write_t = threshold_kernels(256, 16)
-    acc_sig = "void(int64[::1], int64, float64[::1], float64[::1], float64[::1], int64[::1], float64[::1], float64[::1], int64, "
+    acc_sig = "void(int64[::1], int64, float64[::1], float64[::1], int64[::1], float64[::1], int64, "
     return [
         ("count_df", count_df, "void(int32[::1], int32[::1])"),
         ("scatter_postings", scatter_postings,
          "void(int64[::1], int32[::1], float32[::1], int64[::1], int32[::1], int32[::1], float32[::1])"),
         ("doc_norms", doc_norms, "void(int64[::1], float32[::1], float64[::1], float64[::1])"),
+        ("doc_norm_terms", doc_norm_terms, "void(float64[::1], float64[::1], int64, float64[::1])"),
         ("zero_int64", zero_int64, "void(int64[::1])"),
         ("accumulate", accumulate_kernel(256, 16),
          "void(int64[::1], int32[::1], float32[::1], int32[::1], float64[::1], int64[::1], int32[::1], float32[::1], int64, int64, int64[::1])"),

@@ -40,6 +40,17 @@ class DeviceShard:
     d_l1: object  # device float64 (n_docs,)
     df: np.ndarray  # host int64 (n_terms,): posting list lengths, for the batch offsets
     nbytes: int
+    norm_terms: dict = None  # metric -> device float64 (n_docs,), made on first use
+
+    def dn(self, metric: int, block: int):
+        """The documents' norm term for the metric, on the device (kernel doc_norm_terms)."""
+        if self.norm_terms is None:
+            self.norm_terms = {}
+        if metric not in self.norm_terms:
+            out = cuda.device_array(max(self.n_docs, 1), np.float64)
+            scoring.doc_norm_terms[_blocks(self.n_docs, block), block](self.d_sq, self.d_l1, metric, out)
+            self.norm_terms[metric] = out
+        return self.norm_terms[metric]
 
     @property
     def n_docs(self) -> int:
@@ -138,7 +149,7 @@ def _batch_rows(shard: DeviceShard, n_queries: int, batch_size: int | None, per_
 class _Batch:
     """One batch of queries on the device: uploaded segments and zeroed score rows."""
 
-    def __init__(self, Q: sp.csr_matrix, lo: int, hi: int, shard: DeviceShard, scale, q_sq, q_l1, self_doc, code,
+    def __init__(self, Q: sp.csr_matrix, lo: int, hi: int, shard: DeviceShard, scale, qn, self_doc, code,
                  d_acc, geom):
         indptr, indices, data = csr_arrays(Q[lo:hi])
         self.n = hi - lo
@@ -149,8 +160,8 @@ class _Batch:
         local_self = np.where((self_doc[lo:hi] >= shard.doc_lo) & (self_doc[lo:hi] < shard.doc_hi),
                               self_doc[lo:hi] - shard.doc_lo, -1).astype(np.int64)
         self.scale = cuda.to_device(scale[lo:hi])
-        self.q_sq = cuda.to_device(q_sq[lo:hi])
-        self.q_l1 = cuda.to_device(q_l1[lo:hi])
+        self.qn = cuda.to_device(qn[lo:hi])
+        self.dn = shard.dn(code, geom.build_block)
         self.self_doc = cuda.to_device(local_self)
         self.postings = int(seg_off[-1])
         self.acc = d_acc[: self.n * shard.n_docs]
@@ -167,7 +178,7 @@ def topk_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geom, stats
     """Host driver of the GPU top-k pipeline; returns (docs int32 (n_q, k), keys float64 (n_q, k))."""
     stats = {} if stats is None else stats
     t0 = time.perf_counter()
-    scale, q_sq, q_l1 = scoring.query_stats(*csr_arrays(Q), index.term_maxabs, code)
+    scale, qn = scoring.query_stats(*csr_arrays(Q), index.term_maxabs, code)
     block, items, cap = scoring.topk_geometry(k, geom.select_block, geom.select_items)
     seg_len = block * items
     select = scoring.select_topk_kernel(block, items, cap)
@@ -188,11 +199,11 @@ def topk_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geom, stats
         with progress(len(batches) if len(batches) > 1 else 0, "scoring (cuda)", quiet) as bar:
             for lo in batches:
                 hi = min(n_q, lo + rows)
-                batch = _Batch(Q, lo, hi, shard, scale, q_sq, q_l1, self_doc, code, d_acc, geom)
+                batch = _Batch(Q, lo, hi, shard, scale, qn, self_doc, code, d_acc, geom)
                 d_doc = cuda.device_array((batch.n, n_seg, k), np.int32)
                 d_key = cuda.device_array((batch.n, n_seg, k), np.float64)
-                select[(n_seg, batch.n), block](batch.acc, shard.n_docs, batch.scale, batch.q_sq, batch.q_l1,
-                                                batch.self_doc, shard.d_sq, shard.d_l1, code, k, d_doc, d_key)
+                select[(n_seg, batch.n), block](batch.acc, shard.n_docs, batch.scale, batch.qn, batch.self_doc,
+                                                batch.dn, code, k, d_doc, d_key)
                 n_lists = n_seg
                 while n_lists > 1:
                     n_groups = _blocks(n_lists, group)
@@ -227,7 +238,7 @@ def merge_shard_results(parts, k):
 def threshold_cuda(index: Index, Q, min_key, code, self_doc, batch_size, quiet, geom, stats: dict | None = None):
     """Host driver of the GPU threshold pipeline; returns CSR parts (indptr int64, docs int32, keys float64)."""
     stats = {} if stats is None else stats
-    scale, q_sq, q_l1 = scoring.query_stats(*csr_arrays(Q), index.term_maxabs, code)
+    scale, qn = scoring.query_stats(*csr_arrays(Q), index.term_maxabs, code)
     block = geom.select_block or 256
     items = geom.select_items or 16
     count, write = scoring.threshold_kernels(block, items)
@@ -244,10 +255,9 @@ def threshold_cuda(index: Index, Q, min_key, code, self_doc, batch_size, quiet, 
         with progress(len(batches) if len(batches) > 1 else 0, "scoring (cuda)", quiet) as bar:
             for lo in batches:
                 hi = min(n_q, lo + per_batch)
-                batch = _Batch(Q, lo, hi, shard, scale, q_sq, q_l1, self_doc, code, d_acc, geom)
+                batch = _Batch(Q, lo, hi, shard, scale, qn, self_doc, code, d_acc, geom)
                 d_counts = cuda.device_array((batch.n, n_seg), np.int32)
-                args = (batch.acc, shard.n_docs, batch.scale, batch.q_sq, batch.q_l1, batch.self_doc,
-                        shard.d_sq, shard.d_l1, code, min_key)
+                args = (batch.acc, shard.n_docs, batch.scale, batch.qn, batch.self_doc, batch.dn, code, min_key)
                 count[(n_seg, batch.n), block](*args, d_counts)
                 counts = d_counts.copy_to_host().astype(np.int64)
                 offsets = np.zeros(counts.size + 1, np.int64)

@@ -46,6 +46,7 @@ class Index:
         self.corpus = corpus
         self._postings = postings
         self._norm_order: dict[int, np.ndarray] = {}
+        self._norm_terms: dict[int, np.ndarray] = {}
         self._maxabs: np.ndarray | None = None
         self.device_cache: dict = {}  # the CUDA backend keeps its device shards here
 
@@ -86,14 +87,19 @@ class Index:
             self._maxabs = scoring.term_maxabs_cpu(indices, data, self.n_terms)
         return self._maxabs
 
-    def norm_order(self, metric: int) -> np.ndarray:
-        """Documents by (norm, index) ascending for l2 (|d|^2) and l1 (|d|_1); identity otherwise."""
-        if metric not in self._norm_order:
+    def norm_terms(self, metric: int) -> np.ndarray:
+        """float64 (n_docs,): each document's norm term for the metric (kernels.scoring.norm_terms)."""
+        if metric not in self._norm_terms:
             p = self.cpu()
-            if metric == scoring.L2:
-                order = np.argsort(p.d_sq, kind="stable")
-            elif metric == scoring.L1:
-                order = np.argsort(p.d_l1, kind="stable")
+            self._norm_terms[metric] = np.ascontiguousarray(scoring.norm_terms(p.d_sq, p.d_l1, metric))
+        return self._norm_terms[metric]
+
+    def norm_order(self, metric: int) -> np.ndarray:
+        """Documents by (norm term, index) ascending for l2 and l1, the order in which untouched
+        documents' keys fall; identity for dot and cosine (their untouched keys are all 0)."""
+        if metric not in self._norm_order:
+            if metric in (scoring.L2, scoring.L1):
+                order = np.argsort(self.norm_terms(metric), kind="stable")
             else:
                 order = np.arange(self.n_docs)
             self._norm_order[metric] = np.ascontiguousarray(order, dtype=np.int64)

@@ -122,7 +122,8 @@ def _topk_cpu(index, Q, k, code, self_doc, batch_size, quiet):
     from ..progress import progress
 
     p = index.cpu()
-    scale, q_sq, q_l1 = scoring.query_stats(*csr_arrays(Q), index.term_maxabs, code)
+    scale, qn = scoring.query_stats(*csr_arrays(Q), index.term_maxabs, code)
+    dn = index.norm_terms(code)
     order = index.norm_order(code)
     n_q = Q.shape[0]
     out_doc = np.empty((n_q, k), np.int32)
@@ -131,8 +132,8 @@ def _topk_cpu(index, Q, k, code, self_doc, batch_size, quiet):
     with progress(len(batches) if len(batches) > 1 else 0, "scoring (cpu)", quiet) as bar:
         for lo, hi in batches:
             indptr, indices, data = csr_arrays(Q[lo:hi])
-            scoring.topk_cpu(indptr, indices, data, scale[lo:hi], q_sq[lo:hi], q_l1[lo:hi], self_doc[lo:hi],
-                             p.term_ptr, p.post_doc, p.post_w, p.d_sq, p.d_l1, order, code, k,
+            scoring.topk_cpu(indptr, indices, data, scale[lo:hi], qn[lo:hi], self_doc[lo:hi],
+                             p.term_ptr, p.post_doc, p.post_w, dn, order, code, k,
                              _cpu_chunks(hi - lo), out_doc[lo:hi], out_key[lo:hi])
             bar.update(1)
     return out_doc, out_key
@@ -176,7 +177,8 @@ def _threshold_cpu(index, Q, min_key, code, self_doc, batch_size, quiet):
     from ..progress import progress
 
     p = index.cpu()
-    scale, q_sq, q_l1 = scoring.query_stats(*csr_arrays(Q), index.term_maxabs, code)
+    scale, qn = scoring.query_stats(*csr_arrays(Q), index.term_maxabs, code)
+    dn = index.norm_terms(code)
     order = index.norm_order(code)
     n_q = Q.shape[0]
     parts_ptr, parts_doc, parts_key = [np.zeros(1, np.int64)], [], []
@@ -185,8 +187,8 @@ def _threshold_cpu(index, Q, min_key, code, self_doc, batch_size, quiet):
     with progress(len(batches) if len(batches) > 1 else 0, "scoring (cpu)", quiet) as bar:
         for lo, hi in batches:
             indptr, indices, data = csr_arrays(Q[lo:hi])
-            args = (indptr, indices, data, scale[lo:hi], q_sq[lo:hi], q_l1[lo:hi], self_doc[lo:hi],
-                    p.term_ptr, p.post_doc, p.post_w, p.d_sq, p.d_l1, order, code, min_key, _cpu_chunks(hi - lo))
+            args = (indptr, indices, data, scale[lo:hi], qn[lo:hi], self_doc[lo:hi],
+                    p.term_ptr, p.post_doc, p.post_w, dn, order, code, min_key, _cpu_chunks(hi - lo))
             counts = np.zeros(hi - lo, np.int64)
             scoring.threshold_cpu(*args, counts, np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.float64))
             ptr = np.zeros(hi - lo + 1, np.int64)

@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""Benchmark of exact sparse kNN (gputext's engine) against peers, in one run.
+
+Corpora: gputext.datasets.synth.make_corpus (Zipf terms, ~60 distinct terms a document,
+200,000-term vocabulary, tf-idf); queries are further documents of the same model weighted with
+the index's idf. For each corpus size and query batch size, with k = 30 cosine:
+
+  gputext cuda      end to end: queries host->device, scoring, top-k, results back (index built
+                    once beforehand, its build time reported apart)
+  gputext cpu       our CPU twin (numba parallel), on a subset of queries, reported as queries/s
+  cupy spmm         cuSPARSE SpMM of the index (CSR) against a dense block of queries, then top-k
+  cupy spgemm       cuSPARSE SpGEMM of queries (CSR) x index^T (CSR), densified, then top-k
+  torch spmm        PyTorch sparse CSR x dense, then torch.topk
+  sklearn brute     NearestNeighbors(metric="cosine", algorithm="brute", n_jobs=-1) on the CPU,
+                    on a subset of queries, reported as queries/s
+
+GPU times are medians of repeats after a warm-up, synchronised (the calls return host arrays).
+Exactness: gputext cuda == gputext cpu bit for bit on a subset, and both equal a float64
+reference (scipy) up to ties. Bandwidth: bytes that must move = 8 per posting touched (doc id +
+weight) + 16 per (query, document) score (written once, read once), over the time; the fraction
+is against a device-to-device copy measured in the same run.
+
+  python scripts/bench_knn.py --quick                  # small, a minute, any machine
+  python scripts/bench_knn.py --sizes 1e5,1e6,1e7      # the GPU host (writes JSON + markdown to --out)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="1e5,1e6", help="corpus sizes (documents), comma-separated")
+    p.add_argument("--queries", default="1,100,10000", help="query batch sizes")
+    p.add_argument("--k", type=int, default=30)
+    p.add_argument("--terms", type=int, default=200_000)
+    p.add_argument("--terms-per-doc", type=float, default=60)
+    p.add_argument("--peers", default="cupy_spmm,cupy_spgemm,torch_spmm,sklearn,cpu")
+    p.add_argument("--cpu-queries", type=int, default=200, help="queries timed on the CPU peers")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--check", type=int, default=50, help="queries checked against the float64 reference")
+    p.add_argument("--quick", action="store_true", help="small sizes: 2e4 docs, 20k terms, queries 1,100")
+    p.add_argument("--out", default=os.environ.get("OUT", "out/bench_knn"))
+    a = p.parse_args()
+    if a.quick:
+        a.sizes, a.queries, a.terms, a.cpu_queries, a.repeats = "2e4", "1,100", 20_000, 100, 2
+    a.sizes = [int(float(s)) for s in a.sizes.split(",")]
+    a.queries = [int(float(s)) for s in a.queries.split(",")]
+    a.peers = [s for s in a.peers.split(",") if s]
+    return a
+
+
+def median_time(fn, repeats):
+    fn()  # warm-up: compilation, handles, caches
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+class PeakMemory:
+    """Samples device memory in use every 2 ms (cudaMemGetInfo through torch, if present)."""
+
+    def __init__(self):
+        try:
+            import torch
+            self._info = torch.cuda.mem_get_info if torch.cuda.is_available() else None
+        except Exception:
+            self._info = None
+        self.peak = 0
+        self._stop = threading.Event()
+
+    def __enter__(self):
+        if self._info:
+            free, total = self._info()
+            self.base = total - free
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.is_set():
+            free, total = self._info()
+            self.peak = max(self.peak, total - free - self.base)
+            time.sleep(0.002)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._info:
+            self._thread.join()
+
+
+def copy_bandwidth():
+    """Device-to-device copy bandwidth (bytes read + written per second), via CuPy."""
+    try:
+        import cupy as cp
+    except Exception:
+        return None
+    a = cp.ones(1 << 29, dtype=cp.float32)  # 2 GiB
+    b = cp.empty_like(a)
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    times = []
+    for _ in range(6):
+        start.record()
+        cp.copyto(b, a)
+        end.record()
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+    del a, b
+    return 2 * (1 << 31) / statistics.median(times[1:])
+
+
+# ------------------------------------------------------------------------------------ peers
+
+def peer_cupy_spmm(X, Q, k):
+    import cupy as cp
+    import cupyx.scipy.sparse as csp
+    dX = csp.csr_matrix(X)
+    step = max(1, min(Q.shape[0], int(2e9 // (4 * X.shape[0]))))
+
+    def run():
+        out_i, out_s = [], []
+        for lo in range(0, Q.shape[0], step):
+            dQ = cp.asarray(Q[lo:lo + step].toarray().T)  # (terms, b) dense
+            S = (dX @ dQ).T  # (b, docs)
+            part = cp.argpartition(-S, k - 1, axis=1)[:, :k]
+            vals = cp.take_along_axis(S, part, 1)
+            order = cp.argsort(-vals, axis=1)
+            out_i.append(cp.take_along_axis(part, order, 1).get())
+            out_s.append(cp.take_along_axis(vals, order, 1).get())
+        return np.vstack(out_i), np.vstack(out_s)
+    return run
+
+
+def peer_cupy_spgemm(X, Q, k):
+    import cupy as cp
+    import cupyx.scipy.sparse as csp
+    dXT = csp.csr_matrix(X.T.tocsr())
+    step = max(1, min(Q.shape[0], int(2e9 // (4 * X.shape[0]))))
+
+    def run():
+        out_i = []
+        for lo in range(0, Q.shape[0], step):
+            S = (csp.csr_matrix(Q[lo:lo + step]) @ dXT).toarray()
+            part = cp.argpartition(-S, k - 1, axis=1)[:, :k]
+            vals = cp.take_along_axis(S, part, 1)
+            out_i.append(cp.take_along_axis(part, cp.argsort(-vals, axis=1), 1).get())
+        return np.vstack(out_i)
+    return run
+
+
+def peer_torch_spmm(X, Q, k):
+    import torch
+    dev = torch.device("cuda")
+    dX = torch.sparse_csr_tensor(torch.from_numpy(X.indptr.astype(np.int64)), torch.from_numpy(X.indices.astype(np.int64)),
+                                 torch.from_numpy(X.data), size=X.shape, device=dev)
+    step = max(1, min(Q.shape[0], int(2e9 // (4 * X.shape[0]))))
+
+    def run():
+        out = []
+        for lo in range(0, Q.shape[0], step):
+            dQ = torch.from_numpy(Q[lo:lo + step].toarray().T.copy()).to(dev)
+            S = (dX @ dQ).T
+            vals, idx = torch.topk(S, k, dim=1)
+            out.append(idx.cpu().numpy())
+        torch.cuda.synchronize()
+        return np.vstack(out)
+    return run
+
+
+def peer_sklearn(X, Q, k):
+    from sklearn.neighbors import NearestNeighbors
+    nn = NearestNeighbors(n_neighbors=k, metric="cosine", algorithm="brute", n_jobs=-1).fit(X)
+    return lambda: nn.kneighbors(Q, return_distance=True)
+
+
+# ------------------------------------------------------------------------------------ main
+
+def make_data(n_docs, n_queries, a):
+    from gputext.datasets.synth import make_corpus
+    from gputext.io.weighting import Reference
+    t = time.perf_counter()
+    corpus = make_corpus(n_docs, a.terms, a.terms_per_doc, 20, seed=1)
+    reference = Reference(np.asarray(corpus.var["df"]), corpus.n_docs)  # queries weighted with the index's idf
+    Q = make_corpus(n_queries, a.terms, a.terms_per_doc, 20, seed=2, model_seed=1, reference=reference).X
+    return corpus.X, Q, time.perf_counter() - t
+
+
+def main():
+    a = parse_args()
+    from gputext.backend import resolve
+    from gputext.engine import Index, search_topk
+    from engine_reference import same_up_to_ties
+
+    backend = resolve(a.device)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    bw = copy_bandwidth() if backend.is_cuda else None
+    device_name = backend.reason
+    print(f"# bench_knn on {backend.describe()}" + (f"; copy bandwidth {bw / 1e12:.2f} TB/s" if bw else ""), flush=True)
+    rows = []
+    for n_docs in a.sizes:
+        X, Qall, gen_s = make_data(n_docs, max(a.queries), a)
+        nnz = X.nnz
+        print(f"## {n_docs} docs, {a.terms} terms, {nnz} nonzeros ({nnz / n_docs:.1f} a doc); generated in {gen_s:.1f} s", flush=True)
+        index = Index.from_csr(X)
+        t = time.perf_counter()
+        if backend.is_cuda:
+            from gputext.engine.cuda_backend import build_shard
+            from gputext.engine.search import Geometry
+            index.device_cache["shard"] = build_shard(index.X, 0, index.n_docs, Geometry())
+            from numba import cuda
+            cuda.synchronize()
+        build_s = time.perf_counter() - t
+        t = time.perf_counter()
+        index.cpu()
+        cpu_build_s = time.perf_counter() - t
+        for n_q in a.queries:
+            Q = Qall[:n_q]
+            row = {"n_docs": n_docs, "nnz": nnz, "n_queries": n_q, "k": a.k, "device": device_name,
+                   "index_build_s": build_s, "cpu_index_build_s": cpu_build_s}
+            stats = {}
+            run_ours = lambda: search_topk(index, Q, a.k, "cosine", backend, stats=stats)
+            with PeakMemory() as pm:
+                row["gputext_s"] = median_time(run_ours, a.repeats if n_q < 10000 else max(1, a.repeats))
+            row["gputext_peak_device_bytes"] = pm.peak or None
+            row.update({f"gputext_{key}": v for key, v in stats.items() if isinstance(v, (int, float, str))})
+            row["gputext_qps"] = n_q / row["gputext_s"]
+            postings = stats.get("postings", 0)
+            moved = 8 * postings + 16 * n_q * n_docs
+            row["bytes_moved"] = moved
+            if bw:
+                row["bandwidth_fraction"] = moved / row["gputext_s"] / bw
+            # exactness on a subset: cuda == cpu bit for bit, both == float64 reference up to ties
+            sub = Q[: min(n_q, a.check)]
+            gi, gs = search_topk(index, sub, a.k, "cosine", backend)
+            ci, cs = search_topk(index, sub, a.k, "cosine", "cpu")
+            row["cuda_equals_cpu"] = bool(np.array_equal(gi, ci) and np.array_equal(gs, cs))
+            S = (sub.astype(np.float64) @ X.T.astype(np.float64)).toarray()
+            nx = np.sqrt(np.asarray(X.multiply(X).sum(1), dtype=np.float64)).ravel()
+            nq = np.sqrt(np.asarray(sub.multiply(sub).sum(1), dtype=np.float64)).ravel()
+            den = np.outer(nq, nx)
+            S = np.where(den > 0, S / np.where(den > 0, den, 1), 0)
+            order = np.lexsort((np.broadcast_to(np.arange(n_docs), S.shape), -S), axis=1)[:, :a.k]
+            row["equals_float64_reference"] = bool(same_up_to_ties(gi, gs, order, np.take_along_axis(S, order, 1)))
+            for peer in a.peers:
+                try:
+                    if peer == "cpu" or peer == "sklearn":
+                        m = min(n_q, a.cpu_queries)
+                        fn = (lambda: search_topk(index, Q[:m], a.k, "cosine", "cpu")) if peer == "cpu" else peer_sklearn(X, Q[:m], a.k)
+                        s = median_time(fn, 1 if m > 20 else a.repeats)
+                        row[f"{peer}_qps"] = m / s
+                        row[f"{peer}_s_est"] = n_q / row[f"{peer}_qps"]
+                    else:
+                        if not backend.is_cuda:
+                            continue
+                        fn = {"cupy_spmm": peer_cupy_spmm, "cupy_spgemm": peer_cupy_spgemm, "torch_spmm": peer_torch_spmm}[peer](X, Q, a.k)
+                        row[f"{peer}_s"] = median_time(fn, 1 if n_q >= 10000 else a.repeats)
+                except Exception as exc:  # a peer that cannot run at this size is reported, not fatal
+                    row[f"{peer}_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+                    print(f"  {peer}: {row[f'{peer}_error']}", flush=True)
+            peer_times = {p: row.get(f"{p}_s", row.get(f"{p}_s_est")) for p in a.peers}
+            peer_times = {p: t for p, t in peer_times.items() if t}
+            if peer_times:
+                fastest = min(peer_times, key=peer_times.get)
+                row["fastest_peer"] = fastest
+                row["speedup_vs_fastest_peer"] = peer_times[fastest] / row["gputext_s"]
+            rows.append(row)
+            print(json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+            (out / "bench_knn.json").write_text(json.dumps(rows, indent=1))
+    table = markdown(rows, a.peers)
+    (out / "bench_knn.md").write_text(table)
+    print(table)
+
+
+def markdown(rows, peers):
+    head = ["docs", "queries", "gputext s", "q/s", "peak dev MiB", "BW frac"] + [f"{p}" for p in peers] + ["x fastest", "exact"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [f"{r['n_docs']:.0e}", str(r["n_queries"]), f"{r['gputext_s']:.4f}", f"{r['gputext_qps']:.0f}",
+                 f"{(r.get('gputext_peak_device_bytes') or 0) / 2**20:.0f}", f"{r.get('bandwidth_fraction', float('nan')):.2f}"]
+        for p in peers:
+            if f"{p}_s" in r:
+                cells.append(f"{r[p + '_s']:.3f} s ({r[p + '_s'] / r['gputext_s']:.1f}x)")
+            elif f"{p}_qps" in r:
+                cells.append(f"{r[p + '_qps']:.0f} q/s ({r[p + '_s_est'] / r['gputext_s']:.1f}x)")
+            else:
+                cells.append("-")
+        cells.append(f"{r.get('speedup_vs_fastest_peer', float('nan')):.1f} ({r.get('fastest_peer', '-')})")
+        cells.append("yes" if r["cuda_equals_cpu"] and r["equals_float64_reference"] else "NO")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
