@@ -1,0 +1,182 @@
+"""The RankSVM objective's operations on a CUDA device (gputext.kernels.ranksvm for the kernels).
+
+Imported only when the backend is cuda (ops.make_ops). X (dense row-major float32, or CSR plus a
+CSC copy for X^T u), the grouping, label ranks, scores, the sorted order, the wavelet levels,
+beta+/-, z and all scratch stay on the device for the whole training run. Per TRON step the host
+sends w (n_features float64) and receives the loss partials (``elementwise_blocks`` float64);
+per CG step it sends v and receives X^T u (n_features float64 each way).
+
+Memory (n = n_docs, Q = queries, B = wavelet levels, m = features): X as stored (dense: 4 n m
+bytes; sparse: 8 nnz CSR + 8 nnz CSC), two slots of 36 n + 4 B (2 n + Q) bytes, and
+8 (9 n + 2 B (n + Q)) + 16 n bytes of scratch, plus the sort scratch of queries longer than
+``sort_capacity`` (12 bytes per padded element).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from ..kernels import ranksvm as K
+from .data import RankingData
+from .ops import RankGeometry, _slot_arrays
+
+
+def _next_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _blocks(n: int, per_block: int) -> int:
+    return max(1, -(-n // per_block))
+
+
+class CudaRankOps:
+    backend_name = "cuda"
+
+    def __init__(self, data: RankingData, geometry: RankGeometry | None = None):
+        g = geometry or RankGeometry()
+        self.g = g
+        self.data = data
+        L, Q, m = data.n_docs, data.n_queries, data.n_features
+        self.L, self.Q, self.m = L, Q, m
+        self.n_levels = K.n_levels_for(len(data.levels))
+        self.dense = data.is_dense
+        if self.dense:
+            self.d_X = cuda.to_device(data.dense_matrix())
+            self.rm_threads = g.rmatvec_threads or min(1024, max(32, -(-m // 32) * 32))
+            self.n_row_blocks = _blocks(L, g.rows_per_block)
+            self.d_partial = cuda.device_array((m, self.n_row_blocks), np.float64)
+            self.k_matvec = K.dense_matvec_kernel(g.matvec_threads, g.tile_cols)
+            self.k_reduce = K.column_reduce_kernel(g.reduce_threads)
+        else:
+            indptr, indices, values = data.csr()
+            colptr, colrows, colvalues = data.csc()
+            self.d_indptr, self.d_indices, self.d_values = (cuda.to_device(_nonempty(a)) for a in (indptr, indices, values))
+            self.d_colptr, self.d_colrows, self.d_colvalues = (cuda.to_device(_nonempty(a)) for a in (colptr, colrows, colvalues))
+            self.k_csr = K.csr_matvec_kernel(g.csr_threads, g.csr_group)
+            self.k_csc = K.csc_rmatvec_kernel(g.reduce_threads)
+        self.d_starts = cuda.to_device(data.starts)
+        self.d_lrank = cuda.to_device(data.label_rank)
+        # global sort scratch for queries longer than sort_capacity
+        sizes = np.diff(data.starts)
+        goff = np.full(Q, -1, np.int64)
+        total = 0
+        for t in np.flatnonzero(sizes > g.sort_capacity):
+            goff[t] = total
+            total += _next_pow2(int(sizes[t]))
+        self.d_goff = cuda.to_device(goff)
+        self.d_gkeys = cuda.device_array(max(total, 1), np.float64)
+        self.d_gidx = cuda.device_array(max(total, 1), np.int32)
+        alloc = lambda shape, dtype: cuda.device_array(shape, dtype)  # noqa: E731
+        self.slots = [_slot_arrays(alloc, L, Q, self.n_levels) for _ in range(2)]
+        self.current, self.trial = 0, 1
+        self.d_s = cuda.device_array(L, np.float64)
+        self.d_sweights = cuda.device_array((2, L), np.float64)
+        self.d_sums_minus = cuda.device_array((2, L), np.float64)
+        self.d_sums_plus = cuda.device_array((2, L), np.float64)
+        self.d_W0 = cuda.device_array((self.n_levels, L + Q), np.float64)
+        self.d_W1 = cuda.device_array((self.n_levels, L + Q), np.float64)
+        self.d_vbuf = cuda.device_array((2, L), np.int32)
+        self.d_rbuf = cuda.device_array((2, L), np.int32)
+        self.d_a = cuda.device_array((1, L), np.float64)
+        self.d_alpha_minus = cuda.device_array((1, L), np.float64)
+        self.d_alpha_plus = cuda.device_array((1, L), np.float64)
+        self.d_u = cuda.device_array(L, np.float64)
+        self.d_v = cuda.device_array(m, np.float64)
+        self.d_out = cuda.device_array(m, np.float64)
+        self.d_loss_partial = cuda.device_array(g.elementwise_blocks, np.float64)
+        self.k_structure = K.rank_structure_kernel(g.query_threads, g.sort_capacity)
+        self.k_sums = K.wavelet_sums_kernel(g.query_threads)
+        self.k_eval = K.eval_finish_kernel(g.reduce_threads)
+
+    # X v and X^T u
+    def _matvec(self, d_v, d_out) -> None:
+        g = self.g
+        if self.dense:
+            self.k_matvec[_blocks(self.L, g.matvec_threads), g.matvec_threads](self.d_X, d_v, d_out)
+        else:
+            rows = g.csr_threads // g.csr_group
+            self.k_csr[_blocks(self.L, rows), g.csr_threads](self.d_indptr, self.d_indices, self.d_values, d_v, d_out)
+
+    def _rmatvec(self, d_u) -> np.ndarray:
+        g = self.g
+        if self.dense:
+            K.dense_rmatvec_partial[self.n_row_blocks, self.rm_threads](self.d_X, d_u, g.rows_per_block, self.d_partial)
+            self.k_reduce[min(self.m, 65535), g.reduce_threads](self.d_partial, self.d_out)
+        else:
+            self.k_csc[min(self.m, 65535), g.reduce_threads](self.d_colptr, self.d_colrows, self.d_colvalues, d_u, self.d_out)
+        return self.d_out.copy_to_host()
+
+    def _send(self, w: np.ndarray):
+        self.d_v.copy_to_device(np.ascontiguousarray(w, dtype=np.float64))
+        return self.d_v
+
+    def scores(self, w: np.ndarray) -> np.ndarray:
+        self._matvec(self._send(w), self.d_s)
+        return self.d_s.copy_to_host()
+
+    def evaluate(self, w: np.ndarray) -> float:
+        g = self.g
+        S = self.slots[self.trial]
+        self._matvec(self._send(w), self.d_s)
+        self.k_structure[self.Q, g.query_threads](
+            self.d_starts, self.d_s, self.d_lrank, self.n_levels, self.d_goff, self.d_gkeys, self.d_gidx,
+            S["order"], S["ssorted"], self.d_sweights, S["vsorted"], S["lo"], S["hi"], S["seqrow"], S["rank0"],
+            self.d_vbuf, self.d_rbuf, S["beta_minus"], S["beta_plus"])
+        self.k_sums[self.Q, g.query_threads](
+            self.d_starts, S["order"], S["vsorted"], S["lo"], S["hi"], S["seqrow"], S["rank0"], self.n_levels,
+            self.d_sweights, 1, self.d_W0, self.d_W1, self.d_sums_minus, self.d_sums_plus)
+        self.k_eval[g.elementwise_blocks, g.reduce_threads](
+            self.d_sweights, S["beta_minus"], S["beta_plus"], self.d_sums_minus, self.d_sums_plus, S["z"],
+            self.d_loss_partial)
+        return float(np.sum(self.d_loss_partial.copy_to_host()))
+
+    def accept(self) -> None:
+        self.current, self.trial = self.trial, self.current
+
+    def xt_z(self) -> np.ndarray:
+        return self._rmatvec(self.slots[self.current]["z"])
+
+    def xt_hess(self, v: np.ndarray) -> np.ndarray:
+        g = self.g
+        S = self.slots[self.current]
+        self._matvec(self._send(v), self.d_a[0])
+        self.k_sums[self.Q, g.query_threads](
+            self.d_starts, S["order"], S["vsorted"], S["lo"], S["hi"], S["seqrow"], S["rank0"], self.n_levels,
+            self.d_a, 1, self.d_W0, self.d_W1, self.d_alpha_minus, self.d_alpha_plus)
+        K.hess_finish[g.elementwise_blocks, g.reduce_threads](
+            S["beta_minus"], S["beta_plus"], self.d_a[0], self.d_alpha_minus[0], self.d_alpha_plus[0], self.d_u)
+        return self._rmatvec(self.d_u)
+
+    def statistics(self) -> dict:
+        S = self.slots[self.current]
+        return {k: S[k].copy_to_host() for k in ("beta_minus", "beta_plus", "z", "order", "lo", "hi")}
+
+    def synchronize(self) -> None:
+        cuda.synchronize()
+
+
+def _nonempty(a: np.ndarray) -> np.ndarray:
+    return a if len(a) else np.zeros(1, a.dtype)
+
+
+def device_matvec(X, w: np.ndarray, dense: bool, g: RankGeometry) -> np.ndarray:
+    """X w (float64) on the device for prediction; X canonical CSR float32."""
+    from ..io.corpus import csr_arrays
+
+    n, m = X.shape
+    if n == 0:
+        return np.zeros(0, np.float64)
+    d_w = cuda.to_device(np.ascontiguousarray(w, dtype=np.float64))
+    d_out = cuda.device_array(n, np.float64)
+    if dense:
+        d_X = cuda.to_device(np.ascontiguousarray(X.data, dtype=np.float32).reshape(n, m))
+        K.dense_matvec_kernel(g.matvec_threads, g.tile_cols)[_blocks(n, g.matvec_threads), g.matvec_threads](d_X, d_w, d_out)
+    else:
+        indptr, indices, data = csr_arrays(X)
+        kern = K.csr_matvec_kernel(g.csr_threads, g.csr_group)
+        kern[_blocks(n, g.csr_threads // g.csr_group), g.csr_threads](
+            cuda.to_device(indptr), cuda.to_device(_nonempty(indices)), cuda.to_device(_nonempty(data)), d_w, d_out)
+    return d_out.copy_to_host()

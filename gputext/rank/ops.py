@@ -1,0 +1,187 @@
+"""Backend operations of the RankSVM objective: the CPU twin here, the device in cuda_ops.py.
+
+Both keep the data (X, grouping, label ranks) and every per-document array (scores, sorted
+order, wavelet levels, beta+/-, z) in their own memory across TRON's iterations; the host sees
+only length-n_features float64 vectors and the loss:
+
+    ops.evaluate(w) -> loss          scores, sort, pair structure, loss and z at w (trial slot)
+    ops.accept()                     the trial slot becomes the current one (step accepted)
+    ops.xt_z() -> X^T z              (n_features,) at the current w (gradient part)
+    ops.xt_hess(v) -> X^T u          u = A^T A X v at the current w (Hessian-vector part)
+    ops.scores(w) -> X w             float64, grouped rows
+    ops.statistics() -> dict         current per-row beta-, beta+, z (host copies, for tests)
+
+Two slots (current, trial) let TRON evaluate a trial point without losing the structure at the
+current point when the step is rejected.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..backend import Backend
+from ..kernels import ranksvm as K
+from .data import RankingData
+
+
+@dataclass(frozen=True)
+class RankGeometry:
+    """Launch geometry (device) and chunking (CPU twin). Thread counts are powers of two.
+
+    query_threads    threads per block of the per-query kernels (rank_structure, wavelet_sums)
+    sort_capacity    longest query sorted in shared memory (power of two); longer ones are sorted
+                     in global scratch by the same block
+    matvec_threads   rows per block of dense X v; tile_cols: columns per shared-memory tile
+    rmatvec_threads  threads per block of dense X^T u (0: the feature count rounded up to 32, at
+                     most 1024); rows_per_block: rows each block sums (partials of X^T u)
+    reduce_threads   threads of column_reduce, csc_rmatvec and eval_finish
+    csr_threads, csr_group   sparse X v: threads per block, threads per row
+    elementwise_blocks       grid of eval_finish / hess_finish (also the number of loss partials)
+    cpu_rows_per_block, cpu_loss_parts   chunking of the CPU twin's X^T u and loss sums
+    """
+
+    query_threads: int = 128
+    sort_capacity: int = 2048
+    matvec_threads: int = 128
+    tile_cols: int = 32
+    rmatvec_threads: int = 0
+    rows_per_block: int = 512
+    reduce_threads: int = 256
+    csr_threads: int = 128
+    csr_group: int = 8
+    elementwise_blocks: int = 1024
+    cpu_rows_per_block: int = 4096
+    cpu_loss_parts: int = 256
+
+    def __post_init__(self):
+        for name in ("query_threads", "sort_capacity", "matvec_threads", "reduce_threads", "csr_threads", "csr_group"):
+            value = getattr(self, name)
+            if value < 1 or value & (value - 1):
+                raise ValueError(f"RankGeometry.{name} must be a power of two, got {value}")
+        if self.csr_group > self.csr_threads:
+            raise ValueError("RankGeometry.csr_group must not exceed csr_threads")
+
+
+def _slot_arrays(alloc, n_docs: int, n_queries: int, n_levels: int) -> dict:
+    return dict(
+        order=alloc((n_docs,), np.int32), ssorted=alloc((n_docs,), np.float64),
+        vsorted=alloc((n_docs,), np.int32), lo=alloc((n_docs,), np.int32), hi=alloc((n_docs,), np.int32),
+        seqrow=alloc((n_levels, n_docs), np.int32), rank0=alloc((n_levels, n_docs + n_queries), np.int32),
+        beta_minus=alloc((n_docs,), np.int32), beta_plus=alloc((n_docs,), np.int32),
+        z=alloc((n_docs,), np.float64),
+    )
+
+
+class CpuRankOps:
+    """The CPU twin: numba parallel loops over rows, columns and queries."""
+
+    backend_name = "cpu"
+
+    def __init__(self, data: RankingData, geometry: RankGeometry | None = None):
+        g = geometry or RankGeometry()
+        self.g = g
+        self.data = data
+        L, Q, m = data.n_docs, data.n_queries, data.n_features
+        self.n_levels = K.n_levels_for(len(data.levels))
+        self.dense = data.dense_matrix() if data.is_dense else None
+        if self.dense is None:
+            self.indptr, self.indices, self.values = data.csr()
+            self.colptr, self.colrows, self.colvalues = data.csc()
+        self.starts = data.starts
+        self.lrank = data.label_rank
+        alloc = lambda shape, dtype: np.zeros(shape, dtype)  # noqa: E731
+        self.slots = [_slot_arrays(alloc, L, Q, self.n_levels) for _ in range(2)]
+        self.current, self.trial = 0, 1
+        self.s = np.zeros(L, np.float64)
+        self.sweights = np.zeros((2, L), np.float64)
+        self.sums_minus = np.zeros((2, L), np.float64)
+        self.sums_plus = np.zeros((2, L), np.float64)
+        self.W0 = np.zeros((self.n_levels, L + Q), np.float64)
+        self.W1 = np.zeros((self.n_levels, L + Q), np.float64)
+        self.vbuf = np.zeros((2, L), np.int32)
+        self.rbuf = np.zeros((2, L), np.int32)
+        self.a = np.zeros((1, L), np.float64)
+        self.alpha_minus = np.zeros((1, L), np.float64)
+        self.alpha_plus = np.zeros((1, L), np.float64)
+        self.u = np.zeros(L, np.float64)
+        self.loss_partial = np.zeros(max(1, g.cpu_loss_parts), np.float64)
+        n_blocks = max(1, -(-L // g.cpu_rows_per_block))
+        self.partial = np.zeros((m, n_blocks), np.float64)
+        self.out = np.zeros(m, np.float64)
+
+    # X v and X^T u
+    def _matvec(self, v: np.ndarray, out: np.ndarray) -> None:
+        v = np.ascontiguousarray(v, dtype=np.float64)
+        if self.dense is not None:
+            K.dense_matvec_cpu(self.dense, v, out)
+        else:
+            K.csr_matvec_cpu(self.indptr, self.indices, self.values, v, out)
+
+    def _rmatvec(self, u: np.ndarray) -> np.ndarray:
+        if self.dense is not None:
+            K.dense_rmatvec_cpu(self.dense, u, self.g.cpu_rows_per_block, self.partial, self.out)
+        else:
+            K.csc_rmatvec_cpu(self.colptr, self.colrows, self.colvalues, u, self.out)
+        return self.out.copy()
+
+    def scores(self, w: np.ndarray) -> np.ndarray:
+        self._matvec(w, self.s)
+        return self.s.copy()
+
+    def evaluate(self, w: np.ndarray) -> float:
+        S = self.slots[self.trial]
+        self._matvec(w, self.s)
+        K.rank_structure_cpu(self.starts, self.s, self.lrank, self.n_levels, S["order"], S["ssorted"], self.sweights,
+                             S["vsorted"], S["lo"], S["hi"], S["seqrow"], S["rank0"], self.vbuf, self.rbuf,
+                             S["beta_minus"], S["beta_plus"])
+        K.wavelet_sums_cpu(self.starts, S["order"], S["vsorted"], S["lo"], S["hi"], S["seqrow"], S["rank0"],
+                           self.n_levels, self.sweights, 1, self.W0, self.W1, self.sums_minus, self.sums_plus)
+        K.eval_finish_cpu(self.sweights, S["beta_minus"], S["beta_plus"], self.sums_minus, self.sums_plus, S["z"],
+                          self.loss_partial)
+        return float(np.sum(self.loss_partial))
+
+    def accept(self) -> None:
+        self.current, self.trial = self.trial, self.current
+
+    def xt_z(self) -> np.ndarray:
+        return self._rmatvec(self.slots[self.current]["z"])
+
+    def xt_hess(self, v: np.ndarray) -> np.ndarray:
+        S = self.slots[self.current]
+        self._matvec(v, self.a[0])
+        K.wavelet_sums_cpu(self.starts, S["order"], S["vsorted"], S["lo"], S["hi"], S["seqrow"], S["rank0"],
+                           self.n_levels, self.a, 1, self.W0, self.W1, self.alpha_minus, self.alpha_plus)
+        K.hess_finish_cpu(S["beta_minus"], S["beta_plus"], self.a[0], self.alpha_minus[0], self.alpha_plus[0], self.u)
+        return self._rmatvec(self.u)
+
+    def statistics(self) -> dict:
+        S = self.slots[self.current]
+        return {k: S[k].copy() for k in ("beta_minus", "beta_plus", "z", "order", "lo", "hi")}
+
+
+def make_ops(data: RankingData, backend: Backend, geometry: RankGeometry | None = None):
+    """The backend's ops for ``data``: CpuRankOps, or CudaRankOps (imported only for cuda)."""
+    if backend.is_cuda:
+        from .cuda_ops import CudaRankOps
+        return CudaRankOps(data, geometry)
+    return CpuRankOps(data, geometry)
+
+
+def matvec(X, w: np.ndarray, backend: Backend, geometry: RankGeometry | None = None) -> np.ndarray:
+    """X w in float64 on the backend (prediction). X: canonical CSR float32."""
+    from ..io.corpus import csr_arrays
+
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    n, m = X.shape
+    dense = n > 0 and m > 0 and X.nnz == n * m
+    if backend.is_cuda:
+        from .cuda_ops import device_matvec
+        return device_matvec(X, w, dense, geometry or RankGeometry())
+    out = np.zeros(n, np.float64)
+    if dense:
+        K.dense_matvec_cpu(np.ascontiguousarray(X.data, dtype=np.float32).reshape(n, m), w, out)
+    else:
+        indptr, indices, data = csr_arrays(X)
+        K.csr_matvec_cpu(indptr, indices, data, w, out)
+    return out

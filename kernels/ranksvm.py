@@ -1,0 +1,905 @@
+"""Linear RankSVM (L2 loss): per-query pair statistics and matrix-vector products, device and CPU twin.
+
+Notation (the paper's eq. 9-13). Rows are grouped by query: query t owns rows
+``starts[t] <= r < starts[t+1]`` (``n = n_t`` of them) and the arrays below are indexed by these
+grouped rows. ``scores = X w`` (float64). Within a query, sorted position p = 0..n-1 orders the
+documents by (score, local row) ascending; ``order[st + p]`` is the local row at position p.
+
+A pair (i, j) of one query with y_i > y_j is *active* (a support pair) when
+``1 - (s_i - s_j) > 0``, evaluated in float64 exactly as the brute-force definition does
+(``fl(s_i - s_j) < 1``; float subtraction is monotone, so binary searches over sorted scores give
+the same sets). Per document i:
+
+* M_i (the paper's SV_i^-): j with y_j < y_i and fl(s_i - s_j) < 1: the sorted positions
+  [lo_i, n) restricted to labels below y_i;
+* P_i (SV_i^+): j with y_j > y_i and fl(s_j - s_i) < 1: positions [0, hi_i) restricted to labels
+  above y_i;
+* beta-/+ = |M_i|, |P_i|; gamma-/+ = sums of (shifted) scores over them; alpha-/+ = sums of
+  a = X v over them; delta- = sum of squared shifted scores over M_i (for the loss).
+
+The "labels below y_i within a position range" sums are answered without enumerating pairs by a
+wavelet matrix over the label ranks in sorted-position order: ``n_levels = ceil(log2 K)`` levels
+(K distinct relevance values), each a stable partition by one bit of the rank (MSB first) with
+prefix counts of zero bits (``rank0``) and, per weight channel, prefix sums of the weights of the
+zero-bit and one-bit elements (W0, W1). A query "labels < v in positions [a, e)" walks the levels
+in O(n_levels). Per query this is O(n log n) for the sort and binary searches plus
+O(n log K) for the statistics, whatever the number of relevance levels (prefix sums over
+relevance levels, one bit of the level at a time). Counts are exact integers; the sums are
+differences of float64 prefix sums, exact up to rounding of the prefix sums.
+
+Scores are shifted by a per-query reference (the score at sorted position n // 2) before they are
+summed: margins are unchanged, cancellation in the loss is smaller. The gradient coefficient
+z_i = (beta+ + beta-) s_i - (gamma+ + gamma-) - (beta- - beta+) does not depend on the shift.
+
+Kernels (all take C-contiguous arrays of fixed dtypes, outputs allocated by the caller; launch
+geometry comes from the host, block sizes are kernel-factory parameters):
+
+=====================  =======================================================================
+dense_matvec           out = X v for dense X (rows, cols) float32, tiles staged in shared memory
+dense_rmatvec_partial  partial[c, b] = sum over the rows of block b of X[r, c] u[r]
+column_reduce          out[c] = sum_b partial[c, b]    (block per column, shared-memory tree)
+csr_matvec             out = X v, CSR, a group of ``group`` threads per row, shared-memory tree
+csc_rmatvec            out = X^T u through a CSC copy: a block per column, shared-memory tree
+rank_structure         one block per query: sort, binary searches, wavelet levels, beta+/-
+wavelet_sums           one block per query: per channel, W0/W1 prefix sums, then sums over M_i, P_i
+eval_finish            z and the per-block partial sums of the loss (shared-memory tree)
+hess_finish            u = (beta- + beta+) a - (alpha- + alpha+)
+=====================  =======================================================================
+
+X^T u is deterministic on both backends: no atomics; every output is a fixed-order sum (dense:
+per row block, then a fixed tree over blocks; sparse: per column over a CSC copy). The CPU twins
+(``*_cpu``, numba.njit(parallel=True)) take the same arrays; their prefix sums are sequential, so
+float sums can differ from the device's in the last bits, counts never.
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from numba import cuda, prange
+
+from ._factory import kernel_cache
+
+# ----------------------------------------------------------------------------- shared logic
+# Plain Python functions compiled twice: numba.njit for the CPU twin, cuda.jit(device=True) inside
+# the kernel factories (kept out of module scope: tests/test_ptx.py compiles every module-level
+# CUDA dispatcher as a kernel).
+
+
+def _first_lower_active(ss, st, p, sp):
+    """Smallest q in [0, p] with fl(sp - ss[st+q]) < 1 (q = p always qualifies)."""
+    a = 0
+    b = p
+    while a < b:
+        mid = (a + b) // 2
+        if sp - ss[st + mid] < 1.0:
+            b = mid
+        else:
+            a = mid + 1
+    return a
+
+
+def _first_upper_inactive(ss, st, p, n, sp):
+    """Smallest q in [p+1, n] with fl(ss[st+q] - sp) >= 1, or n."""
+    a = p + 1
+    b = n
+    while a < b:
+        mid = (a + b) // 2
+        if ss[st + mid] - sp >= 1.0:
+            b = mid
+        else:
+            a = mid + 1
+    return a
+
+
+def _count_less(rank0, base, n, n_levels, v, a, e):
+    """Number of elements with label rank < v among sorted positions [a, e) of one query."""
+    count = 0
+    for b in range(n_levels):
+        if a >= e:
+            break
+        ra = rank0[b, base + a]
+        re = rank0[b, base + e]
+        if (v >> (n_levels - 1 - b)) & 1:
+            count += re - ra  # zero bit here: below v whatever the lower bits
+            nz = rank0[b, base + n]
+            a = nz + a - ra
+            e = nz + e - re
+        else:
+            a = ra
+            e = re
+    return count
+
+
+def _count_greater(rank0, base, n, n_levels, v, a, e):
+    """Number of elements with label rank > v among sorted positions [a, e) of one query."""
+    count = 0
+    for b in range(n_levels):
+        if a >= e:
+            break
+        ra = rank0[b, base + a]
+        re = rank0[b, base + e]
+        if (v >> (n_levels - 1 - b)) & 1:
+            nz = rank0[b, base + n]
+            a = nz + a - ra
+            e = nz + e - re
+        else:
+            count += (e - a) - (re - ra)  # one bit here: above v whatever the lower bits
+            a = ra
+            e = re
+    return count
+
+
+def _sum_less(rank0, W0, base, n, n_levels, v, a, e):
+    """Sum of the channel's weights over label rank < v in sorted positions [a, e)."""
+    total = 0.0
+    for b in range(n_levels):
+        if a >= e:
+            break
+        ra = rank0[b, base + a]
+        re = rank0[b, base + e]
+        if (v >> (n_levels - 1 - b)) & 1:
+            total += W0[b, base + e] - W0[b, base + a]
+            nz = rank0[b, base + n]
+            a = nz + a - ra
+            e = nz + e - re
+        else:
+            a = ra
+            e = re
+    return total
+
+
+def _sum_greater(rank0, W1, base, n, n_levels, v, a, e):
+    """Sum of the channel's weights over label rank > v in sorted positions [a, e)."""
+    total = 0.0
+    for b in range(n_levels):
+        if a >= e:
+            break
+        ra = rank0[b, base + a]
+        re = rank0[b, base + e]
+        if (v >> (n_levels - 1 - b)) & 1:
+            nz = rank0[b, base + n]
+            a = nz + a - ra
+            e = nz + e - re
+        else:
+            total += W1[b, base + e] - W1[b, base + a]
+            a = ra
+            e = re
+    return total
+
+
+_first_lower_active_cpu = numba.njit(cache=True, inline="always")(_first_lower_active)
+_first_upper_inactive_cpu = numba.njit(cache=True, inline="always")(_first_upper_inactive)
+_count_less_cpu = numba.njit(cache=True)(_count_less)
+_count_greater_cpu = numba.njit(cache=True)(_count_greater)
+_sum_less_cpu = numba.njit(cache=True)(_sum_less)
+_sum_greater_cpu = numba.njit(cache=True)(_sum_greater)
+
+
+def n_levels_for(n_distinct: int) -> int:
+    """Wavelet levels for K distinct relevance values: ceil(log2 K), at least 1."""
+    return max(1, int(math.ceil(math.log2(max(n_distinct, 2)))))
+
+
+# ----------------------------------------------------------------------------- CPU twins
+
+
+@numba.njit(parallel=True, cache=True)
+def dense_matvec_cpu(Xd, v, out):
+    """out[r] = sum_c float64(Xd[r, c]) * v[c]; Xd (rows, cols) float32, v (cols,) float64,
+    out (rows,) float64. Columns summed in order (as the device kernel does)."""
+    n_rows, n_cols = Xd.shape
+    for r in prange(n_rows):
+        acc = 0.0
+        for c in range(n_cols):
+            acc += numba.float64(Xd[r, c]) * v[c]
+        out[r] = acc
+
+
+@numba.njit(parallel=True, cache=True)
+def dense_rmatvec_cpu(Xd, u, rows_per_block, partial, out):
+    """out = Xd^T u: partial (cols, n_blocks) float64 gets each block of ``rows_per_block`` rows'
+    column sums (rows in order), then out[c] = sum_b partial[c, b] in block order."""
+    n_rows, n_cols = Xd.shape
+    n_blocks = partial.shape[1]
+    for b in prange(n_blocks):
+        acc = np.zeros(n_cols, dtype=np.float64)
+        r1 = min(n_rows, (b + 1) * rows_per_block)
+        for r in range(b * rows_per_block, r1):
+            ur = u[r]
+            for c in range(n_cols):
+                acc[c] += numba.float64(Xd[r, c]) * ur
+        for c in range(n_cols):
+            partial[c, b] = acc[c]
+    for c in prange(n_cols):
+        total = 0.0
+        for b in range(n_blocks):
+            total += partial[c, b]
+        out[c] = total
+
+
+@numba.njit(parallel=True, cache=True)
+def csr_matvec_cpu(indptr, indices, data, v, out):
+    """out[r] = sum over row r's entries of data * v[indices]; CSR int64/int32/float32, v, out float64."""
+    n_rows = indptr.shape[0] - 1
+    for r in prange(n_rows):
+        acc = 0.0
+        for k in range(indptr[r], indptr[r + 1]):
+            acc += numba.float64(data[k]) * v[indices[k]]
+        out[r] = acc
+
+
+@numba.njit(parallel=True, cache=True)
+def csc_rmatvec_cpu(colptr, rows, data, u, out):
+    """out[c] = sum over column c's entries of data * u[rows] (CSC copy of X: X^T u)."""
+    n_cols = colptr.shape[0] - 1
+    for c in prange(n_cols):
+        acc = 0.0
+        for k in range(colptr[c], colptr[c + 1]):
+            acc += numba.float64(data[k]) * u[rows[k]]
+        out[c] = acc
+
+
+@numba.njit(parallel=True, cache=True)
+def rank_structure_cpu(starts, scores, lrank, n_levels, order, ssorted, sweights, vsorted, lo, hi,
+                       seqrow, rank0, vbuf, rbuf, beta_minus, beta_plus):
+    """CPU twin of ``rank_structure`` (one query per parallel iteration; same outputs).
+
+    starts int64 (Q+1,); scores float64 (L,) grouped rows; lrank int32 (L,) label ranks;
+    outputs: order int32 (L,) local row at each sorted position; ssorted float64 (L,);
+    sweights float64 (2, L): shifted score and its square per row; vsorted int32 (L,) label rank
+    at each sorted position; lo, hi int32 (L,) per sorted position; seqrow int32 (n_levels, L)
+    local row at each position of each wavelet level; rank0 int32 (n_levels, L + Q) prefix
+    counts of zero bits (query t's n+1 entries start at starts[t] + t); vbuf, rbuf int32 (2, L)
+    scratch; beta_minus, beta_plus int32 (L,) per row.
+    """
+    n_q = starts.shape[0] - 1
+    for t in prange(n_q):
+        st = starts[t]
+        n = starts[t + 1] - st
+        base = st + t
+        perm = np.argsort(scores[st:st + n], kind="mergesort")  # stable: ties by lower row
+        for p in range(n):
+            order[st + p] = perm[p]
+            ssorted[st + p] = scores[st + perm[p]]
+        ref = ssorted[st + n // 2]
+        for p in range(n):
+            row = order[st + p]
+            vsorted[st + p] = lrank[st + row]
+            x = scores[st + row] - ref
+            sweights[0, st + row] = x
+            sweights[1, st + row] = x * x
+            sp = ssorted[st + p]
+            lo[st + p] = _first_lower_active_cpu(ssorted, st, p, sp)
+            hi[st + p] = _first_upper_inactive_cpu(ssorted, st, p, n, sp)
+        for b in range(n_levels):
+            shift = n_levels - 1 - b
+            zeros = 0
+            rank0[b, base] = 0
+            for q in range(n):
+                if b == 0:
+                    val = vsorted[st + q]
+                    row = order[st + q]
+                else:
+                    val = vbuf[(b - 1) & 1, st + q]
+                    row = rbuf[(b - 1) & 1, st + q]
+                seqrow[b, st + q] = row
+                if ((val >> shift) & 1) == 0:
+                    zeros += 1
+                rank0[b, base + q + 1] = zeros
+            if b < n_levels - 1:
+                nz = rank0[b, base + n]
+                for q in range(n):
+                    if b == 0:
+                        val = vsorted[st + q]
+                    else:
+                        val = vbuf[(b - 1) & 1, st + q]
+                    row = seqrow[b, st + q]
+                    r0 = rank0[b, base + q]
+                    if ((val >> shift) & 1) == 0:
+                        dst = r0
+                    else:
+                        dst = nz + q - r0
+                    vbuf[b & 1, st + dst] = val
+                    rbuf[b & 1, st + dst] = row
+        for p in range(n):
+            v = vsorted[st + p]
+            row = order[st + p]
+            beta_minus[st + row] = _count_less_cpu(rank0, base, n, n_levels, v, lo[st + p], n)
+            beta_plus[st + row] = _count_greater_cpu(rank0, base, n, n_levels, v, 0, hi[st + p])
+
+
+@numba.njit(parallel=True, cache=True)
+def wavelet_sums_cpu(starts, order, vsorted, lo, hi, seqrow, rank0, n_levels, weights, n_plus, W0, W1,
+                     out_minus, out_plus):
+    """CPU twin of ``wavelet_sums``: for each channel c of weights (C, L) (grouped rows),
+    out_minus[c, row] = sum of weights over M_row, and for c < n_plus out_plus[c, row] = sum over
+    P_row. W0, W1 float64 (n_levels, L + Q) scratch."""
+    n_q = starts.shape[0] - 1
+    n_ch = weights.shape[0]
+    for t in prange(n_q):
+        st = starts[t]
+        n = starts[t + 1] - st
+        base = st + t
+        for c in range(n_ch):
+            for b in range(n_levels):
+                acc0 = 0.0
+                acc1 = 0.0
+                W0[b, base] = 0.0
+                W1[b, base] = 0.0
+                for q in range(n):
+                    x = weights[c, st + seqrow[b, st + q]]
+                    if rank0[b, base + q + 1] != rank0[b, base + q]:
+                        acc0 += x
+                    else:
+                        acc1 += x
+                    W0[b, base + q + 1] = acc0
+                    W1[b, base + q + 1] = acc1
+            for p in range(n):
+                v = vsorted[st + p]
+                row = order[st + p]
+                out_minus[c, st + row] = _sum_less_cpu(rank0, W0, base, n, n_levels, v, lo[st + p], n)
+                if c < n_plus:
+                    out_plus[c, st + row] = _sum_greater_cpu(rank0, W1, base, n, n_levels, v, 0, hi[st + p])
+
+
+@numba.njit(parallel=True, cache=True)
+def eval_finish_cpu(sweights, beta_minus, beta_plus, sums_minus, sums_plus, z, loss_partial):
+    """z[i] = (b- + b+) s'_i - (g- + g+) - (b- - b+); loss_partial[k] = sum over the k-th
+    contiguous chunk of rows of b- (1 - s'_i)^2 + 2 (1 - s'_i) g- + d- (the squared margins of
+    the active pairs where i is the more relevant document)."""
+    n = z.shape[0]
+    n_parts = loss_partial.shape[0]
+    chunk = (n + n_parts - 1) // n_parts
+    for k in prange(n_parts):
+        acc = 0.0
+        for i in range(k * chunk, min(n, (k + 1) * chunk)):
+            bm = numba.float64(beta_minus[i])
+            bp = numba.float64(beta_plus[i])
+            sp = sweights[0, i]
+            gm = sums_minus[0, i]
+            z[i] = (bm + bp) * sp - (gm + sums_plus[0, i]) - (bm - bp)
+            c = 1.0 - sp
+            acc += bm * c * c + 2.0 * c * gm + sums_minus[1, i]
+        loss_partial[k] = acc
+
+
+@numba.njit(parallel=True, cache=True)
+def hess_finish_cpu(beta_minus, beta_plus, a, alpha_minus, alpha_plus, u):
+    """u[i] = (b- + b+) a[i] - (alpha- + alpha+)."""
+    for i in prange(u.shape[0]):
+        u[i] = numba.float64(beta_minus[i] + beta_plus[i]) * a[i] - (alpha_minus[i] + alpha_plus[i])
+
+
+# ----------------------------------------------------------------------------- CUDA kernels
+
+
+@cuda.jit
+def dense_rmatvec_partial(Xd, u, rows_per_block, partial):
+    """partial[c, b] = sum_{r in block b's rows} float64(Xd[r, c]) * u[r].
+
+    Block b takes rows [b*rows_per_block, (b+1)*rows_per_block); thread tid takes columns
+    tid, tid + blockDim, ... and sums its rows in order (four loads in flight per step, the sum
+    still in row order). A warp reads 32 consecutive columns of one row: coalesced. No shared
+    memory, no synchronisation. Xd (rows, cols) float32, u (rows,) float64,
+    partial (cols, n_blocks) float64.
+    """
+    b = cuda.blockIdx.x
+    n_rows = Xd.shape[0]
+    n_cols = Xd.shape[1]
+    r0 = numba.int64(b) * rows_per_block
+    r1 = min(n_rows, r0 + rows_per_block)
+    for c in range(cuda.threadIdx.x, n_cols, cuda.blockDim.x):
+        acc = 0.0
+        r = r0
+        while r + 4 <= r1:
+            x0 = numba.float64(Xd[r, c])
+            x1 = numba.float64(Xd[r + 1, c])
+            x2 = numba.float64(Xd[r + 2, c])
+            x3 = numba.float64(Xd[r + 3, c])
+            acc += x0 * u[r]
+            acc += x1 * u[r + 1]
+            acc += x2 * u[r + 2]
+            acc += x3 * u[r + 3]
+            r += 4
+        while r < r1:
+            acc += numba.float64(Xd[r, c]) * u[r]
+            r += 1
+        partial[c, b] = acc
+
+
+@cuda.jit
+def hess_finish(beta_minus, beta_plus, a, alpha_minus, alpha_plus, u):
+    """Grid-stride over rows i: u[i] = (b- + b+) a[i] - (alpha- + alpha+). No shared memory."""
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for i in range(start, u.shape[0], stride):
+        u[i] = numba.float64(beta_minus[i] + beta_plus[i]) * a[i] - (alpha_minus[i] + alpha_plus[i])
+
+
+@kernel_cache
+def _device_functions():
+    """The shared logic as CUDA device functions, plus block-wide scans and the bitonic sort."""
+    first_lower = cuda.jit(device=True, inline=True)(_first_lower_active)
+    first_upper = cuda.jit(device=True, inline=True)(_first_upper_inactive)
+    count_less = cuda.jit(device=True, inline=True)(_count_less)
+    count_greater = cuda.jit(device=True, inline=True)(_count_greater)
+    sum_less = cuda.jit(device=True, inline=True)(_sum_less)
+    sum_greater = cuda.jit(device=True, inline=True)(_sum_greater)
+
+    @cuda.jit(device=True, inline=True)
+    def scan_i32(buf, x, tid, nthreads):
+        """Inclusive block scan of one int32 per thread in shared buf (nthreads entries);
+        returns (inclusive prefix, block total). Hillis-Steele: a syncthreads after every read
+        round and every write round, and one before buf may be reused."""
+        buf[tid] = x
+        cuda.syncthreads()  # all values written
+        off = 1
+        while off < nthreads:
+            add = numba.int32(0)
+            if tid >= off:
+                add = buf[tid - off]
+            cuda.syncthreads()  # all reads of this round done
+            buf[tid] += add
+            cuda.syncthreads()  # all writes of this round done
+            off *= 2
+        mine = buf[tid]
+        total = buf[nthreads - 1]
+        cuda.syncthreads()  # everyone read before buf is reused
+        return mine, total
+
+    @cuda.jit(device=True, inline=True)
+    def scan2_f64(buf0, buf1, x0, x1, tid, nthreads):
+        """Two inclusive float64 block scans at once (same rounds, same syncthreads as scan_i32);
+        returns (prefix0, total0, prefix1, total1). Fixed association order: deterministic."""
+        buf0[tid] = x0
+        buf1[tid] = x1
+        cuda.syncthreads()  # all values written
+        off = 1
+        while off < nthreads:
+            add0 = 0.0
+            add1 = 0.0
+            if tid >= off:
+                add0 = buf0[tid - off]
+                add1 = buf1[tid - off]
+            cuda.syncthreads()  # all reads of this round done
+            buf0[tid] += add0
+            buf1[tid] += add1
+            cuda.syncthreads()  # all writes of this round done
+            off *= 2
+        m0 = buf0[tid]
+        m1 = buf1[tid]
+        t0 = buf0[nthreads - 1]
+        t1 = buf1[nthreads - 1]
+        cuda.syncthreads()  # everyone read before the buffers are reused
+        return m0, t0, m1, t1
+
+    @cuda.jit(device=True, inline=True)
+    def bitonic(keys, idx, base, size, tid, nthreads):
+        """Sort keys[base:base+size] (float64) with idx (int32) ascending by (key, idx); size a
+        power of two; shared or global arrays. Thread tid handles pairs i = tid, tid+nthreads, ...;
+        a syncthreads after every compare-exchange step. idx values are unique, so the order is
+        total and the result deterministic."""
+        k = 2
+        while k <= size:
+            j = k // 2
+            while j > 0:
+                i = tid
+                while i < size:
+                    partner = i ^ j
+                    if partner > i:
+                        ka = keys[base + i]
+                        kb = keys[base + partner]
+                        ia = idx[base + i]
+                        ib = idx[base + partner]
+                        a_after_b = (ka > kb) or (ka == kb and ia > ib)
+                        if (i & k) == 0:
+                            swap = a_after_b
+                        else:
+                            swap = not a_after_b
+                        if swap:
+                            keys[base + i] = kb
+                            keys[base + partner] = ka
+                            idx[base + i] = ib
+                            idx[base + partner] = ia
+                    i += nthreads
+                cuda.syncthreads()  # step complete before the next one reads
+                j //= 2
+            k *= 2
+
+    return (first_lower, first_upper, count_less, count_greater, sum_less, sum_greater,
+            scan_i32, scan2_f64, bitonic)
+
+
+@kernel_cache
+def dense_matvec_kernel(threads: int, tile_cols: int):
+    """out = Xd v for dense Xd (rows, cols) float32, v (cols,) float64, out (rows,) float64.
+
+    Block b (grid-stride) takes rows [b*threads, (b+1)*threads); for each tile of ``tile_cols``
+    columns the block loads the threads x tile_cols tile into shared memory (consecutive threads
+    read consecutive columns of a row: coalesced; the tile row is padded by one to avoid bank
+    conflicts), syncthreads, then thread tid adds its row's tile products in column order,
+    syncthreads before the next tile. Shared: threads * (tile_cols + 1) float32.
+    """
+    width = tile_cols + 1
+
+    @cuda.jit
+    def dense_matvec(Xd, v, out):
+        tile = cuda.shared.array((threads, width), numba.float32)
+        tid = cuda.threadIdx.x
+        n_rows = Xd.shape[0]
+        n_cols = Xd.shape[1]
+        row0 = numba.int64(cuda.blockIdx.x) * threads
+        step = numba.int64(cuda.gridDim.x) * threads
+        while row0 < n_rows:
+            acc = 0.0
+            for c0 in range(0, n_cols, tile_cols):
+                for e in range(tid, threads * tile_cols, threads):
+                    r = e // tile_cols
+                    c = e - r * tile_cols
+                    x = numba.float32(0.0)
+                    if row0 + r < n_rows and c0 + c < n_cols:
+                        x = Xd[row0 + r, c0 + c]
+                    tile[r, c] = x
+                cuda.syncthreads()  # tile loaded
+                width_here = min(tile_cols, n_cols - c0)
+                for c in range(width_here):
+                    acc += numba.float64(tile[tid, c]) * v[c0 + c]
+                cuda.syncthreads()  # tile consumed before it is overwritten
+            if row0 + tid < n_rows:
+                out[row0 + tid] = acc
+            row0 += step
+
+    return dense_matvec
+
+
+@kernel_cache
+def column_reduce_kernel(threads: int):
+    """out[c] = sum_b partial[c, b] (partial (cols, n_blocks) float64): block c (grid-stride over
+    columns); thread tid sums b = tid, tid + threads, ... in order, then a shared-memory tree
+    (threads a power of two) with a syncthreads per round. Fixed order: deterministic."""
+
+    @cuda.jit
+    def column_reduce(partial, out):
+        buf = cuda.shared.array(threads, numba.float64)
+        tid = cuda.threadIdx.x
+        n_cols = partial.shape[0]
+        n_blocks = partial.shape[1]
+        for c in range(cuda.blockIdx.x, n_cols, cuda.gridDim.x):
+            acc = 0.0
+            for b in range(tid, n_blocks, threads):
+                acc += partial[c, b]
+            buf[tid] = acc
+            cuda.syncthreads()  # partial sums written
+            half = threads // 2
+            while half > 0:
+                if tid < half:
+                    buf[tid] += buf[tid + half]
+                cuda.syncthreads()  # round complete
+                half //= 2
+            if tid == 0:
+                out[c] = buf[0]
+            cuda.syncthreads()  # buf read before the next column reuses it
+
+    return column_reduce
+
+
+@kernel_cache
+def csr_matvec_kernel(threads: int, group: int):
+    """out = X v for CSR X (indptr int64, indices int32, data float32), v, out float64.
+
+    A group of ``group`` threads (a power of two dividing ``threads``) per row; block b takes rows
+    [b*rows_per_block, ...) grid-stride with rows_per_block = threads // group. Lane l sums the
+    row's entries l, l+group, ...; then a shared-memory tree within the group (a syncthreads per
+    round, taken by all threads of the block). Fixed order: deterministic.
+    """
+    rows_per_block = threads // group
+
+    @cuda.jit
+    def csr_matvec(indptr, indices, data, v, out):
+        buf = cuda.shared.array(threads, numba.float64)
+        tid = cuda.threadIdx.x
+        lane = tid % group
+        local = tid // group
+        n_rows = indptr.shape[0] - 1
+        row0 = numba.int64(cuda.blockIdx.x) * rows_per_block
+        step = numba.int64(cuda.gridDim.x) * rows_per_block
+        while row0 < n_rows:
+            row = row0 + local
+            acc = 0.0
+            if row < n_rows:
+                for k in range(indptr[row] + lane, indptr[row + 1], group):
+                    acc += numba.float64(data[k]) * v[indices[k]]
+            buf[tid] = acc
+            cuda.syncthreads()  # lane sums written
+            half = group // 2
+            while half > 0:
+                if lane < half:
+                    buf[tid] += buf[tid + half]
+                cuda.syncthreads()  # round complete
+                half //= 2
+            if lane == 0 and row < n_rows:
+                out[row] = buf[tid]
+            cuda.syncthreads()  # buf read before reuse
+            row0 += step
+
+    return csr_matvec
+
+
+@kernel_cache
+def csc_rmatvec_kernel(threads: int):
+    """out[c] = sum over column c of data * u[rows] (CSC colptr int64, rows int32, data float32):
+    block per column (grid-stride), thread tid takes entries tid, tid+threads, ..., then a
+    shared-memory tree (threads a power of two), a syncthreads per round. Deterministic."""
+
+    @cuda.jit
+    def csc_rmatvec(colptr, rows, data, u, out):
+        buf = cuda.shared.array(threads, numba.float64)
+        tid = cuda.threadIdx.x
+        n_cols = colptr.shape[0] - 1
+        for c in range(cuda.blockIdx.x, n_cols, cuda.gridDim.x):
+            acc = 0.0
+            for k in range(colptr[c] + tid, colptr[c + 1], threads):
+                acc += numba.float64(data[k]) * u[rows[k]]
+            buf[tid] = acc
+            cuda.syncthreads()  # partial sums written
+            half = threads // 2
+            while half > 0:
+                if tid < half:
+                    buf[tid] += buf[tid + half]
+                cuda.syncthreads()  # round complete
+                half //= 2
+            if tid == 0:
+                out[c] = buf[0]
+            cuda.syncthreads()  # buf read before reuse
+
+    return csc_rmatvec
+
+
+@kernel_cache
+def rank_structure_kernel(threads: int, sort_capacity: int):
+    """One block per query t (block t; ``threads`` threads, a power of two): the pair structure.
+
+    1. Sort the query's (score, local row) ascending: a bitonic sort in shared memory when
+       n <= sort_capacity (padded to a power of two with +inf keys), else the same bitonic sort in
+       global scratch gkeys/gidx at offset goff[t] (the host reserves next_pow2(n) slots for each
+       long query). Writes order, ssorted.
+    2. Thread tid takes sorted positions p = tid, tid+threads, ...: vsorted, the shifted score and
+       its square (sweights, per row), and lo/hi by binary search (the float64 predicates of the
+       brute-force definition).
+    3. Wavelet levels b = 0..n_levels-1 over vsorted: chunks of ``threads`` positions, one int32
+       block scan per chunk for the zero-bit prefix counts (rank0), then a stable scatter into the
+       next level's buffers (vbuf/rbuf, double-buffered by level parity). seqrow[b] keeps the local
+       row at every position of level b.
+    4. beta-/+ per row by O(n_levels) walks.
+    Shared: sort_capacity float64 + sort_capacity int32 + threads int32. syncthreads between the
+    steps and inside the scans and the sort; every thread runs the same loop trip counts.
+    Arrays as in ``rank_structure_cpu``, plus goff int64 (Q,), gkeys float64, gidx int32.
+    """
+    (first_lower, first_upper, count_less, count_greater, _sl, _sg, scan_i32, _s2, bitonic) = _device_functions()
+    inf = math.inf
+
+    @cuda.jit
+    def rank_structure(starts, scores, lrank, n_levels, goff, gkeys, gidx, order, ssorted, sweights,
+                       vsorted, lo, hi, seqrow, rank0, vbuf, rbuf, beta_minus, beta_plus):
+        skeys = cuda.shared.array(sort_capacity, numba.float64)
+        sidx = cuda.shared.array(sort_capacity, numba.int32)
+        sbuf = cuda.shared.array(threads, numba.int32)
+        t = cuda.blockIdx.x
+        tid = cuda.threadIdx.x
+        if t >= starts.shape[0] - 1:
+            return  # whole block leaves together
+        st = starts[t]
+        n = numba.int32(starts[t + 1] - st)
+        base = st + t
+        size = 1
+        while size < n:
+            size *= 2
+        # 1. sort
+        if n <= sort_capacity:
+            for i in range(tid, size, threads):
+                if i < n:
+                    skeys[i] = scores[st + i]
+                else:
+                    skeys[i] = inf
+                sidx[i] = i
+            cuda.syncthreads()  # keys loaded
+            bitonic(skeys, sidx, 0, size, tid, threads)
+            for p in range(tid, n, threads):
+                order[st + p] = sidx[p]
+                ssorted[st + p] = skeys[p]
+        else:
+            g = goff[t]
+            for i in range(tid, size, threads):
+                if i < n:
+                    gkeys[g + i] = scores[st + i]
+                else:
+                    gkeys[g + i] = inf
+                gidx[g + i] = i
+            cuda.syncthreads()  # keys loaded
+            bitonic(gkeys, gidx, g, size, tid, threads)
+            for p in range(tid, n, threads):
+                order[st + p] = gidx[g + p]
+                ssorted[st + p] = gkeys[g + p]
+        cuda.syncthreads()  # order and ssorted complete
+        # 2. per position: label rank, shifted score, binary searches
+        ref = ssorted[st + n // 2]
+        for p in range(tid, n, threads):
+            row = order[st + p]
+            vsorted[st + p] = lrank[st + row]
+            x = scores[st + row] - ref
+            sweights[0, st + row] = x
+            sweights[1, st + row] = x * x
+            sp = ssorted[st + p]
+            lo[st + p] = first_lower(ssorted, st, p, sp)
+            hi[st + p] = first_upper(ssorted, st, p, n, sp)
+        cuda.syncthreads()  # vsorted complete
+        # 3. wavelet levels
+        for b in range(n_levels):
+            shift = n_levels - 1 - b
+            if tid == 0:
+                rank0[b, base] = 0
+            carry = numba.int32(0)
+            for c0 in range(0, n, threads):
+                q = c0 + tid
+                zero = numba.int32(0)
+                if q < n:
+                    if b == 0:
+                        val = vsorted[st + q]
+                        row = order[st + q]
+                    else:
+                        val = vbuf[(b - 1) & 1, st + q]
+                        row = rbuf[(b - 1) & 1, st + q]
+                    seqrow[b, st + q] = row
+                    if ((val >> shift) & 1) == 0:
+                        zero = 1
+                mine, total = scan_i32(sbuf, zero, tid, threads)
+                if q < n:
+                    rank0[b, base + q + 1] = carry + mine
+                carry += total
+            cuda.syncthreads()  # rank0[b] complete
+            if b < n_levels - 1:
+                nz = rank0[b, base + n]
+                for q in range(tid, n, threads):
+                    if b == 0:
+                        val = vsorted[st + q]
+                    else:
+                        val = vbuf[(b - 1) & 1, st + q]
+                    row = seqrow[b, st + q]
+                    r0 = rank0[b, base + q]
+                    if ((val >> shift) & 1) == 0:
+                        dst = r0
+                    else:
+                        dst = nz + q - r0
+                    vbuf[b & 1, st + dst] = val
+                    rbuf[b & 1, st + dst] = row
+                cuda.syncthreads()  # next level's buffers complete
+        # 4. counts
+        for p in range(tid, n, threads):
+            v = vsorted[st + p]
+            row = order[st + p]
+            beta_minus[st + row] = count_less(rank0, base, n, n_levels, v, lo[st + p], n)
+            beta_plus[st + row] = count_greater(rank0, base, n, n_levels, v, 0, hi[st + p])
+
+    return rank_structure
+
+
+@kernel_cache
+def wavelet_sums_kernel(threads: int):
+    """One block per query t (``threads`` threads, a power of two): weighted pair statistics.
+
+    For each weight channel c (weights (C, L) float64, grouped rows) and level b: chunks of
+    ``threads`` level positions, thread tid gathers the weight of the row at position q
+    (seqrow), splits it by the level bit (rank0 steps), and two float64 block scans give the
+    prefix sums W0[b], W1[b] of the zero-bit and one-bit weights (carried across chunks).
+    syncthreads; then thread tid takes sorted positions p = tid, tid+threads, ... and writes
+    out_minus[c, row] = sum over M_row (labels below, positions [lo, n)) and, for c < n_plus,
+    out_plus[c, row] = sum over P_row (labels above, positions [0, hi)). A syncthreads before the
+    next channel reuses W0/W1. Shared: 2 * threads float64.
+    """
+    (_fl, _fu, _cl, _cg, sum_less, sum_greater, _si, scan2_f64, _b) = _device_functions()
+
+    @cuda.jit
+    def wavelet_sums(starts, order, vsorted, lo, hi, seqrow, rank0, n_levels, weights, n_plus, W0, W1,
+                     out_minus, out_plus):
+        buf0 = cuda.shared.array(threads, numba.float64)
+        buf1 = cuda.shared.array(threads, numba.float64)
+        t = cuda.blockIdx.x
+        tid = cuda.threadIdx.x
+        if t >= starts.shape[0] - 1:
+            return  # whole block leaves together
+        st = starts[t]
+        n = numba.int32(starts[t + 1] - st)
+        base = st + t
+        for c in range(weights.shape[0]):
+            for b in range(n_levels):
+                if tid == 0:
+                    W0[b, base] = 0.0
+                    W1[b, base] = 0.0
+                carry0 = 0.0
+                carry1 = 0.0
+                for c0 in range(0, n, threads):
+                    q = c0 + tid
+                    x0 = 0.0
+                    x1 = 0.0
+                    if q < n:
+                        x = weights[c, st + seqrow[b, st + q]]
+                        if rank0[b, base + q + 1] != rank0[b, base + q]:
+                            x0 = x
+                        else:
+                            x1 = x
+                    m0, t0, m1, t1 = scan2_f64(buf0, buf1, x0, x1, tid, threads)
+                    if q < n:
+                        W0[b, base + q + 1] = carry0 + m0
+                        W1[b, base + q + 1] = carry1 + m1
+                    carry0 += t0
+                    carry1 += t1
+            cuda.syncthreads()  # W0, W1 complete for every level
+            for p in range(tid, n, threads):
+                v = vsorted[st + p]
+                row = order[st + p]
+                out_minus[c, st + row] = sum_less(rank0, W0, base, n, n_levels, v, lo[st + p], n)
+                if c < n_plus:
+                    out_plus[c, st + row] = sum_greater(rank0, W1, base, n, n_levels, v, 0, hi[st + p])
+            cuda.syncthreads()  # all walks done before the next channel overwrites W0, W1
+
+    return wavelet_sums
+
+
+@kernel_cache
+def eval_finish_kernel(threads: int):
+    """Grid-stride over rows i (thread gid takes i = gid, gid + gridsize, ...): z[i] and the
+    thread's sum of loss terms (as ``eval_finish_cpu``), then a shared-memory tree (threads a
+    power of two, a syncthreads per round) into loss_partial[block]. Fixed order for a fixed
+    grid: deterministic."""
+
+    @cuda.jit
+    def eval_finish(sweights, beta_minus, beta_plus, sums_minus, sums_plus, z, loss_partial):
+        buf = cuda.shared.array(threads, numba.float64)
+        tid = cuda.threadIdx.x
+        acc = 0.0
+        for i in range(cuda.grid(1), z.shape[0], cuda.gridsize(1)):
+            bm = numba.float64(beta_minus[i])
+            bp = numba.float64(beta_plus[i])
+            sp = sweights[0, i]
+            gm = sums_minus[0, i]
+            z[i] = (bm + bp) * sp - (gm + sums_plus[0, i]) - (bm - bp)
+            c = 1.0 - sp
+            acc += bm * c * c + 2.0 * c * gm + sums_minus[1, i]
+        buf[tid] = acc
+        cuda.syncthreads()  # thread sums written
+        half = threads // 2
+        while half > 0:
+            if tid < half:
+                buf[tid] += buf[tid + half]
+            cuda.syncthreads()  # round complete
+            half //= 2
+        if tid == 0:
+            loss_partial[cuda.blockIdx.x] = buf[0]
+
+    return eval_finish
+
+
+def ptx_kernels():
+    """Every CUDA kernel of this module with a representative geometry (tests/test_ptx.py)."""
+    f64 = "float64[::1]"
+    i32 = "int32[::1]"
+    i64 = "int64[::1]"
+    return [
+        ("dense_rmatvec_partial", dense_rmatvec_partial,
+         "void(float32[:, ::1], float64[::1], int64, float64[:, ::1])"),
+        ("hess_finish", hess_finish, f"void({i32}, {i32}, {f64}, {f64}, {f64}, {f64})"),
+        ("dense_matvec", dense_matvec_kernel(128, 32), "void(float32[:, ::1], float64[::1], float64[::1])"),
+        ("column_reduce", column_reduce_kernel(256), "void(float64[:, ::1], float64[::1])"),
+        ("csr_matvec", csr_matvec_kernel(128, 8), f"void({i64}, {i32}, float32[::1], {f64}, {f64})"),
+        ("csc_rmatvec", csc_rmatvec_kernel(256), f"void({i64}, {i32}, float32[::1], {f64}, {f64})"),
+        ("rank_structure", rank_structure_kernel(128, 2048),
+         f"void({i64}, {f64}, {i32}, int64, {i64}, {f64}, {i32}, {i32}, {f64}, float64[:, ::1], {i32}, "
+         f"{i32}, {i32}, int32[:, ::1], int32[:, ::1], int32[:, ::1], int32[:, ::1], {i32}, {i32})"),
+        ("wavelet_sums", wavelet_sums_kernel(128),
+         f"void({i64}, {i32}, {i32}, {i32}, {i32}, int32[:, ::1], int32[:, ::1], int64, float64[:, ::1], "
+         "int64, float64[:, ::1], float64[:, ::1], float64[:, ::1], float64[:, ::1])"),
+        ("eval_finish", eval_finish_kernel(256),
+         f"void(float64[:, ::1], {i32}, {i32}, float64[:, ::1], float64[:, ::1], {f64}, {f64})"),
+    ]
