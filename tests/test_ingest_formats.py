@@ -182,3 +182,22 @@ def test_format_detection_by_name_and_content(tmp_path):
     assert detect_format(str(gz)) == "tsv"
     with pytest.raises(InputError, match="cannot tell its format"):
         detect_format(write(tmp_path / "plain", "just some words\n"))
+
+
+@pytest.mark.parametrize("with_qid", [False, True])
+def test_vectorised_and_line_by_line_svmlight_parsers_agree(with_qid):
+    from gputext.io.readers import _svmlight_fast, _svmlight_slow
+    rng = np.random.default_rng(7)
+    lines = ["# a comment line", ""]
+    for i in range(300):
+        cols = rng.choice(np.arange(1, 60), size=int(rng.integers(0, 12)), replace=False)
+        feats = " ".join(f"{c}:{v}" for c, v in zip(cols, rng.choice(["0.5", "-1.25e-3", "3", "1e2", ".75", "0"], len(cols))))
+        qid = f" qid:{i // 7}" if with_qid else ""
+        comment = "  # doc" if i % 5 == 0 else ""
+        lines.append(f"{int(rng.integers(0, 5))}{qid} {feats}{comment}".rstrip())
+    text = "\n".join(lines)
+    fast, slow = _svmlight_fast(text, "x"), _svmlight_slow(text, "x", "x")
+    assert fast[0] == slow[0] and fast[3] == slow[3] and fast[4] == slow[4]
+    assert fast[2].shape == slow[2].shape and (fast[2] != slow[2]).nnz == 0
+    if with_qid:
+        np.testing.assert_array_equal(fast[1], slow[1])

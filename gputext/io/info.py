@@ -68,7 +68,7 @@ def _read_info(f: h5py.File, path: str) -> dict:
     _need(f, "var", h5py.Group)
     lengths = np.diff(indptr)
     out: dict = {
-        "file": path,
+        "file": "<stdin>" if path == "-" else path,
         "file_bytes": os.path.getsize(path) if path != "-" else None,
         "n_docs": n_docs,
         "n_terms": n_terms,

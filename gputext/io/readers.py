@@ -384,9 +384,84 @@ def read_query_groups(path: str) -> np.ndarray:
     return np.asarray(sizes, dtype=np.int64)
 
 
-def read_svmlight(path: str, query_groups: str | None = None) -> MatrixInput:
-    """svmlight/libsvm rows; qid from ``qid:`` or from a group-size file."""
-    name, base = display_name(path), _base(path)
+class _Slow(Exception):
+    """The vectorised svmlight parser met something it does not check itself: re-parse line by line."""
+
+
+def _svmlight_fast(text: str, base: str):
+    """Split lines in Python, parse every index:value token in bulk with numpy; any doubt -> _Slow."""
+    targets: list[str] = []
+    qids: list[str] = []
+    lengths: list[int] = []
+    feats: list[str] = []
+    ids: list[str] = []
+    has_qid = None
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        if "#" in line:
+            line = line.split("#", 1)[0]
+        tokens = line.split()
+        if not tokens:
+            continue
+        if ":" in tokens[0]:
+            target, rest = "", tokens
+        else:
+            target, rest = tokens[0], tokens[1:]
+        line_qid = bool(rest) and rest[0].startswith("qid:")
+        if has_qid is None:
+            has_qid = line_qid
+        elif has_qid != line_qid:
+            raise _Slow
+        if line_qid:
+            qids.append(rest[0][4:])
+            rest = rest[1:]
+        targets.append(target)
+        lengths.append(len(rest))
+        feats.extend(rest)
+        ids.append(f"{base}:{lineno}")
+    if any(not _SVM_TARGET.match(t) for t in set(targets)):
+        raise _Slow
+    # every feature token must be INDEX:VALUE with exactly one colon and both sides non-empty
+    joined = " ".join(feats)
+    if joined.count(":") != len(feats):
+        raise _Slow
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy warns (here: raises) when a token is not a number
+        try:
+            flat = np.fromstring(joined.replace(":", " "), dtype=np.float64, sep=" ") if feats else np.zeros(0)
+            qid = np.array(qids, dtype=np.str_).astype(np.int64) if has_qid else None
+        except (ValueError, OverflowError, DeprecationWarning):
+            raise _Slow from None
+    if len(flat) != 2 * len(feats):
+        raise _Slow
+    index = flat[0::2]
+    if not np.all(index == np.floor(index)):  # indices are integers ("1.0" is read as 1)
+        raise _Slow
+    cols = index.astype(np.int64) - 1
+    vals = np.ascontiguousarray(flat[1::2])
+    if len(cols) and (cols.min() < 0 or cols.max() >= 2**31 - 1):
+        raise _Slow
+    if not np.all(np.isfinite(vals)):
+        raise _Slow
+    if qid is not None and len(qid) and (qid.min() < -2**31 or qid.max() >= 2**31):
+        raise _Slow
+    n_docs = len(targets)
+    indptr = np.zeros(n_docs + 1, dtype=np.int64)
+    np.cumsum(np.asarray(lengths, dtype=np.int64), out=indptr[1:])
+    n_features = int(cols.max()) + 1 if len(cols) else 0
+    values = sp.csr_matrix((vals, cols.astype(np.int32), indptr), shape=(n_docs, n_features))
+    values.sort_indices()
+    if values.nnz > 1:
+        same = np.diff(values.indices) == 0
+        row_start = np.zeros(values.nnz, dtype=bool)
+        row_start[indptr[:-1][np.diff(indptr) > 0]] = True
+        if np.any(same & ~row_start[1:]):
+            raise _Slow
+    return targets, qid, values, ids, bool(has_qid)
+
+
+def _svmlight_slow(text: str, name: str, base: str):
+    """Line by line, with an error naming the line for anything malformed."""
     targets: list[str] = []
     qids: list[int] = []
     lengths: list[int] = []
@@ -394,7 +469,7 @@ def read_svmlight(path: str, query_groups: str | None = None) -> MatrixInput:
     vals: list[float] = []
     ids: list[str] = []
     has_qid = None
-    for lineno, line in _lines(read_text(path)):
+    for lineno, line in _lines(text):
         body = line.split("#", 1)[0]
         tokens = body.split()
         if not tokens:
@@ -433,6 +508,8 @@ def read_svmlight(path: str, query_groups: str | None = None) -> MatrixInput:
                 raise InputError(f"{where}: malformed svmlight line: feature {tok[:30]!r} is not INDEX:VALUE") from None
             if not colon or j < 1:
                 raise InputError(f"{where}: malformed svmlight line: feature {tok[:30]!r}: indices start at 1")
+            if j >= 2**31 - 1:
+                raise InputError(f"{where}: malformed svmlight line: feature index {j} does not fit in int32")
             if j in seen:
                 raise InputError(f"{where}: malformed svmlight line: feature index {j} appears twice")
             if not np.isfinite(v):
@@ -444,16 +521,33 @@ def read_svmlight(path: str, query_groups: str | None = None) -> MatrixInput:
         targets.append(target)
         ids.append(f"{base}:{lineno}")
     n_docs = len(targets)
-    if n_docs == 0:
-        raise InputError(f"{name}: no svmlight lines (only blank lines and comments)")
     n_features = max(cols) + 1 if cols else 0
     indptr = np.zeros(n_docs + 1, dtype=np.int64)
     np.cumsum(np.asarray(lengths, dtype=np.int64), out=indptr[1:])
     values = sp.csr_matrix((np.asarray(vals, dtype=np.float64), np.asarray(cols, dtype=np.int32), indptr),
                            shape=(n_docs, n_features))
     values.sort_indices()
+    return targets, (np.asarray(qids, dtype=np.int64) if has_qid else None), values, ids, bool(has_qid)
+
+
+def read_svmlight(path: str, query_groups: str | None = None) -> MatrixInput:
+    """svmlight/libsvm rows; qid from ``qid:`` or from a group-size file.
+
+    A vectorised parser reads well-formed files; anything it doubts is re-read line by line by
+    the checking parser, whose errors name the line.
+    """
+    name, base = display_name(path), _base(path)
+    text = read_text(path)
+    try:
+        targets, qids, values, ids, has_qid = _svmlight_fast(text, base)
+    except _Slow:
+        targets, qids, values, ids, has_qid = _svmlight_slow(text, name, base)
+    n_docs = len(targets)
+    if n_docs == 0:
+        raise InputError(f"{name}: no svmlight lines (only blank lines and comments)")
+    n_features = values.shape[1]
     terms = np.array([f"f{j + 1}" for j in range(n_features)], dtype=object)
-    qid = np.asarray(qids, dtype=np.int32) if has_qid else None
+    qid = qids.astype(np.int32) if has_qid else None
     if query_groups is not None:
         if has_qid:
             raise InputError(f"{name} has qid: on its lines and --query-groups {query_groups} was given; use one")
