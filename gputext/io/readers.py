@@ -125,12 +125,40 @@ def read_bytes(path: str) -> bytes:
             raise InputError(f"{name}: gzip data is corrupt or truncated ({exc})") from None
         if not data:
             raise InputError(f"{name}: file is empty after gunzip, expected documents")
+    _check_head(data, name)
+    return data
+
+
+def _check_head(data: bytes, name: str) -> None:
     if data.startswith(HDF5_MAGIC):
         raise InputError(f"{name}: is an HDF5 file, expected text input (to reuse a corpus's vocabulary "
                          "pass it as --vocab-from)")
     if b"\x00" in data:
         raise InputError(f"{name}: contains NUL bytes: binary data (or UTF-16 text), expected UTF-8 text")
-    return data
+
+
+def read_head(path: str, n_bytes: int = 1 << 16) -> str:
+    """The first ``n_bytes`` of the (gunzipped) file as text, for format detection only."""
+    name = display_name(path)
+    if path == "-":
+        return read_text(path)[:n_bytes]
+    check_exists(path)
+    with open(path, "rb") as fh:
+        data = fh.read(n_bytes)
+    if not data:
+        raise InputError(f"{name}: file is empty, expected documents")
+    if data[:2] == b"\x1f\x8b":
+        try:
+            with gzip.open(path, "rb") as fh:
+                data = fh.read(n_bytes)
+        except (OSError, EOFError) as exc:
+            raise InputError(f"{name}: gzip data is corrupt or truncated ({exc})") from None
+        if not data:
+            raise InputError(f"{name}: file is empty after gunzip, expected documents")
+    _check_head(data, name)
+    text = data.decode("utf-8", "replace")
+    text = text[1:] if text.startswith("\ufeff") else text
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def read_text(path: str) -> str:
@@ -207,7 +235,7 @@ def detect_format(path: str) -> str:
         return "svmlight"
     if ext == ".csv":
         return "counts-csv"
-    text = read_text(path)
+    text = read_head(path)
     head = _first_lines(text, 3)
     if not head:
         raise InputError(f"{display_name(path)}: no documents (only blank lines)")
