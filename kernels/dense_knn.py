@@ -1,0 +1,896 @@
+"""Dense kNN kernels (the CNAE paper's matrix-vector product, a batched register-tiled form,
+candidate selection, exact rescoring and a per-query sort), each with an ``@numba.njit`` CPU twin.
+
+The documents are a dense row-major matrix ``X`` (n_docs, n_terms) float32; the queries a dense
+row-major batch ``Q`` (n_rows, n_terms) float32. A search runs in two stages:
+
+1. **Approximate keys** (float32, fast): ``make_matvec_kernel`` (the paper's block-strided
+   matrix-vector product with a shared-memory tree reduction, for a few queries at a time) or
+   ``make_gemm_kernel`` (register-tiled, for many queries) write one float32 *key* per
+   (query, document); a larger key is a better document for every metric:
+
+       cosine  key = (q.d) * (1/|q|) * (1/|d|)      (0 when either norm is 0)
+       dot     key = q.d
+       l2      key = q.d - |d|^2 / 2                 (monotone in -|q - d| for a fixed q)
+       l1      key = -sum_j |q_j - d_j|
+
+2. **Exact answer** (float64, deterministic): ``make_select_kernel`` keeps, per query and per
+   slice of the documents, the k' documents of largest key (ties: lower index) and the k'-th key;
+   ``make_rescore_kernel`` recomputes those candidates' scores in float64 in the *canonical
+   order* below; ``make_sort_kernel`` sorts them (best first, ties -> lower index) and writes the
+   top k. The host (gputext.knn.dense) proves from the float32 error bound that no document
+   outside the candidates can enter the top k, and repeats with a larger k' (or scores every
+   document exactly) for the few queries where it cannot.
+
+Canonical float64 order (``EXACT_LANES`` = 32, part of the numeric definition, not a tuning knob):
+a cross term sum_j f(q_j, d_j) is accumulated in 32 partial sums, lane l taking
+j = l, l+32, l+64, ... in increasing order, then combined by the fixed tree
+p[l] += p[l+16] (l < 16), p[l] += p[l+8] (l < 8), ..., p[0] += p[1]. Products of two float32 values
+are exact in float64, so a fused multiply-add gives the same result as multiply-then-add and the
+CUDA kernels and the CPU twins produce bit-identical float64 values. Final scores:
+
+       cosine  dot / (sqrt(qq) * sqrt(dd))   (0.0 when qq or dd is 0)
+       dot     dot
+       l2      sqrt(max(qq + dd - 2 dot, 0))  (qq, dd: canonical sums of squares)
+       l1      sum_j |q_j - d_j|
+and the reported score is float32(final).
+
+Launch geometry (threads per block, rows per block, tile sizes, copies of the histogram, ...) is a
+factory parameter everywhere; tests shrink it for the CUDA simulator. No warp intrinsics.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numba
+import numpy as np
+from numba import cuda, float32, float64, int32, int64
+
+EXACT_LANES = 32
+METRICS = ("cosine", "dot", "l2", "l1")
+METRIC_CODE = {"cosine": 0, "dot": 1, "l2": 2, "l1": 3}
+LARGER_IS_BETTER = {"cosine": True, "dot": True, "l2": False, "l1": False}
+
+_SIGN = 2147483648  # 2**31
+_ALL32 = 4294967295  # 2**32 - 1
+
+
+# ----------------------------------------------------------------------------- shared scalar code
+# Plain Python functions compiled twice: for the CPU twins (njit) and as CUDA device functions.
+
+
+def _ordered_py(bits):
+    """float32 bit pattern (as an integer 0..2**32-1) -> integer with the same order as the float."""
+    u = int64(bits)
+    if u >= _SIGN:
+        return int64(_ALL32) - u
+    return u + int64(_SIGN)
+
+
+def _final_score_py(metric, cross, qq, dd):
+    """float64 final score from the canonical cross term and sums of squares (see module doc)."""
+    if metric == 0:
+        if qq == 0.0 or dd == 0.0:
+            return 0.0
+        return cross / (math.sqrt(qq) * math.sqrt(dd))
+    if metric == 2:
+        v = qq + dd - 2.0 * cross
+        if v < 0.0:
+            v = 0.0
+        return math.sqrt(v)
+    return cross
+
+
+def _before_py(sa, ia, sb, ib, larger):
+    """True when (score sa, index ia) ranks before (sb, ib): better score, then lower index."""
+    if larger:
+        if sa > sb:
+            return True
+    elif sa < sb:
+        return True
+    return sa == sb and ia < ib
+
+
+_ordered_cpu = numba.njit(inline="always", cache=True)(_ordered_py)
+_final_cpu = numba.njit(inline="always", cache=True)(_final_score_py)
+_before_cpu = numba.njit(inline="always", cache=True)(_before_py)
+_ordered_dev = cuda.jit(device=True, inline=True)(_ordered_py)
+_final_dev = cuda.jit(device=True, inline=True)(_final_score_py)
+_before_dev = cuda.jit(device=True, inline=True)(_before_py)
+
+
+def ordered_to_float32(ordered: np.ndarray) -> np.ndarray:
+    """Host helper: invert ``_ordered_py`` (int64 array) back to float32 values."""
+    o = np.asarray(ordered, dtype=np.int64)
+    bits = np.where(o >= _SIGN, o - _SIGN, _ALL32 - o).astype(np.uint32)
+    return bits.view(np.float32)
+
+
+# ----------------------------------------------------------------------------- canonical sums (CPU)
+
+
+@numba.njit(cache=True, inline="always")
+def _canonical_cross(x, q, is_l1):
+    """Canonical float64 cross term of two float32 rows: dot (is_l1 False) or sum |q - x|."""
+    p = np.zeros(EXACT_LANES, dtype=np.float64)
+    n = x.shape[0]
+    full = n - n % EXACT_LANES
+    if is_l1:
+        for base in range(0, full, EXACT_LANES):
+            for lane in range(EXACT_LANES):
+                p[lane] += abs(np.float64(q[base + lane]) - np.float64(x[base + lane]))
+        for j in range(full, n):
+            p[j - full] += abs(np.float64(q[j]) - np.float64(x[j]))
+    else:
+        for base in range(0, full, EXACT_LANES):
+            for lane in range(EXACT_LANES):
+                p[lane] += np.float64(x[base + lane]) * np.float64(q[base + lane])
+        for j in range(full, n):
+            p[j - full] += np.float64(x[j]) * np.float64(q[j])
+    s = EXACT_LANES // 2
+    while s > 0:
+        for lane in range(s):
+            p[lane] += p[lane + s]
+        s //= 2
+    return p[0]
+
+
+@numba.njit(parallel=True, cache=True)
+def canonical_sumsq_cpu(X, out):
+    """out[i] = canonical float64 sum of X[i, j]**2. X (n, n_terms) float32 C; out (n,) float64."""
+    for i in numba.prange(X.shape[0]):
+        out[i] = _canonical_cross(X[i], X[i], False)
+
+
+@numba.njit(parallel=True, cache=True)
+def row_abs_sums_cpu(X, out):
+    """out[i] = float64 sum_j |X[i, j]| (used only for error bounds). X float32 C; out float64."""
+    for i in numba.prange(X.shape[0]):
+        s = 0.0
+        for j in range(X.shape[1]):
+            s += abs(np.float64(X[i, j]))
+        out[i] = s
+
+
+# ----------------------------------------------------------------------------- stage 1: approximate keys
+
+
+@numba.njit(inline="always", cache=True)
+def _finish_key_cpu(acc, metric, rq, rd, half_sqd):
+    if metric == 0:
+        key = acc * rq * rd
+    elif metric == 2:
+        key = acc - half_sqd
+    elif metric == 3:
+        key = -acc
+    else:
+        key = acc
+    return key + np.float32(0.0)  # -0.0 -> +0.0
+
+
+@numba.njit(parallel=True, cache=True)
+def approx_keys_cpu(X, Q, n_queries, rq, rd, half_sqd, metric, keys):
+    """CPU twin of the matvec and GEMM kernels: float32 keys (module doc), any summation order.
+
+    X (n_docs, n_terms) f32 C; Q (>= n_queries, n_terms) f32 C; rq (>= n_queries,) f32 = 1/|q|
+    (0 for a zero query); rd (n_docs,) f32 = 1/|d|; half_sqd (n_docs,) f32 = |d|^2/2;
+    metric 0 cosine, 1 dot, 2 l2, 3 l1; keys (>= n_queries, n_docs) f32, rows < n_queries written.
+    """
+    n_docs, n_terms = X.shape
+    for q in numba.prange(n_queries):
+        for r in range(n_docs):
+            acc = np.float32(0.0)
+            if metric == 3:
+                for j in range(n_terms):
+                    acc += abs(Q[q, j] - X[r, j])
+            else:
+                for j in range(n_terms):
+                    acc += X[r, j] * Q[q, j]
+            keys[q, r] = _finish_key_cpu(acc, metric, rq[q], rd[r], half_sqd[r])
+
+
+matvec_keys_cpu = approx_keys_cpu  # twin of make_matvec_kernel(...)
+gemm_keys_cpu = approx_keys_cpu  # twin of make_gemm_kernel(...)
+
+
+def _finish_key_py(acc, metric, rq, rd, half_sqd):
+    if metric == 0:
+        key = acc * rq * rd
+    elif metric == 2:
+        key = acc - half_sqd
+    elif metric == 3:
+        key = -acc
+    else:
+        key = acc
+    return key + float32(0.0)
+
+
+_finish_key_dev = cuda.jit(device=True, inline=True)(_finish_key_py)
+
+
+@lru_cache(maxsize=None)
+def make_matvec_kernel(threads_per_block: int, threads_per_row: int, queries_per_pass: int,
+                       unroll: int, is_l1: bool):
+    """The paper's kernel: block-strided matrix-vector product + shared-memory tree reduction.
+
+    Launch: 1-d grid (any number of blocks), ``threads_per_block`` threads.
+    Work: a block owns rows_per_block = threads_per_block // threads_per_row documents at a time
+    (rows blockIdx.x*rows_per_block + slot, then strided by gridDim.x*rows_per_block); the
+    ``threads_per_row`` lanes of a row walk its terms j = lane, lane + threads_per_row, ...
+    (``unroll`` loads issued before use), each multiplying by ``queries_per_pass`` queries at once
+    (X is read once per pass). Lanes then sum their partials by a tree reduction in shared memory
+    (float32 (queries_per_pass, threads_per_block)), and lane 0 applies the metric's finish
+    (divides by the norms for cosine) and writes keys[q, row].
+    Synchronisation: syncthreads after the partials are stored, after each tree level, and before
+    the shared array is reused for the next rows.
+    Arguments: X (n_docs, n_terms) f32 C; Q (n_alloc, n_terms) f32 C with n_alloc a multiple of
+    queries_per_pass (rows >= n_queries are zero padding); n_queries int64; rq (n_alloc,) f32;
+    rd, half_sqd (n_docs,) f32; metric int64; keys (n_alloc, n_docs) f32 (rows < n_queries written).
+    ``is_l1`` (compile time) swaps the product for |q - x|.
+    Float32 error: each key sums ceil(n_terms / threads_per_row) terms per lane sequentially, then
+    log2(threads_per_row) tree levels (``chain_length`` gives the bound the host uses).
+    """
+    TPB, TPR, QPP, UNROLL, L1 = int(threads_per_block), int(threads_per_row), int(queries_per_pass), int(unroll), bool(is_l1)
+    assert TPB % TPR == 0 and TPR & (TPR - 1) == 0 and QPP >= 1 and UNROLL >= 1
+    ROWS = TPB // TPR
+
+    @cuda.jit
+    def dense_matvec_keys(X, Q, n_queries, rq, rd, half_sqd, metric, keys):
+        partial = cuda.shared.array((QPP, TPB), float32)
+        acc = cuda.local.array(QPP, float32)
+        xs = cuda.local.array(UNROLL, float32)
+        tid = cuda.threadIdx.x
+        lane = tid % TPR
+        slot = tid // TPR
+        n_docs = X.shape[0]
+        n_terms = X.shape[1]
+        step = TPR * UNROLL
+        for q0 in range(0, n_queries, QPP):
+            for row0 in range(cuda.blockIdx.x * ROWS, n_docs, cuda.gridDim.x * ROWS):
+                r = row0 + slot
+                for t in range(QPP):
+                    acc[t] = 0
+                if r < n_docs:
+                    j = lane
+                    while j + (UNROLL - 1) * TPR < n_terms:
+                        for u in range(UNROLL):
+                            xs[u] = X[r, j + u * TPR]
+                        for u in range(UNROLL):
+                            for t in range(QPP):
+                                if L1:
+                                    acc[t] += abs(Q[q0 + t, j + u * TPR] - xs[u])
+                                else:
+                                    acc[t] += xs[u] * Q[q0 + t, j + u * TPR]
+                        j += step
+                    while j < n_terms:
+                        x = X[r, j]
+                        for t in range(QPP):
+                            if L1:
+                                acc[t] += abs(Q[q0 + t, j] - x)
+                            else:
+                                acc[t] += x * Q[q0 + t, j]
+                        j += TPR
+                for t in range(QPP):
+                    partial[t, tid] = acc[t]
+                cuda.syncthreads()  # every lane's partial is in shared memory
+                s = TPR // 2
+                while s > 0:
+                    if lane < s:
+                        for t in range(QPP):
+                            partial[t, tid] += partial[t, tid + s]
+                    cuda.syncthreads()  # this tree level is complete before the next reads it
+                    s //= 2
+                if lane == 0 and r < n_docs:
+                    for t in range(QPP):
+                        q = q0 + t
+                        if q < n_queries:
+                            keys[q, r] = _finish_key_dev(partial[t, tid], metric, rq[q], rd[r], half_sqd[r])
+                cuda.syncthreads()  # lane 0 has read the sums before the next rows overwrite them
+
+    return dense_matvec_keys
+
+
+@lru_cache(maxsize=None)
+def make_gemm_kernel(block_queries: int, block_docs: int, block_terms: int,
+                     thread_queries: int, thread_docs: int, is_l1: bool):
+    """Batched keys: a register-tiled float32 GEMM keys = finish(Q @ X.T).
+
+    Launch: grid (ceil(n_docs / block_docs), ceil(n_queries / block_queries)), threads per block
+    (block_queries // thread_queries) * (block_docs // thread_docs).
+    Work: a block computes a block_queries x block_docs tile of keys; for each slice of
+    ``block_terms`` terms it stages Q and X sub-tiles, transposed (term-major) and padded by one
+    column against bank conflicts, in shared memory (float32 (block_terms, block_queries + 1) and
+    (block_terms, block_docs + 1)); each thread then accumulates thread_queries x thread_docs keys in
+    scalar registers: query rows ty*thread_queries + i (contiguous, broadcast within a warp) and
+    document columns tx + (block_docs // thread_docs) * j (strided, conflict-free). The finish
+    (norms, |d|^2/2) is applied in the epilogue. Out-of-range terms, queries and documents load as
+    0 and are never written. The kernel's source is generated with one scalar per accumulator
+    (numba keeps a local array of 64 floats in local memory, not in registers).
+    Synchronisation: syncthreads after each staging (tiles complete) and after each slice's
+    products (tiles consumed before they are overwritten).
+    Arguments as make_matvec_kernel (Q rows >= n_queries may be anything).
+    Float32 error: each key is a sequential sum over all n_terms (``chain_length``).
+    """
+    BM, BN, BK, TM, TN, L1 = int(block_queries), int(block_docs), int(block_terms), int(thread_queries), int(thread_docs), bool(is_l1)
+    assert BM % TM == 0 and BN % TN == 0
+    TX = BN // TN
+    NT = TX * (BM // TM)
+    ind = " " * 4
+    src = [
+        "def dense_gemm_keys(X, Q, n_queries, rq, rd, half_sqd, metric, keys):",
+        f"{ind}sQ = cuda.shared.array(({BK}, {BM + 1}), float32)",
+        f"{ind}sX = cuda.shared.array(({BK}, {BN + 1}), float32)",
+        f"{ind}tid = cuda.threadIdx.x",
+        f"{ind}tx = tid % {TX}",
+        f"{ind}ty = tid // {TX}",
+        f"{ind}d0 = cuda.blockIdx.x * {BN}",
+        f"{ind}q0 = cuda.blockIdx.y * {BM}",
+        f"{ind}n_docs = X.shape[0]",
+        f"{ind}n_terms = X.shape[1]",
+    ]
+    src += [f"{ind}c_{i}_{j} = float32(0.0)" for i in range(TM) for j in range(TN)]
+    src += [
+        f"{ind}for k0 in range(0, n_terms, {BK}):",
+        f"{ind * 2}for e in range(tid, {BM * BK}, {NT}):",
+        f"{ind * 3}m = e // {BK}",
+        f"{ind * 3}kk = e % {BK}",
+        f"{ind * 3}v = float32(0.0)",
+        f"{ind * 3}if q0 + m < n_queries and k0 + kk < n_terms:",
+        f"{ind * 4}v = Q[q0 + m, k0 + kk]",
+        f"{ind * 3}sQ[kk, m] = v",
+        f"{ind * 2}for e in range(tid, {BN * BK}, {NT}):",
+        f"{ind * 3}m = e // {BK}",
+        f"{ind * 3}kk = e % {BK}",
+        f"{ind * 3}v = float32(0.0)",
+        f"{ind * 3}if d0 + m < n_docs and k0 + kk < n_terms:",
+        f"{ind * 4}v = X[d0 + m, k0 + kk]",
+        f"{ind * 3}sX[kk, m] = v",
+        f"{ind * 2}cuda.syncthreads()  # both tiles staged",
+        f"{ind * 2}for kk in range({BK}):",
+    ]
+    src += [f"{ind * 3}a_{i} = sQ[kk, ty * {TM} + {i}]" for i in range(TM)]
+    src += [f"{ind * 3}b_{j} = sX[kk, tx + {TX * j}]" for j in range(TN)]
+    op = "abs(a_{i} - b_{j})" if L1 else "a_{i} * b_{j}"
+    src += [f"{ind * 3}c_{i}_{j} += " + op.format(i=i, j=j) for i in range(TM) for j in range(TN)]
+    src += [f"{ind * 2}cuda.syncthreads()  # tiles consumed before the next staging overwrites them"]
+    for i in range(TM):
+        src += [f"{ind}q = q0 + ty * {TM} + {i}", f"{ind}if q < n_queries:"]
+        for j in range(TN):
+            src += [f"{ind * 2}d = d0 + tx + {TX * j}",
+                    f"{ind * 2}if d < n_docs:",
+                    f"{ind * 3}keys[q, d] = _finish_key_dev(c_{i}_{j}, metric, rq[q], rd[d], half_sqd[d])"]
+    namespace = {"cuda": cuda, "float32": float32, "_finish_key_dev": _finish_key_dev, "abs": abs}
+    code = compile("\n".join(src) + "\n", f"<dense_gemm_keys {BM}x{BN}x{BK}/{TM}x{TN}{' l1' if L1 else ''}>", "exec")
+    exec(code, namespace)
+    return cuda.jit(namespace["dense_gemm_keys"])
+
+
+def chain_length(kind: str, n_terms: int, threads_per_row: int = 1) -> int:
+    """Longest chain of float32 roundings in one key's accumulation (for the host's error bound)."""
+    if kind == "matvec":
+        return -(-n_terms // threads_per_row) + int(math.log2(threads_per_row)) + 1
+    return n_terms + 1
+
+
+# ----------------------------------------------------------------------------- stage 2a: candidate selection
+
+
+@numba.njit(parallel=True, cache=True)
+def select_candidates_cpu(key_bits, row_ids, kprime, n_slices, self_doc,
+                          cand_idx, cand_count, cand_complete, cand_thr):
+    """CPU twin of make_select_kernel: same outputs, bit for bit.
+
+    key_bits (n_alloc, n_docs) uint32: the float32 keys' bit patterns. row_ids (n_rows,) int32:
+    which key rows to process; output row r describes key row row_ids[r]. Documents are split into
+    n_slices contiguous slices of ceil(n_docs / n_slices). self_doc (n_alloc,) int64: the document
+    key row q leaves out (-1: none). Per (r, slice):
+      cand_idx (n_rows, n_slices, kprime) int32: the kprime documents of largest key (ties: lower
+          index), listed in increasing document index; -1 padding;
+      cand_count (n_rows, n_slices) int32: how many are listed;
+      cand_complete (n_rows, n_slices) int32: 1 when the slice had <= kprime documents (all listed);
+      cand_thr (n_rows, n_slices) int64: ordered form of the kprime-th largest key (0 if complete).
+    """
+    n_docs = key_bits.shape[1]
+    per = (n_docs + n_slices - 1) // n_slices
+    n_rows = row_ids.shape[0]
+    for task in numba.prange(n_rows * n_slices):
+        r = task // n_slices
+        sl = task % n_slices
+        row = row_ids[r]
+        lo = min(sl * per, n_docs)
+        hi = min(lo + per, n_docs)
+        selfcol = self_doc[row]
+        n_avail = hi - lo
+        if lo <= selfcol < hi:
+            n_avail -= 1
+        for i in range(kprime):
+            cand_idx[r, sl, i] = -1
+        if n_avail <= kprime:
+            c = 0
+            for j in range(lo, hi):
+                if j != selfcol:
+                    cand_idx[r, sl, c] = j
+                    c += 1
+            cand_count[r, sl] = c
+            cand_complete[r, sl] = 1
+            cand_thr[r, sl] = 0
+            continue
+        vals = np.empty(n_avail, dtype=np.int64)
+        c = 0
+        for j in range(lo, hi):
+            if j != selfcol:
+                vals[c] = _ordered_cpu(key_bits[row, j])
+                c += 1
+        vals.sort()
+        kth = vals[n_avail - kprime]
+        n_gt = 0
+        for i in range(n_avail - kprime + 1, n_avail):
+            if vals[i] > kth:
+                n_gt += 1
+        need_eq = kprime - n_gt
+        c = 0
+        eq_taken = 0
+        for j in range(lo, hi):
+            if j == selfcol:
+                continue
+            u = _ordered_cpu(key_bits[row, j])
+            if u > kth:
+                cand_idx[r, sl, c] = j
+                c += 1
+            elif u == kth and eq_taken < need_eq:
+                cand_idx[r, sl, c] = j
+                c += 1
+                eq_taken += 1
+        cand_count[r, sl] = c
+        cand_complete[r, sl] = 0
+        cand_thr[r, sl] = kth
+
+
+@cuda.jit(device=True, inline=True)
+def _block_exclusive_scan(scan, value, tid, n_threads):
+    """Exclusive prefix sum of one int32 per thread over the block (Hillis-Steele in shared
+    memory ``scan`` (n_threads,) int32). Returns (exclusive, total). Every thread must call it."""
+    scan[tid] = value
+    cuda.syncthreads()  # all values stored
+    off = 1
+    while off < n_threads:
+        t = 0
+        if tid >= off:
+            t = scan[tid - off]
+        cuda.syncthreads()  # all reads of this level done before the writes
+        scan[tid] += t
+        cuda.syncthreads()  # level complete
+        off *= 2
+    total = scan[n_threads - 1]
+    excl = scan[tid] - value
+    cuda.syncthreads()  # everyone has read before scan is reused
+    return excl, total
+
+
+@lru_cache(maxsize=None)
+def make_select_kernel(threads_per_block: int, items_per_thread: int, histogram_copies: int):
+    """Per (query row, document slice): the kprime largest keys by a 4-pass radix select.
+
+    Launch: grid (any number of blocks, n_slices); ``threads_per_block`` threads (a power of two).
+    Work: a block handles the rows row_ids[blockIdx.x], row_ids[blockIdx.x + gridDim.x], ... for
+    slice blockIdx.y. Keys are mapped to order-preserving integers (``_ordered_py``); four passes
+    over the slice build a 256-bin histogram of the next 8 bits among keys matching the prefix
+    found so far (``histogram_copies`` copies in shared memory, one per thread % copies, row stride
+    257 against bank conflicts, atomics on shared memory), and thread 0 walks the bins from the top
+    to fix the next byte of the kprime-th largest key. A last pass lists the winners in increasing
+    document order: the slice is cut into chunks of threads_per_block * items_per_thread
+    documents, thread t owning items_per_thread consecutive ones; a chunk with no winner costs one
+    syncthreads_count; otherwise two block-wide exclusive scans (shared int32 (threads_per_block,))
+    give each thread its output position and, among keys equal to the kprime-th, which ones are
+    taken (the lowest document indices).
+    Synchronisation: around each histogram clear/fill/reduce, after thread 0 fixes a byte, inside
+    the scans, and at the end of each row.
+    Outputs exactly as select_candidates_cpu (its docstring gives shapes and dtypes).
+    """
+    TPB, IPT, NC = int(threads_per_block), int(items_per_thread), int(histogram_copies)
+    assert TPB & (TPB - 1) == 0 and 1 <= NC <= TPB
+    HS = 257
+    CHUNK = TPB * IPT
+    HIST = NC * HS
+
+    @cuda.jit
+    def dense_select_candidates(key_bits, row_ids, kprime, self_doc,
+                                cand_idx, cand_count, cand_complete, cand_thr):
+        hist = cuda.shared.array(HIST, int32)
+        scan = cuda.shared.array(TPB, int32)
+        state = cuda.shared.array(3, int64)
+        tid = cuda.threadIdx.x
+        sl = cuda.blockIdx.y
+        n_slices = cuda.gridDim.y
+        n_docs = key_bits.shape[1]
+        per = (n_docs + n_slices - 1) // n_slices
+        lo = min(sl * per, n_docs)
+        hi = min(lo + per, n_docs)
+        n_rows = row_ids.shape[0]
+        copy = tid % NC
+        for r in range(cuda.blockIdx.x, n_rows, cuda.gridDim.x):
+            row = row_ids[r]
+            selfcol = self_doc[row]
+            n_avail = hi - lo
+            if lo <= selfcol and selfcol < hi:
+                n_avail -= 1
+            for i in range(tid, kprime, TPB):
+                cand_idx[r, sl, i] = -1
+            cuda.syncthreads()  # padding written before any thread lists a candidate
+            if n_avail <= kprime:
+                for j in range(lo + tid, hi, TPB):
+                    if j != selfcol:
+                        pos = j - lo
+                        if selfcol >= lo and j > selfcol:
+                            pos -= 1
+                        cand_idx[r, sl, pos] = j
+                if tid == 0:
+                    cand_count[r, sl] = n_avail
+                    cand_complete[r, sl] = 1
+                    cand_thr[r, sl] = 0
+                cuda.syncthreads()  # row finished before shared state is reused
+                continue
+            if tid == 0:
+                state[0] = 0  # prefix of the kprime-th key found so far
+                state[1] = 0  # mask of the bits fixed so far
+                state[2] = kprime  # rank still sought within the keys matching the prefix
+            for p in range(4):
+                shift = 24 - 8 * p
+                for b in range(tid, NC * HS, TPB):
+                    hist[b] = 0
+                cuda.syncthreads()  # histogram cleared, state visible
+                prefix = state[0]
+                mask = state[1]
+                for j in range(lo + tid, hi, TPB):
+                    if j != selfcol:
+                        u = _ordered_dev(key_bits[row, j])
+                        if (u & mask) == prefix:
+                            cuda.atomic.add(hist, copy * HS + ((u >> shift) & 255), 1)
+                cuda.syncthreads()  # histogram complete
+                for b in range(tid, 256, TPB):
+                    total = 0
+                    for c in range(NC):
+                        total += hist[c * HS + b]
+                    hist[b] = total
+                cuda.syncthreads()  # copies summed into copy 0
+                if tid == 0:
+                    rem = state[2]
+                    cum = int64(0)
+                    for bb in range(256):
+                        b = 255 - bb
+                        h = hist[b]
+                        if cum + h >= rem:
+                            state[0] = prefix | (int64(b) << shift)
+                            state[1] = mask | (int64(255) << shift)
+                            state[2] = rem - cum
+                            break
+                        cum += h
+                cuda.syncthreads()  # next byte fixed
+            kth = state[0]
+            need_eq = state[2]
+            out_base = int64(0)
+            eq_seen = int64(0)
+            for c0 in range(lo, hi, CHUNK):
+                s = c0 + tid * IPT
+                e = min(s + IPT, hi)
+                n_gt = 0
+                n_eq = 0
+                for j in range(s, e):
+                    if j != selfcol:
+                        u = _ordered_dev(key_bits[row, j])
+                        if u > kth:
+                            n_gt += 1
+                        elif u == kth:
+                            n_eq += 1
+                if cuda.syncthreads_count(int32(1 if n_gt + n_eq > 0 else 0)) == 0:
+                    continue
+                eq_before, eq_total = _block_exclusive_scan(scan, n_eq, tid, TPB)
+                want = need_eq - eq_seen - eq_before
+                if want < 0:
+                    want = 0
+                if want > n_eq:
+                    want = n_eq
+                take_before, take_total = _block_exclusive_scan(scan, n_gt + want, tid, TPB)
+                pos = out_base + take_before
+                eq_rank = eq_seen + eq_before
+                for j in range(s, e):
+                    if j != selfcol:
+                        u = _ordered_dev(key_bits[row, j])
+                        if u > kth:
+                            cand_idx[r, sl, pos] = j
+                            pos += 1
+                        elif u == kth:
+                            if eq_rank < need_eq:
+                                cand_idx[r, sl, pos] = j
+                                pos += 1
+                            eq_rank += 1
+                out_base += take_total
+                eq_seen += eq_total
+            if tid == 0:
+                cand_count[r, sl] = kprime
+                cand_complete[r, sl] = 0
+                cand_thr[r, sl] = kth
+            cuda.syncthreads()  # row finished before shared state is reused
+
+    return dense_select_candidates
+
+
+# ----------------------------------------------------------------------------- stage 2b: exact rescoring
+
+
+@numba.njit(parallel=True, cache=True)
+def rescore_cpu(X, Q, row_ids, cand_idx, cand_count, qq, dd, metric, cand_score):
+    """CPU twin of make_rescore_kernel (bit-identical).
+
+    X (n_docs, n_terms) f32 C; Q (n_alloc, n_terms) f32 C; row_ids (n_rows,) int32 (query row of
+    each output row); cand_idx (n_rows, n_slices, kprime) int32; cand_count (n_rows, n_slices)
+    int32; qq (n_alloc,) f64 and dd (n_docs,) f64 canonical sums of squares; metric 0..3;
+    cand_score (n_rows, n_slices, kprime) f32: float32(final score) for listed candidates.
+    """
+    n_rows, n_slices, kprime = cand_idx.shape
+    is_l1 = metric == 3
+    for task in numba.prange(n_rows * n_slices):
+        r = task // n_slices
+        sl = task % n_slices
+        row = row_ids[r]
+        for i in range(cand_count[r, sl]):
+            d = cand_idx[r, sl, i]
+            cross = _canonical_cross(X[d], Q[row], is_l1)
+            cand_score[r, sl, i] = np.float32(_final_cpu(metric, cross, qq[row], dd[d]))
+
+
+@lru_cache(maxsize=None)
+def make_rescore_kernel(threads_per_block: int):
+    """Exact float64 scores of the candidates, in the canonical order.
+
+    Launch: 1-d grid (any number of blocks), ``threads_per_block`` threads (a multiple of 32).
+    Work: a group of EXACT_LANES = 32 consecutive threads scores one candidate (a (row, slot) pair,
+    groups strided over the grid): lane l sums terms j = l, l+32, ... in float64 (coalesced loads
+    of the document's row), then the 32 partials are combined in shared memory (float64
+    (threads_per_block,)) by the canonical tree; lane 0 applies the final formula and writes
+    float32(score). Arguments as rescore_cpu.
+    Synchronisation: syncthreads after the partials are stored, after each tree level, and after
+    lane 0 has read the sum (all threads of the block take the same number of rounds).
+    """
+    TPB = int(threads_per_block)
+    assert TPB % EXACT_LANES == 0
+    GROUPS = TPB // EXACT_LANES
+
+    @cuda.jit
+    def dense_rescore(X, Q, row_ids, cand_idx, cand_count, qq, dd, metric, cand_score):
+        part = cuda.shared.array(TPB, float64)
+        tid = cuda.threadIdx.x
+        g = tid // EXACT_LANES
+        lane = tid % EXACT_LANES
+        n_rows = cand_idx.shape[0]
+        n_slices = cand_idx.shape[1]
+        kprime = cand_idx.shape[2]
+        n_terms = X.shape[1]
+        total = n_rows * n_slices * kprime
+        stride = cuda.gridDim.x * GROUPS
+        # every thread runs the same number of rounds so that the syncthreads are uniform
+        n_rounds = (total + stride - 1) // stride
+        for rnd in range(n_rounds):
+            task = rnd * stride + cuda.blockIdx.x * GROUPS + g
+            active = False
+            r = 0
+            sl = 0
+            i = 0
+            d = 0
+            row = 0
+            if task < total:
+                r = task // (n_slices * kprime)
+                sl = (task // kprime) % n_slices
+                i = task % kprime
+                if i < cand_count[r, sl]:
+                    active = True
+                    d = cand_idx[r, sl, i]
+                    row = row_ids[r]
+            acc = 0.0
+            if active:
+                if metric == 3:
+                    for j in range(lane, n_terms, EXACT_LANES):
+                        acc += abs(float64(Q[row, j]) - float64(X[d, j]))
+                else:
+                    for j in range(lane, n_terms, EXACT_LANES):
+                        acc += float64(X[d, j]) * float64(Q[row, j])
+            part[tid] = acc
+            cuda.syncthreads()  # partials stored
+            s = EXACT_LANES // 2
+            while s > 0:
+                if lane < s:
+                    part[tid] += part[tid + s]
+                cuda.syncthreads()  # tree level complete
+                s //= 2
+            if active and lane == 0:
+                cand_score[r, sl, i] = float32(_final_dev(metric, part[tid], qq[row], dd[d]))
+            cuda.syncthreads()  # sums read before the next round overwrites them
+
+    return dense_rescore
+
+
+# ----------------------------------------------------------------------------- stage 2c: sort + top k
+
+
+@numba.njit(parallel=True, cache=True)
+def sort_topk_cpu(cand_idx, cand_count, cand_score, k, larger, out_idx, out_score):
+    """CPU twin of make_sort_kernel: out rows best first (score, then lower index).
+
+    cand_* as rescore_cpu; k int; larger: True for similarities; out_idx (n_rows, k) int32
+    (-1 padding), out_score (n_rows, k) float32 (NaN padding).
+    """
+    n_rows, n_slices, kprime = cand_idx.shape
+    for r in numba.prange(n_rows):
+        n = 0
+        for sl in range(n_slices):
+            n += cand_count[r, sl]
+        s = np.empty(n, dtype=np.float32)
+        ix = np.empty(n, dtype=np.int32)
+        c = 0
+        for sl in range(n_slices):
+            for i in range(cand_count[r, sl]):
+                s[c] = cand_score[r, sl, i]
+                ix[c] = cand_idx[r, sl, i]
+                c += 1
+        # insertion sort (n is small: n_slices * kprime)
+        for a in range(1, n):
+            sa = s[a]
+            ia = ix[a]
+            b = a - 1
+            while b >= 0 and _before_cpu(sa, ia, s[b], ix[b], larger):
+                s[b + 1] = s[b]
+                ix[b + 1] = ix[b]
+                b -= 1
+            s[b + 1] = sa
+            ix[b + 1] = ia
+        for i in range(k):
+            if i < n:
+                out_idx[r, i] = ix[i]
+                out_score[r, i] = s[i]
+            else:
+                out_idx[r, i] = -1
+                out_score[r, i] = np.nan
+
+
+@lru_cache(maxsize=None)
+def make_sort_kernel(threads_per_block: int, max_candidates: int):
+    """Sort each row's candidates (bitonic sort in shared memory) and write the top k.
+
+    Launch: 1-d grid (any number of blocks), ``threads_per_block`` threads; a block handles rows
+    blockIdx.x, blockIdx.x + gridDim.x, ...
+    Work: the row's n = sum of cand_count candidates (n <= max_candidates, a power of two) are
+    loaded into shared memory (float32 scores and int32 indices, max_candidates each), padded to
+    the next power of two with (worst score, index 2**31 - 1), and sorted best first (score, then
+    lower index) by a bitonic network: each thread handles pairs i = tid, tid + threads_per_block,
+    ...; then the first k are written (-1 / NaN beyond n).
+    Synchronisation: after loading, after every compare-exchange step, and after the writes.
+    Arguments as sort_topk_cpu.
+    """
+    TPB, MAXC = int(threads_per_block), int(max_candidates)
+    assert MAXC & (MAXC - 1) == 0
+
+    @cuda.jit
+    def dense_sort_topk(cand_idx, cand_count, cand_score, k, larger, out_idx, out_score):
+        ss = cuda.shared.array(MAXC, float32)
+        si = cuda.shared.array(MAXC, int32)
+        tid = cuda.threadIdx.x
+        n_rows = cand_idx.shape[0]
+        n_slices = cand_idx.shape[1]
+        worst = float32(-np.inf) if larger else float32(np.inf)
+        for r in range(cuda.blockIdx.x, n_rows, cuda.gridDim.x):
+            n = 0
+            for sl in range(n_slices):
+                n += cand_count[r, sl]
+            size = 1
+            while size < n:
+                size *= 2
+            for p in range(tid, size, TPB):
+                ss[p] = worst
+                si[p] = 2147483647
+            cuda.syncthreads()  # padding written before candidates land
+            base = 0
+            for sl in range(n_slices):
+                c = cand_count[r, sl]
+                for i in range(tid, c, TPB):
+                    ss[base + i] = cand_score[r, sl, i]
+                    si[base + i] = cand_idx[r, sl, i]
+                base += c
+            cuda.syncthreads()  # all candidates loaded
+            width = 2
+            while width <= size:
+                step = width // 2
+                while step > 0:
+                    for p in range(tid, size, TPB):
+                        partner = p ^ step
+                        if partner > p:
+                            ascending = (p & width) == 0
+                            a_first = _before_dev(ss[p], si[p], ss[partner], si[partner], larger)
+                            if ascending != a_first:
+                                ts = ss[p]
+                                ti = si[p]
+                                ss[p] = ss[partner]
+                                si[p] = si[partner]
+                                ss[partner] = ts
+                                si[partner] = ti
+                    cuda.syncthreads()  # compare-exchange step complete
+                    step //= 2
+                width *= 2
+            for i in range(tid, k, TPB):
+                if i < n:
+                    out_idx[r, i] = si[i]
+                    out_score[r, i] = ss[i]
+                else:
+                    out_idx[r, i] = -1
+                    out_score[r, i] = np.nan
+            cuda.syncthreads()  # written before the next row reuses shared memory
+
+    return dense_sort_topk
+
+
+# ----------------------------------------------------------------------------- CPU exact search
+
+
+@numba.njit(parallel=True, cache=True)
+def exact_topk_cpu(X, Q, n_queries, qq, dd, metric, k, self_doc, out_idx, out_score):
+    """The CPU backend of dense search: every document scored exactly (canonical order).
+
+    X (n_docs, n_terms) f32 C; Q (>= n_queries, n_terms) f32 C; qq (>= n_queries,) f64, dd (n_docs,)
+    f64 canonical sums of squares; metric 0..3; k; self_doc (>= n_queries,) int64 (-1: none);
+    out_idx (>= n_queries, k) int32 (-1 padding), out_score (>= n_queries, k) f32 (NaN padding),
+    best first, ties -> lower index. Identical to the CUDA path's output.
+    """
+    n_docs = X.shape[0]
+    larger = metric <= 1
+    is_l1 = metric == 3
+    for q in numba.prange(n_queries):
+        selfcol = self_doc[q]
+        s = np.empty(k, dtype=np.float32)
+        ix = np.empty(k, dtype=np.int32)
+        n = 0
+        for d in range(n_docs):
+            if d == selfcol:
+                continue
+            cross = _canonical_cross(X[d], Q[q], is_l1)
+            v = np.float32(_final_cpu(metric, cross, qq[q], dd[d]))
+            if n == k and not _before_cpu(v, d, s[k - 1], ix[k - 1], larger):
+                continue
+            b = n - 1 if n < k else k - 2
+            while b >= 0 and _before_cpu(v, d, s[b], ix[b], larger):
+                s[b + 1] = s[b]
+                ix[b + 1] = ix[b]
+                b -= 1
+            s[b + 1] = v
+            ix[b + 1] = d
+            if n < k:
+                n += 1
+        for i in range(k):
+            if i < n:
+                out_idx[q, i] = ix[i]
+                out_score[q, i] = s[i]
+            else:
+                out_idx[q, i] = -1
+                out_score[q, i] = np.nan
+
+
+# ----------------------------------------------------------------------------- compile_ptx coverage
+
+_F2 = "float32[:, ::1]"
+_F1 = "float32[::1]"
+_KEYS_SIG = f"void({_F2}, {_F2}, int64, {_F1}, {_F1}, {_F1}, int64, {_F2})"
+_SELECT_SIG = "void(uint32[:, ::1], int32[::1], int64, int64[::1], int32[:, :, ::1], int32[:, ::1], int32[:, ::1], int64[:, ::1])"
+_RESCORE_SIG = f"void({_F2}, {_F2}, int32[::1], int32[:, :, ::1], int32[:, ::1], float64[::1], float64[::1], int64, float32[:, :, ::1])"
+_SORT_SIG = "void(int32[:, :, ::1], int32[:, ::1], float32[:, :, ::1], int64, boolean, int32[:, ::1], float32[:, ::1])"
+
+
+def ptx_kernels():
+    """Every kernel of this module with representative geometry, for tests/test_ptx.py."""
+    return [
+        ("dense_matvec_keys", make_matvec_kernel(256, 32, 4, 4, False), _KEYS_SIG),
+        ("dense_matvec_keys_l1", make_matvec_kernel(256, 32, 4, 4, True), _KEYS_SIG),
+        ("dense_gemm_keys", make_gemm_kernel(128, 128, 8, 8, 8, False), _KEYS_SIG),
+        ("dense_gemm_keys_l1", make_gemm_kernel(64, 64, 8, 4, 4, True), _KEYS_SIG),
+        ("dense_select_candidates", make_select_kernel(256, 8, 32), _SELECT_SIG),
+        ("dense_rescore", make_rescore_kernel(256), _RESCORE_SIG),
+        ("dense_sort_topk", make_sort_kernel(256, 1024), _SORT_SIG),
+    ]

@@ -1,0 +1,225 @@
+"""Dense kNN (gputext.knn.dense, gputext.kernels.dense_knn) against an independent float64 reference.
+
+Exact-equality tests use values that are small multiples of 1/4, so every float64 sum is exact in
+any order and the reference (numpy, float64, then float32 rounding, ties -> lower index) must be
+matched bit for bit, ties included. Random-float tests compare within float32 rounding.
+"""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from gputext.errors import InputError
+from gputext.knn.dense import DenseGeometry, DenseIndex, dense_fits, search_dense
+
+METRICS = ["cosine", "dot", "l2", "l1"]
+
+
+def reference(X, Q, k, metric, self_doc=None):
+    """float64 brute force: (indices, float32 scores) best first, ties -> lower index."""
+    A = np.asarray(X, np.float64)
+    B = np.asarray(Q, np.float64)
+    if metric in ("dot", "cosine"):
+        S = B @ A.T
+        if metric == "cosine":
+            na = np.sqrt((A * A).sum(1))
+            nb = np.sqrt((B * B).sum(1))
+            den = np.outer(nb, na)
+            S = np.where(den > 0, S / np.where(den > 0, den, 1), 0.0)
+    elif metric == "l2":
+        S = np.sqrt(((B[:, None, :] - A[None]) ** 2).sum(-1))
+    else:
+        S = np.abs(B[:, None, :] - A[None]).sum(-1)
+    S32 = S.astype(np.float32)
+    larger = metric in ("dot", "cosine")
+    n_q, n_docs = S.shape
+    idx = np.full((n_q, k), -1, np.int32)
+    sc = np.full((n_q, k), np.nan, np.float32)
+    for i in range(n_q):
+        docs = np.arange(n_docs)
+        if self_doc is not None and self_doc[i] >= 0:
+            docs = docs[docs != self_doc[i]]
+        vals = S32[i, docs]
+        order = np.lexsort((docs, -vals if larger else vals))[:k]
+        idx[i, :order.size] = docs[order]
+        sc[i, :order.size] = vals[order]
+    return idx, sc
+
+
+def quarter_data(n_docs, n_terms, n_queries, seed, density=0.35, signed=False):
+    rng = np.random.default_rng(seed)
+    low = -3 if signed else 0
+    X = (rng.integers(low, 5, (n_docs, n_terms)) * (rng.random((n_docs, n_terms)) < density)).astype(np.float32) / 4
+    Q = (rng.integers(low, 5, (n_queries, n_terms)) * (rng.random((n_queries, n_terms)) < density)).astype(np.float32) / 4
+    X[3] = 0  # an all-zero document
+    X[7] = X[5]  # a duplicate: ties broken by lower index
+    if n_queries > 2:
+        Q[2] = 0  # an all-zero query
+    return X, Q
+
+
+def assert_same(got, ref):
+    np.testing.assert_array_equal(got[0], ref[0])
+    np.testing.assert_array_equal(got[1], ref[1])
+
+
+@pytest.mark.parametrize("metric", METRICS)
+@pytest.mark.parametrize("signed", [False, True])
+def test_cpu_equals_reference_exactly(metric, signed):
+    X, Q = quarter_data(60, 37, 9, seed=1, signed=signed)
+    assert_same(search_dense(X, Q, 7, metric, device="cpu"), reference(X, Q, 7, metric))
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_cpu_random_floats_within_rounding(metric):
+    rng = np.random.default_rng(5)
+    X = sp.random(80, 50, density=0.2, random_state=rng, format="csr", dtype=np.float32)
+    Q = sp.random(6, 50, density=0.3, random_state=rng, format="csr", dtype=np.float32)
+    idx, sc = search_dense(X, Q, 10, metric, device="cpu")
+    ridx, rsc = reference(X.toarray(), Q.toarray(), 10, metric)
+    np.testing.assert_allclose(sc, rsc, rtol=2e-6, atol=1e-6)
+    # indices agree except where the reference itself has (near-)equal scores
+    for i in range(idx.shape[0]):
+        for j in range(idx.shape[1]):
+            if idx[i, j] != ridx[i, j]:
+                assert np.isclose(rsc[i], rsc[i, j], rtol=1e-6).sum() > 1
+
+
+def test_exclude_self_and_k_larger_than_corpus():
+    X, _ = quarter_data(12, 10, 1, seed=2)
+    idx, sc = search_dense(X, X, 15, "cosine", device="cpu", exclude_self=True)
+    ref = reference(X, X, 15, "cosine", self_doc=np.arange(12))
+    assert_same((idx, sc), ref)
+    assert (idx[:, 11:] == -1).all() and np.isnan(sc[:, 11:]).all()
+    assert all(i not in row for i, row in enumerate(idx))
+
+
+def test_exclude_self_array():
+    X, Q = quarter_data(20, 10, 4, seed=3)
+    leave = np.array([5, -1, 0, 19])
+    assert_same(search_dense(X, Q, 6, "l1", device="cpu", exclude_self=leave),
+                reference(X, Q, 6, "l1", self_doc=leave))
+
+
+def test_one_document_and_sparse_input():
+    X = sp.csr_matrix(np.array([[0.5, 0, 0.25]], np.float32))
+    idx, sc = search_dense(X, sp.csr_matrix(np.array([[1, 0, 0]], np.float32)), 3, "dot", device="cpu")
+    assert idx.tolist() == [[0, -1, -1]] and sc[0, 0] == np.float32(0.5) and np.isnan(sc[0, 1:]).all()
+
+
+def test_bad_input_is_one_clear_error():
+    X = np.ones((4, 3), np.float32)
+    with pytest.raises(InputError, match="terms"):
+        search_dense(X, np.ones((2, 5), np.float32), 2, device="cpu")
+    with pytest.raises(InputError, match="unknown metric"):
+        search_dense(X, X, 2, "hamming", device="cpu")
+    with pytest.raises(InputError, match="k must be a positive integer"):
+        search_dense(X, X, 0, device="cpu")
+    with pytest.raises(InputError, match="NaN"):
+        search_dense(np.full((2, 2), np.nan, np.float32), X[:, :2], 1, device="cpu")
+    with pytest.raises(InputError, match="exclude_self"):
+        search_dense(X, X[:2], 1, device="cpu", exclude_self=True)
+
+
+def test_dense_fits_decisions():
+    ok, why = dense_fits(1080, 856, 10 << 30, nnz=7233)  # CNAE-9
+    assert ok and why.startswith("dense")
+    ok, why = dense_fits(11293, 60000, 80 << 30, nnz=11293 * 120)  # 20NG: big and very sparse
+    assert not ok and "density" in why
+    ok, why = dense_fits(10**6, 10**5, 8 << 30, nnz=10**9)  # does not fit
+    assert not ok and "does not fit" in why
+    assert dense_fits(1000, 1000, None, nnz=10)[0]  # CPU: small matrix
+
+
+# ----------------------------------------------------------------------------- kernels vs twins
+
+from gputext.kernels import dense_knn as kd  # noqa: E402
+
+
+def _keys_inputs(X, Q):
+    dd = np.empty(X.shape[0]); kd.canonical_sumsq_cpu(X, dd)
+    qq = np.empty(Q.shape[0]); kd.canonical_sumsq_cpu(Q, qq)
+    rd = np.where(dd > 0, 1 / np.sqrt(np.where(dd > 0, dd, 1)), 0).astype(np.float32)
+    rq = np.where(qq > 0, 1 / np.sqrt(np.where(qq > 0, qq, 1)), 0).astype(np.float32)
+    return dd, qq, rd, rq, (dd / 2).astype(np.float32)
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_select_rescore_sort_twins_give_reference(metric):
+    """The CPU twins of the candidate pipeline, fed exact keys, reproduce the reference."""
+    X, Q = quarter_data(70, 23, 5, seed=4)
+    code = kd.METRIC_CODE[metric]
+    dd, qq, rd, rq, half = _keys_inputs(X, Q)
+    keys = np.empty((5, 70), np.float32)
+    kd.approx_keys_cpu(X, Q, 5, rq, rd, half, code, keys)
+    rows = np.arange(5, dtype=np.int32)
+    n_slices, kprime = 3, 9
+    ci = np.empty((5, n_slices, kprime), np.int32); cc = np.empty((5, n_slices), np.int32)
+    cp = np.empty((5, n_slices), np.int32); ct = np.empty((5, n_slices), np.int64)
+    self_doc = np.array([-1, 4, -1, 0, 69], np.int64)
+    kd.select_candidates_cpu(keys.view(np.uint32), rows, kprime, n_slices, self_doc, ci, cc, cp, ct)
+    cs = np.empty(ci.shape, np.float32)
+    kd.rescore_cpu(X, Q, rows, ci, cc, qq, dd, code, cs)
+    oi = np.empty((5, 6), np.int32); os_ = np.empty((5, 6), np.float32)
+    kd.sort_topk_cpu(ci, cc, cs, 6, code <= 1, oi, os_)
+    # with exact keys (quarter data), the per-slice top kprime contains the global top 6
+    assert_same((oi, os_), reference(X, Q, 6, metric, self_doc=self_doc))
+    # the threshold is the kprime-th key of each slice
+    thr = kd.ordered_to_float32(ct)
+    for r in range(5):
+        for s in range(n_slices):
+            lo, hi = s * 24, min(70, s * 24 + 24)
+            cols = [j for j in range(lo, hi) if j != self_doc[r]]
+            assert thr[r, s] == np.sort(keys[r, cols])[-kprime]
+            assert list(ci[r, s]) == sorted(ci[r, s])
+
+
+def test_ordered_keys_preserve_float_order():
+    vals = np.array([-np.inf, -3.5, -1e-30, 0.0, 1e-30, 2.0, np.inf], np.float32)
+    o = np.array([kd._ordered_cpu(b) for b in vals.view(np.uint32)])
+    assert (np.diff(o) > 0).all()
+    np.testing.assert_array_equal(kd.ordered_to_float32(o), vals)
+
+
+SIM_GEOMETRY = DenseGeometry(matvec_threads=16, threads_per_row=4, queries_per_pass=2, unroll=2, matvec_blocks=2,
+                             gemm_tile=(8, 8, 4, 2, 2), gemm_min_queries=4, select_threads=16, select_items=2,
+                             histogram_copies=4, select_blocks=4, rescore_threads=32, rescore_blocks=3,
+                             sort_threads=16, max_candidates=64, extra_candidates=2, min_docs_per_slice=4)
+
+
+@pytest.mark.cudasim
+@pytest.mark.parametrize("metric,n_queries", [("cosine", 3), ("l2", 3), ("dot", 5), ("l1", 5)])
+def test_cuda_path_equals_reference_in_simulator(metric, n_queries):
+    """matvec (3 queries) and GEMM (5 queries) paths, selection over slices, rescoring and sort."""
+    X, Q = quarter_data(26, 11, n_queries, seed=6)
+    index = DenseIndex(X, device="cuda", geometry=SIM_GEOMETRY)
+    got = index.search(Q, 4, metric)
+    assert index.last_run["kernel"] == ("matvec" if n_queries < 4 else "gemm")
+    assert_same(got, reference(X, Q, 4, metric))
+
+
+@pytest.mark.cudasim
+def test_cuda_escalation_and_exact_fallback_in_simulator():
+    """All-equal keys defeat the certificate: k' grows, then every document is scored exactly."""
+    X = np.zeros((30, 6), np.float32)
+    X[:, 0] = 0.5
+    X[4, 1] = 0.25  # one better document
+    Q = np.array([[1, 0, 0, 0, 0, 0]], np.float32)
+    index = DenseIndex(X, device="cuda", geometry=SIM_GEOMETRY)
+    got = index.search(Q, 3, "l2", exclude_self=np.array([0]))
+    assert_same(got, reference(X, Q, 3, "l2", self_doc=np.array([0])))
+    assert index.last_run["escalated"] >= 1
+
+
+@pytest.mark.cudasim
+def test_keys_kernels_equal_twin_in_simulator():
+    from numba import cuda
+    X, Q = quarter_data(19, 13, 4, seed=7, signed=True)
+    for code in range(4):
+        dd, qq, rd, rq, half = _keys_inputs(X, Q)
+        want = np.empty((4, 19), np.float32)
+        kd.approx_keys_cpu(X, Q, 4, rq, rd, half, code, want)
+        for kern, launch in ((kd.make_matvec_kernel(16, 4, 2, 2, code == 3), (2, 16)),
+                             (kd.make_gemm_kernel(8, 8, 4, 2, 2, code == 3), ((3, 1), 16))):
+            got = cuda.device_array((4, 19), np.float32)
+            kern[launch](X, Q, 4, rq, rd, half, code, got)
+            np.testing.assert_allclose(got.copy_to_host(), want, rtol=1e-6, atol=1e-6)
