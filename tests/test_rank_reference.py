@@ -98,3 +98,32 @@ def test_boundary_pair_is_inactive():
     # s_i - s_j = 1 exactly: margin 0, not a support pair (the definition uses > 0)
     out = brute_force(np.array([[1.0], [0.0]]), np.array([1, 1]), np.array([1, 0]), np.array([1.0]))
     assert out["n_active"] == 0 and out["loss"] == 0.0
+
+
+def pair_list(qid, relevance):
+    """(i, j) int64 arrays of every preference pair: same query, relevance[i] > relevance[j]."""
+    qid = np.asarray(qid)
+    y = np.asarray(relevance, dtype=np.float64)
+    I, J = [], []
+    for q in np.unique(qid):
+        rows = np.flatnonzero(qid == q)
+        a, b = np.meshgrid(rows, rows, indexing="ij")
+        keep = y[a] > y[b]
+        I.append(a[keep])
+        J.append(b[keep])
+    return np.concatenate(I).astype(np.int64), np.concatenate(J).astype(np.int64)
+
+
+def pairwise_fun_grad(X, qid, relevance, C):
+    """f(w) and grad f(w) by the definition over an explicit pair list (for scipy's L-BFGS)."""
+    Xd = X.toarray().astype(np.float64) if sp.issparse(X) else np.asarray(X, dtype=np.float64)
+    I, J = pair_list(qid, relevance)
+    D = Xd[I] - Xd[J]
+
+    def fun_grad(w):
+        margin = 1.0 - D @ w
+        active = margin > 0
+        m = margin[active]
+        return 0.5 * w @ w + C * float(m @ m), w - 2.0 * C * (D[active].T @ m)
+
+    return fun_grad

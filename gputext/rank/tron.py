@@ -75,8 +75,8 @@ def _trcg(objective, delta: float, g: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def tron(objective, n: int, eps: float = 1e-5, max_iter: int = 1000, callback=None) -> TronResult:
     """Minimise ``objective`` (fun/accept/grad/hess_vec, see RankObjective) from w0 = 0.
 
-    ``callback(info)`` is called after every trial step with a dict: iteration, f, grad_norm,
-    cg (CG steps of this trial), accepted, time (seconds since start), delta.
+    ``callback(info)`` is called at w0 and after every trial step with a dict: iteration, f,
+    grad_norm, cg (CG steps of this trial), accepted, time (seconds since start), delta.
     """
     t0 = time.perf_counter()
     w = np.zeros(n, np.float64)
@@ -87,6 +87,8 @@ def tron(objective, n: int, eps: float = 1e-5, max_iter: int = 1000, callback=No
     gnorm = gnorm0
     delta = gnorm0
     history = [dict(iteration=0, time=time.perf_counter() - t0, f=f, grad_norm=gnorm, cg=0)]
+    if callback is not None:
+        callback(dict(iteration=0, f=f, grad_norm=gnorm, cg=0, accepted=True, time=history[0]["time"], delta=delta))
     it = 1
     total_cg = 0
     search = gnorm > eps * gnorm0

@@ -1,0 +1,119 @@
+"""RankSVM kernels: CPU twins of the matrix-vector products against numpy, and the CUDA kernels
+inside numba's simulator (tiny geometry: a few blocks of at most 16 threads) against the
+brute-force reference and the CPU twin."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from gputext.kernels import ranksvm as K
+from gputext.rank.data import prepare
+from gputext.rank.objective import RankObjective
+from gputext.rank.ops import RankGeometry
+from test_rank_objective import check_against_brute_force, inverse
+from test_rank_reference import as_csr, random_problem
+
+# sort_capacity 8 sends queries of more than 8 documents down the global-memory sort path;
+# 4 threads per query block make several scan chunks; tiles of 2 columns, blocks of 4 rows
+TINY = RankGeometry(query_threads=4, sort_capacity=8, matvec_threads=8, tile_cols=2, rows_per_block=4,
+                    reduce_threads=4, csr_threads=8, csr_group=2, elementwise_blocks=3)
+
+
+def _dense(rng, n, m):
+    return rng.normal(size=(n, m)).astype(np.float32)
+
+
+def test_cpu_matvec_twins_match_numpy():
+    rng = np.random.default_rng(0)
+    A = _dense(rng, 37, 6)
+    v = rng.normal(size=6)
+    u = rng.normal(size=37)
+    out = np.zeros(37)
+    K.dense_matvec_cpu(A, v, out)
+    np.testing.assert_allclose(out, A.astype(np.float64) @ v, rtol=1e-12)
+    partial = np.zeros((6, 5))
+    res = np.zeros(6)
+    K.dense_rmatvec_cpu(A, u, 8, partial, res)
+    np.testing.assert_allclose(res, A.astype(np.float64).T @ u, rtol=1e-12)
+    S = sp.random(37, 9, density=0.3, random_state=1, format="csr", dtype=np.float32)
+    v9 = rng.normal(size=9)
+    out = np.zeros(37)
+    K.csr_matvec_cpu(S.indptr.astype(np.int64), S.indices.astype(np.int32), S.data, v9, out)
+    np.testing.assert_allclose(out, S.astype(np.float64) @ v9, rtol=1e-12)
+    C = S.tocsc()
+    res = np.zeros(9)
+    K.csc_rmatvec_cpu(C.indptr.astype(np.int64), C.indices.astype(np.int32), C.data, u, res)
+    np.testing.assert_allclose(res, S.astype(np.float64).T @ u, rtol=1e-12)
+
+
+def test_n_levels():
+    assert [K.n_levels_for(k) for k in (1, 2, 3, 4, 5, 8, 9, 1268)] == [1, 1, 2, 2, 3, 3, 4, 11]
+
+
+@pytest.mark.cudasim
+def test_device_matvec_kernels_match_numpy():
+    from numba import cuda
+
+    rng = np.random.default_rng(1)
+    n, m = 19, 5
+    A = _dense(rng, n, m)
+    v = rng.normal(size=m)
+    u = rng.normal(size=n)
+    out = cuda.device_array(n, np.float64)
+    K.dense_matvec_kernel(8, 2)[2, 8](cuda.to_device(A), cuda.to_device(v), out)  # grid-stride: 2 blocks, 3 row groups
+    np.testing.assert_allclose(out.copy_to_host(), A.astype(np.float64) @ v, rtol=1e-12)
+    n_blocks = -(-n // 4)
+    partial = cuda.device_array((m, n_blocks), np.float64)
+    K.dense_rmatvec_partial[n_blocks, 4](cuda.to_device(A), cuda.to_device(u), 4, partial)
+    res = cuda.device_array(m, np.float64)
+    K.column_reduce_kernel(4)[2, 4](partial, res)
+    np.testing.assert_allclose(res.copy_to_host(), A.astype(np.float64).T @ u, rtol=1e-12)
+    S = sp.random(n, 7, density=0.4, random_state=2, format="csr", dtype=np.float32)
+    v7 = rng.normal(size=7)
+    out = cuda.device_array(n, np.float64)
+    K.csr_matvec_kernel(8, 2)[2, 8](cuda.to_device(S.indptr.astype(np.int64)), cuda.to_device(S.indices.astype(np.int32)),
+                                    cuda.to_device(S.data), cuda.to_device(v7), out)
+    np.testing.assert_allclose(out.copy_to_host(), S.astype(np.float64) @ v7, rtol=1e-12)
+    C = S.tocsc()
+    res = cuda.device_array(7, np.float64)
+    K.csc_rmatvec_kernel(4)[3, 4](cuda.to_device(C.indptr.astype(np.int64)), cuda.to_device(C.indices.astype(np.int32)),
+                                  cuda.to_device(C.data), cuda.to_device(u), res)
+    np.testing.assert_allclose(res.copy_to_host(), S.astype(np.float64).T @ u, rtol=1e-12)
+
+
+@pytest.mark.cudasim
+@pytest.mark.parametrize("seed,n_levels,density", [(0, 3, 1.0), (1, 6, 0.6), (2, 2, 1.0)])
+def test_device_objective_equals_brute_force(seed, n_levels, density):
+    # queries of up to 11 documents (some above sort_capacity = 8: global sort path), ties,
+    # boundary pairs, a one-document query, an all-equal query
+    X, qid, rel, w = random_problem(seed, n_queries=4, max_docs=11, n_features=3, n_levels=n_levels, density=density)
+    check_against_brute_force(X, qid, rel, w, C=0.7, backend="cuda", geometry=TINY, seed=seed)
+
+
+@pytest.mark.cudasim
+def test_device_structure_equals_cpu_twin():
+    X, qid, rel, w = random_problem(5, n_queries=3, max_docs=12, n_features=3, n_levels=5)
+    data = prepare(X, qid, rel)
+    gpu = RankObjective(data, 1.0, "cuda", TINY)
+    cpu = RankObjective(data, 1.0, "cpu", TINY)
+    fg, gg = gpu.fun_grad(w)
+    fc, gc = cpu.fun_grad(w)
+    sg, sc = gpu.ops.statistics(), cpu.ops.statistics()
+    for key in ("beta_minus", "beta_plus", "order", "lo", "hi"):
+        np.testing.assert_array_equal(sg[key], sc[key], err_msg=key)
+    assert fg == pytest.approx(fc, rel=1e-13)
+    np.testing.assert_allclose(gg, gc, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.cudasim
+def test_device_prediction_matches_cpu():
+    from gputext.backend import resolve
+    from gputext.rank.ops import matvec
+
+    rng = np.random.default_rng(4)
+    w = rng.normal(size=4)
+    for X in (as_csr(_dense(rng, 13, 4), stored_zeros=True), sp.random(13, 4, density=0.5, random_state=3, format="csr",
+                                                                       dtype=np.float32)):
+        got = matvec(sp.csr_matrix(X), w, resolve("cuda"), TINY)
+        np.testing.assert_allclose(got, X.astype(np.float64) @ w, rtol=1e-12)
