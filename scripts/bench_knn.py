@@ -34,8 +34,12 @@ import threading
 import time
 from pathlib import Path
 
+import warnings
+
 import numpy as np
 import scipy.sparse as sp
+
+warnings.filterwarnings("ignore")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -53,6 +57,7 @@ def parse_args():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--check", type=int, default=50, help="queries checked against the float64 reference")
+    p.add_argument("--profile", action="store_true", help="cProfile one warm single-query search per size")
     p.add_argument("--quick", action="store_true", help="small sizes: 2e4 docs, 20k terms, queries 1,100")
     p.add_argument("--out", default=os.environ.get("OUT", "out/bench_knn"))
     a = p.parse_args()
@@ -155,13 +160,15 @@ def peer_cupy_spgemm(X, Q, k):
     step = max(1, min(Q.shape[0], int(2e9 // (4 * X.shape[0]))))
 
     def run():
-        out_i = []
+        out_i, out_s = [], []
         for lo in range(0, Q.shape[0], step):
             S = (csp.csr_matrix(Q[lo:lo + step]) @ dXT).toarray()
             part = cp.argpartition(-S, k - 1, axis=1)[:, :k]
             vals = cp.take_along_axis(S, part, 1)
-            out_i.append(cp.take_along_axis(part, cp.argsort(-vals, axis=1), 1).get())
-        return np.vstack(out_i)
+            order = cp.argsort(-vals, axis=1)
+            out_i.append(cp.take_along_axis(part, order, 1).get())
+            out_s.append(cp.take_along_axis(vals, order, 1).get())
+        return np.vstack(out_i), np.vstack(out_s)
     return run
 
 
@@ -173,24 +180,53 @@ def peer_torch_spmm(X, Q, k):
     step = max(1, min(Q.shape[0], int(2e9 // (4 * X.shape[0]))))
 
     def run():
-        out = []
+        out_i, out_s = [], []
         for lo in range(0, Q.shape[0], step):
             dQ = torch.from_numpy(Q[lo:lo + step].toarray().T.copy()).to(dev)
             S = (dX @ dQ).T
             vals, idx = torch.topk(S, k, dim=1)
-            out.append(idx.cpu().numpy())
+            out_i.append(idx.cpu().numpy())
+            out_s.append(vals.cpu().numpy())
         torch.cuda.synchronize()
-        return np.vstack(out)
+        return np.vstack(out_i), np.vstack(out_s)
     return run
 
 
 def peer_sklearn(X, Q, k):
     from sklearn.neighbors import NearestNeighbors
     nn = NearestNeighbors(n_neighbors=k, metric="cosine", algorithm="brute", n_jobs=-1).fit(X)
-    return lambda: nn.kneighbors(Q, return_distance=True)
+
+    def run():
+        dist, idx = nn.kneighbors(Q, return_distance=True)
+        return idx, 1.0 - dist  # cosine similarity, to compare with ours
+    return run
 
 
 # ------------------------------------------------------------------------------------ main
+
+def peer_agrees(fn, our_scores, n):
+    """A peer counts only if its best scores match ours (float32 tolerance) on the first n queries."""
+    result = fn()
+    idx, vals = result if isinstance(result, tuple) else (result, None)
+    vals = np.asarray(vals, dtype=np.float64)[:n]
+    ours = np.asarray(our_scores, dtype=np.float64)[: len(vals)]
+    k = min(vals.shape[1], ours.shape[1])
+    return bool(np.allclose(vals[:, :k], ours[:, :k], rtol=1e-4, atol=1e-5))
+
+
+def profile_one_query(index, q, k, backend, out):
+    """cProfile of one warm single-query search: where the fixed cost goes."""
+    import cProfile
+    import pstats
+    from gputext.engine import search_topk
+    search_topk(index, q, k, "cosine", backend)
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(20):
+        search_topk(index, q, k, "cosine", backend)
+    prof.disable()
+    with open(out, "w") as f:
+        pstats.Stats(prof, stream=f).sort_stats("cumulative").print_stats(45)
 
 def make_data(n_docs, n_queries, a):
     from gputext.datasets.synth import make_corpus
@@ -222,10 +258,13 @@ def main():
         index = Index.from_csr(X)
         t = time.perf_counter()
         if backend.is_cuda:
+            from numba import cuda
             from gputext.engine.cuda_backend import build_shard
             from gputext.engine.search import Geometry
+            build_shard(index.X, 0, min(1000, index.n_docs), Geometry())  # compile the build kernels first
+            cuda.synchronize()
+            t = time.perf_counter()
             index.device_cache["shard"] = build_shard(index.X, 0, index.n_docs, Geometry())
-            from numba import cuda
             cuda.synchronize()
         build_s = time.perf_counter() - t
         t = time.perf_counter()
@@ -259,12 +298,15 @@ def main():
             S = np.where(den > 0, S / np.where(den > 0, den, 1), 0)
             order = np.lexsort((np.broadcast_to(np.arange(n_docs), S.shape), -S), axis=1)[:, :a.k]
             row["equals_float64_reference"] = bool(same_up_to_ties(gi, gs, order, np.take_along_axis(S, order, 1)))
+            if n_q == 1 and a.profile:
+                profile_one_query(index, Q, a.k, backend, out / f"profile_{n_docs}.txt")
             for peer in a.peers:
                 try:
                     if peer == "cpu" or peer == "sklearn":
                         m = min(n_q, a.cpu_queries)
                         fn = (lambda: search_topk(index, Q[:m], a.k, "cosine", "cpu")) if peer == "cpu" else peer_sklearn(X, Q[:m], a.k)
                         s = median_time(fn, 1 if m > 20 else a.repeats)
+                        row[f"{peer}_valid"] = peer_agrees(fn, gs, a.check)
                         row[f"{peer}_qps"] = m / s
                         row[f"{peer}_s_est"] = n_q / row[f"{peer}_qps"]
                     else:
@@ -272,10 +314,11 @@ def main():
                             continue
                         fn = {"cupy_spmm": peer_cupy_spmm, "cupy_spgemm": peer_cupy_spgemm, "torch_spmm": peer_torch_spmm}[peer](X, Q, a.k)
                         row[f"{peer}_s"] = median_time(fn, 1 if n_q >= 10000 else a.repeats)
+                        row[f"{peer}_valid"] = peer_agrees(fn, gs, a.check)
                 except Exception as exc:  # a peer that cannot run at this size is reported, not fatal
                     row[f"{peer}_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
                     print(f"  {peer}: {row[f'{peer}_error']}", flush=True)
-            peer_times = {p: row.get(f"{p}_s", row.get(f"{p}_s_est")) for p in a.peers}
+            peer_times = {p: row.get(f"{p}_s", row.get(f"{p}_s_est")) for p in a.peers if row.get(f"{p}_valid")}
             peer_times = {p: t for p, t in peer_times.items() if t}
             if peer_times:
                 fastest = min(peer_times, key=peer_times.get)
@@ -303,6 +346,9 @@ def markdown(rows, peers):
             else:
                 cells.append("-")
         cells.append(f"{r.get('speedup_vs_fastest_peer', float('nan')):.1f} ({r.get('fastest_peer', '-')})")
+        bad = [p for p in peers if r.get(f"{p}_valid") is False]
+        if bad:
+            cells[-1] += " [wrong results: " + ", ".join(bad) + "]"
         cells.append("yes" if r["cuda_equals_cpu"] and r["equals_float64_reference"] else "NO")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ import math
 import time
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import scipy.sparse as sp
 from numba import cuda
@@ -23,6 +24,8 @@ from ..io.corpus import csr_arrays
 from ..kernels import scan, scoring
 from ..progress import progress
 from .index import Index
+
+numba.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0  # small batches are legitimate; the warning is noise for users
 
 INDEX_SHARE = 0.45
 ROWS_SHARE = 0.30
@@ -41,6 +44,27 @@ class DeviceShard:
     df: np.ndarray  # host int64 (n_terms,): posting list lengths, for the batch offsets
     nbytes: int
     norm_terms: dict = None  # metric -> device float64 (n_docs,), made on first use
+    buffers: dict = None  # name -> device array reused across batches and searches (workspace)
+
+    def buffer(self, name: str, shape: tuple, dtype):
+        """A device array of at least ``shape``'s size, reused while large enough: numba's
+        allocations are synchronous cuMemAlloc calls, and its frees are deferred, so fresh
+        arrays per batch cost time and can hold twice the memory."""
+        if self.buffers is None:
+            self.buffers = {}
+        size = int(np.prod(shape))
+        have = self.buffers.get(name)
+        if have is None or have.size < size or have.dtype != np.dtype(dtype):
+            self.buffers.pop(name, None)
+            have = cuda.device_array(max(size, 1), dtype)
+            self.buffers[name] = have
+        return have[:size].reshape(shape) if len(shape) > 1 else have[:size]
+
+    def release(self, larger_than: int = 1 << 30) -> None:
+        """Free workspace buffers above a size (score rows of big batches) once a search ends."""
+        for name, arr in list((self.buffers or {}).items()):
+            if arr.nbytes > larger_than:
+                del self.buffers[name]
 
     def dn(self, metric: int, block: int):
         """The documents' norm term for the metric, on the device (kernel doc_norm_terms)."""
@@ -192,7 +216,7 @@ def topk_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geom, stats
         rows = _batch_rows(shard, n_q, batch_size, 12 * n_seg * k)
         stats["batch_size"] = rows
         stats["rows_bytes"] = 8 * rows * shard.n_docs + 12 * rows * n_seg * k
-        d_acc = cuda.device_array(max(1, rows * shard.n_docs), np.int64)
+        d_acc = shard.buffer("acc", (max(1, rows * shard.n_docs),), np.int64)
         docs = np.empty((n_q, k), np.int32)
         keys = np.empty((n_q, k), np.float64)
         batches = range(0, n_q, rows)
@@ -200,15 +224,17 @@ def topk_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geom, stats
             for lo in batches:
                 hi = min(n_q, lo + rows)
                 batch = _Batch(Q, lo, hi, shard, scale, qn, self_doc, code, d_acc, geom)
-                d_doc = cuda.device_array((batch.n, n_seg, k), np.int32)
-                d_key = cuda.device_array((batch.n, n_seg, k), np.float64)
+                d_doc = shard.buffer("seg_doc", (batch.n, n_seg, k), np.int32)
+                d_key = shard.buffer("seg_key", (batch.n, n_seg, k), np.float64)
                 select[(n_seg, batch.n), block](batch.acc, shard.n_docs, batch.scale, batch.qn, batch.self_doc,
                                                 batch.dn, code, k, d_doc, d_key)
                 n_lists = n_seg
+                level = 0
                 while n_lists > 1:
                     n_groups = _blocks(n_lists, group)
-                    o_doc = cuda.device_array((batch.n, n_groups, k), np.int32)
-                    o_key = cuda.device_array((batch.n, n_groups, k), np.float64)
+                    level += 1
+                    o_doc = shard.buffer(f"merge_doc{level % 2}", (batch.n, n_groups, k), np.int32)
+                    o_key = shard.buffer(f"merge_key{level % 2}", (batch.n, n_groups, k), np.float64)
                     merge[(n_groups, batch.n), geom.merge_block](d_doc, d_key, group, k, o_doc, o_key)
                     d_doc, d_key, n_lists = o_doc, o_key, n_groups
                 got = d_doc.copy_to_host()[:, 0, :]
@@ -216,7 +242,7 @@ def topk_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geom, stats
                 keys[lo:hi] = d_key.copy_to_host()[:, 0, :]
                 stats["postings"] = stats.get("postings", 0) + batch.postings
                 bar.update(1)
-        del d_acc
+        shard.release()
         parts.append((docs, keys))
     stats["seconds"] = time.perf_counter() - t0
     if len(parts) == 1:
@@ -250,7 +276,7 @@ def threshold_cuda(index: Index, Q, min_key, code, self_doc, batch_size, quiet, 
         n_seg = _blocks(shard.n_docs, block * items)
         per_batch = _batch_rows(shard, n_q, batch_size, 4 * n_seg)
         stats["batch_size"] = per_batch
-        d_acc = cuda.device_array(max(1, per_batch * shard.n_docs), np.int64)
+        d_acc = shard.buffer("acc", (max(1, per_batch * shard.n_docs),), np.int64)
         batches = range(0, n_q, per_batch)
         with progress(len(batches) if len(batches) > 1 else 0, "scoring (cuda)", quiet) as bar:
             for lo in batches:
@@ -272,7 +298,7 @@ def threshold_cuda(index: Index, Q, min_key, code, self_doc, batch_size, quiet, 
                 docs_parts.append(d_doc.copy_to_host()[:total] + shard.doc_lo)
                 keys_parts.append(d_key.copy_to_host()[:total])
                 bar.update(1)
-        del d_acc
+        shard.release()
     rows = np.concatenate(rows_parts) if rows_parts else np.empty(0, np.int64)
     docs = (np.concatenate(docs_parts) if docs_parts else np.empty(0)).astype(np.int32)
     keys = np.concatenate(keys_parts) if keys_parts else np.empty(0, np.float64)
