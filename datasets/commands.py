@@ -89,13 +89,16 @@ def synth(preset, kind, output, compression, threads, quiet, idf_from, **options
     from .presets import resolve
     from .synth import write_synth
 
+    from .presets import PRESETS
+
+    target = PRESETS[preset]["kind"] if preset in PRESETS else (kind or "text")
+    if idf_from is not None and target == "text" and options.get("n_terms") is None:
+        from gputext.io import corpus_shape
+        options["n_terms"] = corpus_shape(idf_from)[1]  # the reference's vocabulary
     kind, params = resolve(preset, kind, **options)
     seed = params.pop("seed", 0)
     if kind == "text":
         n_docs, n_terms = params.pop("n_docs"), params.pop("n_terms")
-        if idf_from is not None and options.get("n_terms") is None:
-            from gputext.io import corpus_shape
-            n_terms = corpus_shape(idf_from)[1]
         summary = write_synth(output, n_docs, n_terms, params.pop("terms_per_doc"), params.pop("n_classes"), seed,
                               idf_from=idf_from, compression=compression, threads=threads, quiet=quiet, **params)
         info(f"wrote {output}: {summary['n_docs']:,} docs x {summary['n_terms']:,} terms, {summary['nnz']:,} non-zeros, "
