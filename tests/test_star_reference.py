@@ -225,8 +225,6 @@ def dclustr(adj, old_clusters, added):
                 covered |= {v} | set(adj[v])
 
     visit(L)
-    if covered != affected:  # completion pass (documented decision)
-        visit({v for v in affected if rel[v] > 0})
     assert covered == affected
     new = improve(sub, C)
     kept = {c: m for c, m in old_clusters.items() if c not in affected}

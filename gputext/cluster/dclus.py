@@ -40,10 +40,12 @@ The update (``update``)
    The remaining C' are centers; L is visited in decreasing relevance (ties: lower id first) and
    v becomes a center when v or a neighbour is uncovered.  Linked lists are emptied (the
    improvement recomputes them).
-   Decision where the paper is silent: if a vertex is still uncovered after L (possible when a
-   removed center was the only one covering a vertex that entered neither list), a completion
-   pass visits all non-center vertices with relevance > 0 in the candidate order with the same
-   rule, which always completes the cover; ``stats["completion_centers"]`` counts its centers.
+   This always covers the component (checked by an assertion): a vertex left uncovered would
+   have had all its C' coverers removed; a removed coverer c with relevance > 0 is itself in L and
+   becomes a center again if its star still has an uncovered vertex when it is visited; a removed
+   c with relevance 0 was weak, so all its neighbours (relevance > 0, since two adjacent vertices
+   cannot both have relevance 0) are in L; an initially uncovered vertex enters L by (a) or, with
+   relevance 0, all its neighbours enter L by (b).
 6. The improvement stage of OClustR (gputext.cluster.star.improve_centers) gives the final
    clusters of the affected components; clusters of untouched components are copied unchanged.
 7. The output file gets the union corpus, the clusters, and the graph: untouched PCCs are
@@ -420,15 +422,11 @@ def dclustr_cover(graph: StarGraph, relevance: np.ndarray, old_center: np.ndarra
         covered[graph.neighbours(c)] = True
     order = candidate_order(np.where(in_list, relevance, 0.0), vertex_ids)
     added = cover_candidates(graph.indptr, graph.indices, order, is_center, covered)
-    completion = 0
-    if not covered.all():
-        completion = cover_candidates(graph.indptr, graph.indices, candidate_order(relevance, vertex_ids),
-                                      is_center, covered)
     if not covered.all():
         raise AssertionError(f"DClustR cover left {int((~covered).sum())} vertices uncovered")
     stats = {"old_centers": int(np.asarray(old_center, bool).sum()), "old_centers_removed": int(removed),
              "old_centers_kept": kept, "activated": int(n_active), "candidates": int(in_list.sum()),
-             "centers_added": int(added), "completion_centers": int(completion)}
+             "centers_added": int(added)}
     return is_center, stats
 
 

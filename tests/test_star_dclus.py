@@ -1,0 +1,249 @@
+"""DClustR / CUDA-DClus (gputext.cluster.dclus): partial connected components on disk and the
+update after additions, against the paper's Figures 9-16 / Tables 1-2 and against the independent
+set-based DClustR of test_star_reference.py."""
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from click.testing import CliRunner
+
+from gputext.cli import cli
+from gputext.cluster import dclus
+from gputext.cluster.graph import build_graph, graph_from_edges
+from gputext.cluster.star import cluster_star, oclustr_graph
+from gputext.errors import InputError
+from gputext.io import Categorical, Corpus, read_corpus, write_corpus
+from test_star_reference import (TABLE1, TABLE2, TABLE2_OLD, adjacency_of, components, dclustr, named, oclustr,
+                                 paper_edges, random_corpus)
+
+
+def read_clusters(path):
+    """{center: frozenset(members)} of a result file."""
+    c = read_corpus(path)
+    M = c.obsm["clusters"].tocsc()
+    centers = c.uns["gputext"]["star"]["centers"]
+    return {int(k): frozenset(M.indices[M.indptr[j]:M.indptr[j + 1]].tolist()) for j, k in enumerate(centers)}
+
+
+def dummy_corpus(n, n_terms, start=0):
+    X = sp.csr_matrix((np.ones(n, np.float32), (np.arange(n), np.arange(start, start + n) % n_terms)), shape=(n, n_terms))
+    return Corpus(X, np.array([f"d{start + i + 1}" for i in range(n)], dtype=object),
+                  np.array([f"t{j}" for j in range(n_terms)], dtype=object))
+
+
+@pytest.fixture
+def table1_file(tmp_path):
+    g = graph_from_edges(9, *paper_edges(TABLE1))
+    res = oclustr_graph(g, "cpu")
+    path = str(tmp_path / "table1.h5")
+    pccs = dclus.write_result(dummy_corpus(9, 15), res, path, 0.3, "cpu")
+    return path, pccs
+
+
+def table2_edges():
+    r, c, w = paper_edges(TABLE2_OLD)
+    new_old = (r.astype(np.int32), c.astype(np.int32), w)  # (old v2, new v10)
+    r, c, w = paper_edges(TABLE2)
+    return new_old, (r.astype(np.int32), c.astype(np.int32), w)
+
+
+# ----------------------------------------------------------------------------- the paper's example
+
+def test_pccs_of_table1_are_figures_9_to_12(table1_file):
+    _, pccs = table1_file
+    # PCC1 = {v1, v3, v5, v6}, PCC2 = {v2, v4, v7}, PCC3 = {v8, v9}; PCC1 and PCC2 linked (v3 - v4)
+    assert pccs.pcc_of.tolist() == [0, 1, 0, 1, 0, 0, 1, 2, 2]
+    assert pccs.links.tolist() == [[0, 1]]
+    assert [sorted(pccs.members(p) + 1) for p in range(3)] == [[1, 3, 5, 6], [2, 4, 7], [8, 9]]
+    assert pccs.components().tolist() == [0, 0, 2]
+
+
+def test_table2_additions_are_figures_13_to_16_and_the_clusters_by_hand(table1_file, tmp_path):
+    path, _ = table1_file
+    out = str(tmp_path / "after.h5")
+    rep = dclus.update(path, dummy_corpus(6, 15, start=9), out, device="cpu", edges=table2_edges())
+    graph, pccs = dclus.read_stored_graph(out)
+    # PCC4 = {v10..v13} linked to PCC2 (v2 - v10); PCC5 = {v14, v15}
+    assert pccs.pcc_of.tolist() == [0, 1, 0, 1, 0, 0, 1, 2, 2, 3, 3, 3, 3, 4, 4]
+    assert pccs.links.tolist() == [[0, 1], [1, 3]]
+    # the component of PCC1+PCC2+PCC4 and the new PCC5 are touched; PCC3 (v8, v9) stays on disk
+    assert (rep.components_touched, rep.components_total) == (2, 3)
+    assert (rep.pccs_loaded, rep.pccs_total, rep.vertices_loaded) == (2, 3, 7)
+    # worked by hand (docs/star.md): C' = {v2, v3}; v2 is weak (v10 is more relevant) and leaves;
+    # L = {v13, v10, v2} gives centers v13, v10, v2; the improvement keeps v3 and v10, links v7 to v10
+    assert named(read_clusters(out)) == {3: [1, 3, 4, 5, 6], 8: [8, 9], 10: [2, 7, 10, 11, 12, 13], 14: [14, 15]}
+    assert rep.stats["old_centers_removed"] == 1 and rep.stats["old_centers_kept"] == 1
+    # and the graph on disk is the graph of the union
+    union = graph_from_edges(15, *paper_edges(TABLE1 + TABLE2 + TABLE2_OLD))
+    assert np.array_equal(graph.indptr, union.indptr) and np.array_equal(graph.indices, union.indices)
+    assert np.array_equal(graph.weights, union.weights)
+    # the same as the set-based reference and, in this example, as OClustR on the union
+    assert named(read_clusters(out)) == named(oclustr(adjacency_of(union)))
+
+
+# ----------------------------------------------------------------------------- random corpora
+
+def split_corpus(X, n_old, seed=0):
+    n = X.shape[0]
+    terms = np.array([f"t{j}" for j in range(X.shape[1])], dtype=object)
+    labels = Categorical((np.arange(n) % 3).astype(np.int32), np.array(["x", "y", "z"], dtype=object))
+    whole = Corpus(X, np.array([f"doc{i}" for i in range(n)], dtype=object), terms, obs={"label": labels})
+    return whole.take(np.arange(n_old)), whole.take(np.arange(n_old, n)), whole
+
+
+def cluster_file(corpus, beta, path):
+    res = cluster_star(corpus.X, beta, "cpu")
+    dclus.write_result(corpus, res, path, beta, "cpu")
+    return res
+
+
+@pytest.mark.parametrize("seed,n_old,n_new,beta,n_terms", [
+    (1, 60, 20, 0.3, 45), (2, 50, 30, 0.35, 45), (3, 70, 10, 0.25, 45), (4, 40, 40, 0.4, 45), (5, 30, 5, 0.5, 45),
+    (6, 120, 40, 0.3, 150), (7, 100, 25, 0.25, 250)])  # the last two: many components
+def test_update_equals_reference_dclustr(tmp_path, seed, n_old, n_new, beta, n_terms):
+    X = random_corpus(n_old + n_new, n_terms, 6, seed=seed, empty=(3, n_old + 1), duplicates=((5, n_old + 2),))
+    old, new, whole = split_corpus(X, n_old)
+    before = cluster_file(old, beta, str(tmp_path / "old.h5"))
+    out = str(tmp_path / "new.h5")
+    rep = dclus.update(str(tmp_path / "old.h5"), new, out, device="cpu")
+    graph, _ = dclus.read_stored_graph(out)
+    # the graph kept on disk equals the union's graph built from scratch
+    scratch = build_graph(whole.X, beta, "cpu")
+    assert np.array_equal(graph.indptr, scratch.indptr) and np.array_equal(graph.indices, scratch.indices)
+    assert np.array_equal(graph.weights, scratch.weights)
+    # the clusters equal the set-based DClustR on that graph
+    adj = adjacency_of(graph)
+    expect, affected = dclustr(adj, {int(c): frozenset(m) for c, m in before.cluster_sets().items()},
+                               set(range(n_old, n_old + n_new)))
+    got = read_clusters(out)
+    assert got == expect
+    assert rep.vertices_loaded == len([v for v in affected if v < n_old])
+    # where the paper's definitions make DClustR and OClustR coincide: components without new
+    # documents keep their clusters; components of new documents only are clustered as OClustR
+    full = oclustr(adj)
+    untouched = set(range(n_old + n_new)) - affected
+    assert {c: m for c, m in got.items() if c in untouched} == {c: m for c, m in full.items() if c in untouched}
+    new_only = [comp for comp in (components(adj, [v]) for v in range(n_old, n_old + n_new)) if min(comp) >= n_old]
+    for comp in new_only:
+        assert {c: m for c, m in got.items() if c in comp} == {c: m for c, m in full.items() if c in comp}
+    # the corpus of the union
+    res = read_corpus(out)
+    assert res.doc_ids.tolist() == whole.doc_ids.tolist() and (res.X != whole.X).nnz == 0
+    assert res.obs["label"].codes.tolist() == whole.obs["label"].codes.tolist()
+    assert np.all(np.diff(res.obsm["clusters"].indptr) >= 1)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cover_update_with_any_previous_centers_equals_reference(seed):
+    """dclustr_graph on random graphs with exact ties, from an arbitrary C' (not only OClustR's)."""
+    from test_star import random_graph
+    g = random_graph(30, 0.12, seed + 40)
+    previous = np.random.default_rng(seed).random(30) < 0.3
+    got = {int(c): frozenset(m) for c, m in dclus.dclustr_graph(g, previous, "cpu").cluster_sets().items()}
+    expect, _ = dclustr(adjacency_of(g), {int(c): frozenset() for c in np.flatnonzero(previous)}, set(range(30)))
+    assert got == expect
+    # with no previous centers the update is OClustR
+    none = dclus.dclustr_graph(g, np.zeros(30, bool), "cpu")
+    assert {int(c): frozenset(m) for c, m in none.cluster_sets().items()} == oclustr(adjacency_of(g))
+
+
+def test_two_successive_updates_equal_reference(tmp_path):
+    X = random_corpus(90, 40, 6, seed=11)
+    n = X.shape[0]
+    terms = np.array([f"t{j}" for j in range(40)], dtype=object)
+    whole = Corpus(X, np.array([f"d{i}" for i in range(n)], dtype=object), terms)
+    parts = [whole.take(np.arange(a, b)) for a, b in ((0, 50), (50, 75), (75, 90))]
+    before = cluster_file(parts[0], 0.3, str(tmp_path / "a.h5"))
+    dclus.update(str(tmp_path / "a.h5"), parts[1], str(tmp_path / "b.h5"), device="cpu")
+    dclus.update(str(tmp_path / "b.h5"), parts[2], str(tmp_path / "c.h5"), device="cpu")
+    graph, pccs = dclus.read_stored_graph(str(tmp_path / "c.h5"))
+    adj = adjacency_of(graph)
+    sub = {v: {u: w for u, w in adj[v].items() if u < 75} for v in range(75)}
+    mid, _ = dclustr(sub, {int(c): frozenset(m) for c, m in before.cluster_sets().items()}, set(range(50, 75)))
+    assert read_clusters(str(tmp_path / "b.h5")) == mid
+    final, _ = dclustr(adj, mid, set(range(75, 90)))
+    assert read_clusters(str(tmp_path / "c.h5")) == final
+    assert read_corpus(str(tmp_path / "c.h5")).uns["gputext"]["star_updates"] == 2
+    # PCCs stay a partition whose links close into the graph's connected components
+    comp = pccs.components()[pccs.pcc_of]
+    for v in range(n):
+        for u in graph.neighbours(v):
+            assert comp[u] == comp[v]
+
+
+def test_additions_without_edges_touch_only_new_components(tmp_path):
+    X = random_corpus(40, 30, 5, seed=4)
+    old, _, _ = split_corpus(X, 40)
+    cluster_file(old, 0.3, str(tmp_path / "old.h5"))
+    far = Corpus(sp.csr_matrix(np.zeros((3, 30), np.float32)), np.array(["n1", "n2", "n3"], dtype=object), old.terms,
+                 obs={"label": Categorical(np.array([0, 1, 0], np.int32), np.array(["y", "w"], dtype=object))})
+    rep = dclus.update(str(tmp_path / "old.h5"), far, str(tmp_path / "o.h5"), device="cpu")
+    assert rep.pccs_loaded == 0 and rep.vertices_loaded == 0 and rep.components_touched == 3
+    got = read_clusters(str(tmp_path / "o.h5"))
+    before = read_clusters(str(tmp_path / "old.h5"))
+    assert got == {**before, 40: frozenset([40]), 41: frozenset([41]), 42: frozenset([42])}
+    label = read_corpus(str(tmp_path / "o.h5")).obs["label"]  # categories merged
+    assert label.categories.tolist() == ["x", "y", "z", "w"] and label.codes[-3:].tolist() == [1, 3, 1]
+
+
+def test_streamed_copy_is_window_independent(tmp_path, monkeypatch):
+    X = random_corpus(80, 40, 6, seed=8)
+    old, new, _ = split_corpus(X, 65)
+    cluster_file(old, 0.3, str(tmp_path / "old.h5"))
+    dclus.update(str(tmp_path / "old.h5"), new, str(tmp_path / "big.h5"), device="cpu")
+    monkeypatch.setattr(dclus, "COPY_WINDOW", 7)
+    dclus.update(str(tmp_path / "old.h5"), new, str(tmp_path / "small.h5"), device="cpu")
+    with h5py.File(tmp_path / "big.h5") as a, h5py.File(tmp_path / "small.h5") as b:
+        for key in ("order", "pcc_indptr", "adj_indptr", "adj_indices", "adj_weights", "links", "pcc_of_doc"):
+            assert np.array_equal(a[f"uns/gputext/star/graph/{key}"][()], b[f"uns/gputext/star/graph/{key}"][()]), key
+
+
+def test_update_in_place_replaces_the_file(tmp_path):
+    X = random_corpus(50, 30, 5, seed=9)
+    old, new, whole = split_corpus(X, 40)
+    cluster_file(old, 0.3, str(tmp_path / "c.h5"))
+    dclus.update(str(tmp_path / "c.h5"), new, str(tmp_path / "ref.h5"), device="cpu")
+    dclus.update(str(tmp_path / "c.h5"), new, str(tmp_path / "c.h5"), device="cpu")
+    assert read_clusters(str(tmp_path / "c.h5")) == read_clusters(str(tmp_path / "ref.h5"))
+    assert read_corpus(str(tmp_path / "c.h5")).n_docs == 50
+
+
+def test_update_refusals(tmp_path):
+    X = random_corpus(30, 20, 5, seed=10)
+    old, new, _ = split_corpus(X, 25)
+    path = str(tmp_path / "c.h5")
+    cluster_file(old, 0.3, path)
+    with pytest.raises(InputError, match="already exist"):
+        dclus.update(path, old.take(np.arange(3)), str(tmp_path / "o.h5"), device="cpu")
+    other = Corpus(new.X[:, :10], new.doc_ids, new.terms[:10])
+    with pytest.raises(InputError, match="different vocabulary"):
+        dclus.update(path, other, str(tmp_path / "o.h5"), device="cpu")
+    with pytest.raises(InputError, match="differs from the beta 0.3"):
+        dclus.update(path, new, str(tmp_path / "o.h5"), device="cpu", beta=0.4)
+    with pytest.raises(InputError, match="not stdin"):
+        dclus.update("-", new, str(tmp_path / "o.h5"), device="cpu")
+    assert not (tmp_path / "o.h5").exists()
+
+
+def test_cli_update(tmp_path):
+    X = random_corpus(70, 40, 6, seed=12)
+    old, new, whole = split_corpus(X, 55)
+    write_corpus(old, str(tmp_path / "old.h5"))
+    write_corpus(new, str(tmp_path / "new.h5"))
+    run = CliRunner().invoke
+    r = run(cli, ["cluster", "star", str(tmp_path / "old.h5"), "--beta", "0.3", "-o", str(tmp_path / "c.h5"), "--device", "cpu"])
+    assert r.exit_code == 0, r.output
+    r = run(cli, ["cluster", "star", "--update", str(tmp_path / "c.h5"), "--add", str(tmp_path / "new.h5"),
+                  "-o", str(tmp_path / "c2.h5"), "--device", "cpu"])
+    assert r.exit_code == 0, r.output
+    assert "touched" in r.output and "connected components" in r.output
+    lib = str(tmp_path / "lib.h5")
+    dclus.update(str(tmp_path / "c.h5"), new, lib, device="cpu")
+    assert read_clusters(str(tmp_path / "c2.h5")) == read_clusters(lib)
+    stats = read_corpus(str(tmp_path / "c2.h5")).uns["gputext"]["star"]["update"]
+    assert stats["n_new"] == 15 and stats["components_touched"] >= 1
+    r = run(cli, ["cluster", "star", "--update", str(tmp_path / "c.h5"), "--add", str(tmp_path / "new.h5"),
+                  "--beta", "0.5", "-o", str(tmp_path / "c3.h5")])
+    assert r.exit_code == 2 and "differs from the beta" in r.output and not (tmp_path / "c3.h5").exists()
