@@ -4,3 +4,7 @@ from .corpus import (Categorical, Corpus, CorpusWriter, atomic_output, canonical
 
 __all__ = ["Categorical", "Corpus", "CorpusWriter", "atomic_output", "canonical_csr", "check_same_vocabulary",
            "corpus_shape", "csr_arrays", "read_corpus", "read_rows", "write_corpus"]
+
+from .ingest import build_corpus  # noqa: E402  (after corpus: ingest builds on it)
+
+__all__ += ["build_corpus"]
