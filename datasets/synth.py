@@ -178,7 +178,7 @@ def _zipf_probs(n: int, exponent: float, offset: float) -> np.ndarray:
 def _alias_table(n: int, exponent: float, offset: float) -> tuple[np.ndarray, np.ndarray]:
     """Vose's alias table of the Zipf-Mandelbrot law over n ranks: (prob float64, alias int32).
 
-    Sample: x = u * n, k = floor(x), f = x - k; rank = k if f < prob[k] else alias[k].
+    Sample: x = u * n, k = floor(x); rank = k if x < k + prob[k] else alias[k].
     """
     scaled = (_zipf_probs(n, exponent, offset) * n).tolist()
     prob = [1.0] * n
@@ -197,10 +197,10 @@ def _alias_table(n: int, exponent: float, offset: float) -> tuple[np.ndarray, np
 class _Model:
     perm: np.ndarray          # (V,) int32: background rank -> term id
     perm_alias: np.ndarray    # (V,) int32: perm[bg_alias], so a token costs one gather per table
-    bg_prob: np.ndarray       # (V,) float64 alias probabilities of the background law
+    bg_cut: np.ndarray        # (V,) float64 k + alias probability of k, background law
     topic_terms: np.ndarray   # (C, K) int32: term ids of each class's topic, by topic rank
     topic_size: int
-    topic_prob: np.ndarray    # (K,) float64 / (K,) int32: alias table of the within-topic law
+    topic_cut: np.ndarray     # (K,) float64 / (K,) int32: alias table of the within-topic law
     topic_alias: np.ndarray
     grid_tokens: np.ndarray   # calibration: token counts ...
     grid_distinct: np.ndarray  # ... and the expected distinct terms they give (increasing)
@@ -233,8 +233,8 @@ def _build_model(spec: TextSpec) -> _Model:
     bg_prob, bg_alias = _alias_table(V, float(spec.zipf_exponent), float(spec.zipf_offset))
     t_prob, t_alias = _alias_table(K, float(spec.zipf_exponent), float(spec.zipf_offset))
     grid_tokens, grid_distinct = _calibrate(spec, topic_ranks)
-    return _Model(perm, perm[bg_alias], bg_prob, perm[topic_ranks], K, t_prob, t_alias, grid_tokens,
-                  grid_distinct, max_distinct=int(grid_distinct[-1]))
+    return _Model(perm, perm[bg_alias], np.arange(V) + bg_prob, perm[topic_ranks], K, np.arange(K) + t_prob,
+                  t_alias, grid_tokens, grid_distinct, max_distinct=int(grid_distinct[-1]))
 
 
 def _calibrate(spec: TextSpec, topic_ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -332,7 +332,7 @@ def generate_block(spec: TextSpec, b: int) -> Block:
     x = rng.random(t_bg)
     x *= V
     k = x.astype(np.int32)
-    keep = (x - k) < model.bg_prob.take(k)
+    keep = x < model.bg_cut.take(k)
     terms[:t_bg] = np.where(keep, model.perm.take(k), model.perm_alias.take(k))
     if rows.size > t_bg:
         t_rows = rows[t_bg:]
@@ -347,7 +347,7 @@ def generate_block(spec: TextSpec, b: int) -> Block:
         K = model.topic_size
         v *= K
         k = np.minimum(v.astype(np.int32), K - 1)
-        k = np.where((v - k) < model.topic_prob.take(k), k, model.topic_alias.take(k))
+        k = np.where(v < model.topic_cut.take(k), k, model.topic_alias.take(k))
         terms[t_bg:] = model.topic_terms[cls, k]
     indptr, indices, counts = _count_rows(rows, terms, n, V, t_bg)
     return Block(start, stop, indptr, indices, counts, labels, n_labels)
@@ -356,13 +356,16 @@ def generate_block(spec: TextSpec, b: int) -> Block:
 def _count_rows(rows: np.ndarray, terms: np.ndarray, n: int, V: int, cut: int = 0):
     """Count (row, term) pairs into CSR rows: (indptr int64, indices int32 sorted, counts int32).
 
-    ``rows`` is non-decreasing on [0, cut) and on [cut, end) (the background and the topic tokens).
-    Rows go in groups small enough for int32 keys row * V + term (int32 sorts are 3x faster).
+    ``rows`` (int32) is non-decreasing on [0, cut) and on [cut, end) (background, then topic
+    tokens). Rows go in groups small enough for int32 keys ``row * V + term`` (int32 sorts are
+    3x faster than int64); V >= 2^30 falls back to int64 keys.
     """
-    per_group = max(1, (2**31 - 1) // V)
-    segments = [(0, cut), (cut, rows.size)]
-    edges = np.arange(0, n + per_group, per_group)
-    cuts = [lo + np.searchsorted(rows[lo:hi], edges) for lo, hi in segments]
+    if V < 2**30:
+        per_group, key_type = (2**31 - 1) // V, np.int32
+    else:
+        per_group, key_type = max(n, 1), np.int64
+    edges = np.arange(0, n + per_group, per_group, dtype=np.int64)
+    cuts = [lo + np.searchsorted(rows[lo:hi], edges.astype(rows.dtype)) for lo, hi in ((0, cut), (cut, rows.size))]
     indptr = np.zeros(n + 1, dtype=np.int64)
     idx_parts, cnt_parts = [], []
     for g in range(len(edges) - 1):
@@ -370,22 +373,22 @@ def _count_rows(rows: np.ndarray, terms: np.ndarray, n: int, V: int, cut: int = 
         if first >= n:
             break
         sl = [slice(c[g], c[g + 1]) for c in cuts]
-        r = np.concatenate([rows[s] for s in sl]).astype(np.int64 if per_group * V >= 2**31 else np.int32)
-        r -= first
-        keys = r * r.dtype.type(V) + np.concatenate([terms[s] for s in sl])
-        if keys.size == 0:
-            continue
+        r = np.concatenate([rows[s] for s in sl]).astype(key_type, copy=False)
+        r -= key_type(first)
+        r *= key_type(V)
+        r += np.concatenate([terms[s] for s in sl])
+        keys = r
         keys.sort()
-        new = np.empty(keys.size, dtype=bool)
-        new[0] = True
-        np.not_equal(keys[1:], keys[:-1], out=new[1:])
-        starts = np.flatnonzero(new)
-        cnt_parts.append(np.diff(np.append(starts, keys.size)).astype(np.int32))
-        uk = keys[starts]
-        row = uk // keys.dtype.type(V)
-        idx_parts.append((uk - row * keys.dtype.type(V)).astype(np.int32))
-        indptr[first + 1:last + 1] = np.bincount(row, minlength=last - first)
-    np.cumsum(indptr, out=indptr)
+        new = np.empty(keys.size + 1, dtype=bool)
+        new[0] = new[-1] = True
+        np.not_equal(keys[1:], keys[:-1], out=new[1:-1])
+        bounds = np.flatnonzero(new)
+        starts = bounds[:-1]
+        cnt_parts.append((bounds[1:] - starts).astype(np.int32))
+        unique = keys[starts]
+        idx_parts.append((unique % key_type(V)).astype(np.int32, copy=False))
+        row_starts = np.searchsorted(unique, np.arange(0, last - first + 1, dtype=key_type) * key_type(V))
+        indptr[first:last + 1] = row_starts + (indptr[first] if first else 0)
     if not idx_parts:
         return indptr, np.zeros(0, np.int32), np.zeros(0, np.int32)
     return indptr, np.concatenate(idx_parts), np.concatenate(cnt_parts)

@@ -88,6 +88,22 @@ def test_shapes_dtypes_and_names():
     assert "labels" not in c.obsm
 
 
+@pytest.mark.parametrize("n_terms", [7, 1000, 3_000_000, 2**30 + 5])
+def test_token_counting_equals_scipy_duplicate_summing(n_terms):
+    rng = np.random.default_rng(n_terms)
+    n_rows = 3000
+    background = np.sort(rng.integers(0, n_rows, 20000)).astype(np.int32)
+    topic = np.sort(rng.integers(0, n_rows, 5000)).astype(np.int32)
+    rows = np.concatenate([background, topic])
+    terms = rng.integers(0, n_terms, rows.size).astype(np.int32)
+    indptr, indices, counts = synth._count_rows(rows, terms, n_rows, n_terms, len(background))
+    ref = sp.coo_matrix((np.ones(rows.size), (rows, terms)), shape=(n_rows, n_terms)).tocsr()
+    ref.sum_duplicates()
+    np.testing.assert_array_equal(indptr, ref.indptr)
+    np.testing.assert_array_equal(indices, ref.indices)
+    np.testing.assert_array_equal(counts, ref.data)
+
+
 def test_label_names_sort_in_code_order():
     names = synth.label_names(12)
     assert list(names[:2]) == ["c00", "c01"] and names[-1] == "c11"
