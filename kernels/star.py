@@ -92,31 +92,53 @@ def upper_edges(indptr, indices, data, row_offset, col_offset):
     return rows, cols, weights
 
 
-@numba.njit(cache=True)
-def symmetric_csr(n, rows, cols, weights, degree):
+@numba.njit(parallel=True, cache=True)
+def symmetric_csr(n, rows, cols, weights, degree, n_chunks):
     """Upper-triangle edges (rows < cols, sorted by (row, col)) -> symmetric CSR, rows sorted.
 
     degree int32 (n,) must be the row lengths (accumulate_edges).  Returns indptr int64 (n+1,),
-    indices int32 (2E,), weights float32 (2E,).  Scanning the edges in (row, col) order puts the
-    lower neighbours of every vertex before its upper ones, both ascending, so rows come out
-    sorted without a sort.
+    indices int32 (2E,), weights float32 (2E,).  Row v is its lower neighbours (edges (i, v),
+    i ascending) followed by its upper ones (edges (v, j), j ascending, a contiguous run of the
+    input).  Parallel: the upper runs are copied one row per prange iteration; the lower parts are
+    a counting sort by column over ``n_chunks`` contiguous edge ranges (per-chunk column counts,
+    per-column offsets, then each chunk scatters its edges in order), so each lower part comes
+    out ascending.  Scratch: int32 (n_chunks, n).
     """
+    n_edges = rows.shape[0]
     indptr = np.zeros(n + 1, np.int64)
     for v in range(n):
         indptr[v + 1] = indptr[v] + degree[v]
-    fill = indptr[:-1].copy()
     out_idx = np.empty(indptr[n], np.int32)
     out_w = np.empty(indptr[n], np.float32)
-    for e in range(rows.shape[0]):
-        i = rows[e]
-        j = cols[e]
-        w = weights[e]
-        out_idx[fill[i]] = j
-        out_w[fill[i]] = w
-        fill[i] += 1
-        out_idx[fill[j]] = i
-        out_w[fill[j]] = w
-        fill[j] += 1
+    up_lo = np.empty(n + 1, np.int64)
+    for v in prange(n + 1):
+        up_lo[v] = np.searchsorted(rows, v)
+    for v in prange(n):
+        a = up_lo[v]
+        m = up_lo[v + 1] - a
+        d = indptr[v + 1] - m
+        for k in range(m):
+            out_idx[d + k] = cols[a + k]
+            out_w[d + k] = weights[a + k]
+    n_chunks = max(1, min(n_chunks, n_edges // 4096 + 1))
+    step = (n_edges + n_chunks - 1) // n_chunks
+    cnt = np.zeros((n_chunks, n), np.int32)
+    for t in prange(n_chunks):
+        for e in range(t * step, min(n_edges, (t + 1) * step)):
+            cnt[t, cols[e]] += 1
+    for j in prange(n):
+        running = 0
+        for t in range(n_chunks):
+            c = cnt[t, j]
+            cnt[t, j] = running
+            running += c
+    for t in prange(n_chunks):
+        for e in range(t * step, min(n_edges, (t + 1) * step)):
+            j = cols[e]
+            pos = indptr[j] + cnt[t, j]
+            out_idx[pos] = rows[e]
+            out_w[pos] = weights[e]
+            cnt[t, j] += 1
     return indptr, out_idx, out_w
 
 

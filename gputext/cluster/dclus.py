@@ -7,7 +7,8 @@ They are built as the paper describes: vertices are processed in the order they 
 vertex without a PCC starts a new one; each successor u of v (u after v, plus, during an update,
 every old vertex) with S(v, u) >= beta joins v's PCC if it has none, and otherwise the two PCCs
 are "linked" when they differ.  A PCC together with everything linked to it, transitively, is a
-connected component.  Old PCCs never gain vertices (new vertices always start or join new PCCs),
+connected component; we keep only the links that join PCCs not yet connected (a spanning forest
+of the paper's link relation, which gives the same components).  Old PCCs never gain vertices (new vertices always start or join new PCCs),
 only edges.
 
 A cluster file written by ``gputext cluster star`` keeps, under /uns/gputext/star/graph:
@@ -18,7 +19,8 @@ A cluster file written by ``gputext cluster star`` keeps, under /uns/gputext/sta
     adj_indptr  int64 (n+1,)      adjacency of order[r] is adj_indices/adj_weights[adj_indptr[r]:adj_indptr[r+1]]
     adj_indices int32 (2E,)       neighbours (document ids), ascending within a row
     adj_weights float32 (2E,)     cosine of each edge
-    links       int32 (n_links, 2) linked PCC pairs (p < q), unique, sorted
+    links       int32 (n_links, 2) linked PCC pairs (p < q), sorted: a spanning forest of the link
+                                  relation (a link between PCCs already connected is not kept)
     n_docs, n_pcc, n_edges, beta, fix_bits (scalars)
 
 so each PCC is one contiguous range of the adjacency datasets and can be read alone.
@@ -88,48 +90,6 @@ COPY_WINDOW = 1 << 22  # adjacency entries per read/write when streaming untouch
 # ----------------------------------------------------------------------------- PCCs
 
 @numba.njit(cache=True)
-def assign_pcc(indptr, indices, pcc_of, first, next_pcc):
-    """Assign vertices first..n-1 (rows 0.. of indptr/indices) to PCCs, in order.
-
-    indptr int64 (n-first+1,), indices int32: the adjacency rows of vertices first, first+1, ...
-    (global ids).  pcc_of int32 (n,) (-1 = none yet) is updated in place; the neighbours examined
-    from v are its successors (u > v) and the vertices before ``first`` (the old collection in an
-    update; none in a full build).  Returns (next_pcc, links int32 (k, 2) with p < q, unsorted,
-    possibly repeated).
-    """
-    n_rows = indptr.shape[0] - 1
-    cap = 0
-    for r in range(n_rows):
-        cap += indptr[r + 1] - indptr[r]
-    links = np.empty((cap, 2), np.int32)
-    k = 0
-    for r in range(n_rows):
-        v = first + r
-        if pcc_of[v] < 0:
-            pcc_of[v] = next_pcc
-            next_pcc += 1
-        pv = pcc_of[v]
-        for p in range(indptr[r], indptr[r + 1]):
-            u = indices[p]
-            if u > v or u < first:
-                pu = pcc_of[u]
-                if pu < 0:
-                    pcc_of[u] = pv
-                elif pu != pv:
-                    links[k, 0] = min(pu, pv)
-                    links[k, 1] = max(pu, pv)
-                    k += 1
-    return next_pcc, links[:k]
-
-
-def unique_links(links: np.ndarray) -> np.ndarray:
-    links = np.asarray(links, np.int32).reshape(-1, 2)
-    if len(links) == 0:
-        return np.empty((0, 2), np.int32)
-    return np.unique(links, axis=0).astype(np.int32)
-
-
-@numba.njit(cache=True)
 def _find(parent, x):
     root = x
     while parent[root] != root:
@@ -142,9 +102,8 @@ def _find(parent, x):
 
 
 @numba.njit(cache=True)
-def components_of_pccs(n_pcc, links):
-    """Connected component label (int32, = smallest PCC id in it) of every PCC (union-find)."""
-    parent = np.arange(n_pcc).astype(np.int32)
+def _union_links(parent, links):
+    """Apply links (k, 2) to the union-find ``parent``; smaller root wins."""
     for k in range(links.shape[0]):
         a = _find(parent, links[k, 0])
         b = _find(parent, links[k, 1])
@@ -152,6 +111,69 @@ def components_of_pccs(n_pcc, links):
             parent[b] = a
         elif b < a:
             parent[a] = b
+
+
+@numba.njit(cache=True)
+def assign_pcc(indptr, indices, pcc_of, first, next_pcc, parent):
+    """Assign vertices first..n-1 (rows 0.. of indptr/indices) to PCCs, in order.
+
+    indptr int64 (n-first+1,), indices int32: the adjacency rows of vertices first, first+1, ...
+    (global ids).  pcc_of int32 (n,) (-1 = none yet) is updated in place; the neighbours examined
+    from v are its successors (u > v) and the vertices before ``first`` (the old collection in an
+    update; none in a full build).  parent int32 (next_pcc + n - first,): union-find over PCC ids,
+    holding the components of the existing links on entry.  A link between two PCCs is recorded
+    only when they are not yet connected through earlier links (a spanning forest of the link
+    relation: the same connected components, at most n_pcc - 1 links).
+    Returns (next_pcc, links int32 (k, 2) with p < q).
+    """
+    n_rows = indptr.shape[0] - 1
+    links = np.empty((n_rows + 1, 2), np.int32)
+    k = 0
+    for r in range(n_rows):
+        v = first + r
+        if pcc_of[v] < 0:
+            pcc_of[v] = next_pcc
+            parent[next_pcc] = next_pcc
+            next_pcc += 1
+        pv = pcc_of[v]
+        last = -1
+        for p in range(indptr[r], indptr[r + 1]):
+            u = indices[p]
+            if u > v or u < first:
+                pu = pcc_of[u]
+                if pu < 0:
+                    pcc_of[u] = pv
+                elif pu != pv and pu != last:
+                    last = pu
+                    a = _find(parent, pu)
+                    b = _find(parent, pv)
+                    if a != b:
+                        if k == links.shape[0]:
+                            grown = np.empty((2 * k, 2), np.int32)
+                            grown[:k] = links[:k]
+                            links = grown
+                        links[k, 0] = min(pu, pv)
+                        links[k, 1] = max(pu, pv)
+                        k += 1
+                        if a < b:
+                            parent[b] = a
+                        else:
+                            parent[a] = b
+    return next_pcc, links[:k]
+
+
+def sort_links(links: np.ndarray) -> np.ndarray:
+    links = np.asarray(links, np.int32).reshape(-1, 2)
+    if len(links) == 0:
+        return np.empty((0, 2), np.int32)
+    return links[np.lexsort((links[:, 1], links[:, 0]))]
+
+
+@numba.njit(cache=True)
+def components_of_pccs(n_pcc, links):
+    """Connected component label (int32, = smallest PCC id in it) of every PCC (union-find)."""
+    parent = np.arange(n_pcc).astype(np.int32)
+    _union_links(parent, links)
     out = np.empty(n_pcc, np.int32)
     for p in range(n_pcc):
         out[p] = _find(parent, p)
@@ -168,7 +190,7 @@ def pcc_layout(pcc_of: np.ndarray, n_pcc: int) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass
 class PCCs:
-    """pcc_of int32 (n,), links int32 (k, 2) unique, order int32 (n,), pcc_indptr int64 (n_pcc+1,)."""
+    """pcc_of int32 (n,), links int32 (k, 2) (spanning forest), order int32 (n,), pcc_indptr int64 (n_pcc+1,)."""
 
     pcc_of: np.ndarray
     links: np.ndarray
@@ -189,9 +211,9 @@ class PCCs:
 def build_pccs(graph: StarGraph) -> PCCs:
     """The array of PCCs of a whole graph, processing vertices 0..n-1 (paper, Figures 9-12)."""
     pcc_of = np.full(graph.n, -1, np.int32)
-    n_pcc, links = assign_pcc(graph.indptr, graph.indices, pcc_of, 0, 0)
+    n_pcc, links = assign_pcc(graph.indptr, graph.indices, pcc_of, 0, 0, np.empty(graph.n, np.int32))
     order, pcc_indptr = pcc_layout(pcc_of, n_pcc)
-    return PCCs(pcc_of, unique_links(links), order, pcc_indptr)
+    return PCCs(pcc_of, sort_links(links), order, pcc_indptr)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -618,8 +640,11 @@ def update(clusters_path: str, added: Corpus, output: str, device: str | Backend
     # 2. PCCs of the new vertices
     new_ptr, new_idx, new_w = _new_adjacency(n_old, n_new, new_old, new_new)
     pcc_of = np.concatenate([meta.pcc_of, np.full(n_new, -1, np.int32)])
-    n_pcc, raw_links = assign_pcc(new_ptr, new_idx, pcc_of, n_old, meta.n_pcc)
-    links = unique_links(np.concatenate([meta.links, raw_links]))
+    parent = np.empty(meta.n_pcc + n_new, np.int32)
+    parent[:meta.n_pcc] = np.arange(meta.n_pcc, dtype=np.int32)
+    _union_links(parent, meta.links)
+    n_pcc, new_links = assign_pcc(new_ptr, new_idx, pcc_of, n_old, meta.n_pcc, parent)
+    links = sort_links(np.concatenate([meta.links, new_links]))
 
     # 3. affected connected components and their old PCCs
     comp = components_of_pccs(n_pcc, links)

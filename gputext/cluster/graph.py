@@ -111,7 +111,8 @@ def _assemble(n: int, rows: np.ndarray, cols: np.ndarray, weights: np.ndarray,
         degree = np.zeros(n, np.int32)
         weight_sum = np.zeros(n, np.int64)
         kstar.accumulate_edges(rows, cols, weights, degree, weight_sum)
-    indptr, indices, w = kstar.symmetric_csr(n, rows, cols, weights, degree)
+    import numba
+    indptr, indices, w = kstar.symmetric_csr(n, rows, cols, weights, degree, numba.get_num_threads())
     return StarGraph(n, indptr, indices, w, degree, weight_sum)
 
 
