@@ -27,6 +27,7 @@ from gputext.datasets.presets import resolve
 from gputext.datasets.synth import TextSpec, _blocks, write_synth
 args = json.loads(sys.argv[1])
 t0 = time.perf_counter()  # after the imports: generator set-up, generation and writing
+cpu0 = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
 if args["what"] == "generate":
     spec = TextSpec(args["n_docs"], args["n_terms"], args["terms_per_doc"], args["n_classes"])
     nnz = 0
@@ -41,7 +42,9 @@ else:
     out = write_ltr(args["path"], p.pop("n_queries"), p.pop("docs_per_query"), p.pop("n_features"),
                     p.pop("n_levels"), threads=args.get("threads"), **p)
 out["wall_seconds"] = time.perf_counter() - t0
-out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+usage = resource.getrusage(resource.RUSAGE_SELF)
+out["cpu_seconds"] = usage.ru_utime + usage.ru_stime - cpu0
+out["peak_rss_mb"] = usage.ru_maxrss / 1024
 print(json.dumps(out))
 """
 
@@ -74,18 +77,20 @@ def main() -> None:
                     "threads": args.threads, "path": path}
             gen = run_child({**base, "what": "generate"})
             rows.append({"what": "generate only", "docs": n, "nnz": gen["nnz"], "seconds": gen["wall_seconds"],
+                         "cpu_seconds": gen["cpu_seconds"],
                          "docs_per_s": n / gen["wall_seconds"], "peak_rss_mb": gen["peak_rss_mb"], "file_mb": 0})
             for weighting in ("tf", "tfidf"):
                 res = run_child({**base, "what": "text", "weighting": weighting})
                 rows.append({"what": f"write {weighting}" + (" (2 passes)" if weighting == "tfidf" else ""),
-                             "docs": n, "nnz": res["nnz"], "seconds": res["wall_seconds"],
+                             "docs": n, "nnz": res["nnz"], "seconds": res["wall_seconds"], "cpu_seconds": res["cpu_seconds"],
                              "docs_per_s": n / res["wall_seconds"], "peak_rss_mb": res["peak_rss_mb"],
                              "file_mb": os.path.getsize(path) / 1e6})
                 os.unlink(path)
         for preset in ltr_presets:
             res = run_child({"what": "ltr", "preset": preset, "path": path, "threads": args.threads})
             rows.append({"what": f"ltr {preset}", "docs": res["n_docs"], "nnz": res["n_docs"] * res["n_features"],
-                         "seconds": res["wall_seconds"], "docs_per_s": res["n_docs"] / res["wall_seconds"],
+                         "seconds": res["wall_seconds"], "cpu_seconds": res["cpu_seconds"],
+                         "docs_per_s": res["n_docs"] / res["wall_seconds"],
                          "peak_rss_mb": res["peak_rss_mb"], "file_mb": os.path.getsize(path) / 1e6})
             os.unlink(path)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "host": platform.node(), "cpus": os.cpu_count(),
@@ -96,11 +101,14 @@ def main() -> None:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
     print(f"corpus synth on {meta['cpus']} CPU cores, {args.n_terms:,} terms, median {args.terms_per_doc:g} terms/doc "
           f"({meta['date']})\n")
-    print("| run | docs | nnz | seconds | docs/s | peak RSS MB | file MB |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"(1-minute load average at the end: {load:.1f}; CPU s = user + system time of the run, which other "
+          "processes on the machine do not inflate)\n")
+    print("| run | docs | nnz | wall s | docs/s | CPU s | peak RSS MB | file MB |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         print(f"| {r['what']} | {r['docs']:,} | {r['nnz']:,} | {r['seconds']:.2f} | {r['docs_per_s']:,.0f} | "
-              f"{r['peak_rss_mb']:.0f} | {r['file_mb']:.0f} |")
+              f"{r['cpu_seconds']:.2f} | {r['peak_rss_mb']:.0f} | {r['file_mb']:.0f} |")
 
 
 if __name__ == "__main__":
