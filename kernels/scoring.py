@@ -21,7 +21,8 @@ Documents that share no term with the query have acc = 0 and so get their exact 
 Selection is by (key descending, document index ascending).
 
 GPU pipeline for a batch of queries (dense per-query score rows, as the paper):
-    1. ``zero_int64``        acc[Q * n_docs] = 0
+    1. ``zero_int64``        acc[Q * n_docs] = 0 once, when the rows are allocated: the selectors
+                             zero every entry they read, so rows come back clean for the next batch
     2. ``accumulate``        E = the concatenated posting lists of every (query, term) of the batch,
                              split evenly over threads: position p -> segment j by binary search in
                              seg_off (an exclusive prefix sum of the segments' document frequencies),
@@ -430,15 +431,15 @@ def accumulate_kernel(block: int, items: int):
     p = base + i*block + tid for i < items (consecutive threads read consecutive postings), finds
     its segment by binary search once and then walks forward. Each posting adds
     int64(contribution * scale[query]) into acc[query * n_docs + doc] with an atomic add.
-    seg_term int32, seg_weight float32, seg_query int32 (L,); scale float64 (Q,);
+    seg int32 (L, 2) = (term, query); seg_weight float32 (L,); qinfo float64 (Q, 3) = (scale,
+    norm term, document to leave out or -1);
     term_ptr int64 (n_terms+1,), post_doc int32, post_w float32; acc int64 (Q * n_docs,).
     No shared memory, no synchronisation.
     """
 
     @cuda.jit
-    def accumulate(seg_off, seg_term, seg_weight, seg_query, scale, term_ptr, post_doc, post_w,
-                   metric, n_docs, acc):
-        n_seg = seg_term.shape[0]
+    def accumulate(seg_off, seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, n_docs, acc):
+        n_seg = seg.shape[0]
         total = seg_off[n_seg]
         p = numba.int64(cuda.blockIdx.x) * (block * items) + cuda.threadIdx.x
         if p >= total:
@@ -457,10 +458,10 @@ def accumulate_kernel(block: int, items: int):
                 return
             while seg_off[j + 1] <= p:
                 j += 1
-            t = seg_term[j]
-            q = seg_query[j]
+            t = seg[j, 0]
+            q = seg[j, 1]
             r = term_ptr[t] + (p - seg_off[j])
-            v = numba.int64(contribution_dev(metric, seg_weight[j], post_w[r]) * scale[q])
+            v = numba.int64(contribution_dev(metric, seg_weight[j], post_w[r]) * qinfo[q, 0])
             cuda.atomic.add(acc, numba.int64(q) * n_docs + post_doc[r], v)
             p += block
 
@@ -595,7 +596,7 @@ def select_topk_kernel(block: int, items: int, cap: int):
     seg_len = block * items
 
     @cuda.jit
-    def select_topk(acc, n_docs, scale, qn, self_doc, dn, metric, k, out_doc, out_key):
+    def select_topk(acc, n_docs, qinfo, dn, metric, k, out_doc, out_key):
         keys = cuda.shared.array(seg_len, numba.float64)
         tmax = cuda.shared.array(block, numba.float64)
         cand_key = cuda.shared.array(cap, numba.float64)
@@ -607,15 +608,17 @@ def select_topk_kernel(block: int, items: int, cap: int):
         q = cuda.blockIdx.y
         base = seg * seg_len
         row = numba.int64(q) * n_docs
-        sc = scale[q]
-        qnorm = qn[q]
-        me = self_doc[q]
+        sc = qinfo[q, 0]
+        qnorm = qinfo[q, 1]
+        me = numba.int64(qinfo[q, 2])
         best = -math.inf
         for i in range(items):
             d = base + i * block + tid
             key = -math.inf
-            if d < n_docs and d != me:
-                key = score_key_dev(metric, acc[row + d], sc, qnorm, dn[d])
+            if d < n_docs:
+                if d != me:
+                    key = score_key_dev(metric, acc[row + d], sc, qnorm, dn[d])
+                acc[row + d] = 0  # leave the rows zeroed for the next batch
             keys[i * block + tid] = key
             if key > best:
                 best = key
@@ -708,7 +711,7 @@ def threshold_kernels(block: int, items: int):
     seg_len = block * items
 
     @cuda.jit
-    def count_threshold(acc, n_docs, scale, qn, self_doc, dn, metric, min_key, counts):
+    def count_threshold(acc, n_docs, qinfo, dn, metric, min_key, counts):
         counter = cuda.shared.array(1, numba.int32)
         tid = cuda.threadIdx.x
         seg = cuda.blockIdx.x
@@ -720,8 +723,8 @@ def threshold_kernels(block: int, items: int):
         hits = 0
         for i in range(items):
             d = seg * seg_len + i * block + tid
-            if d < n_docs and d != self_doc[q]:
-                key = score_key_dev(metric, acc[row + d], scale[q], qn[q], dn[d])
+            if d < n_docs and d != numba.int64(qinfo[q, 2]):
+                key = score_key_dev(metric, acc[row + d], qinfo[q, 0], qinfo[q, 1], dn[d])
                 if key >= min_key:
                     hits += 1
         if hits:
@@ -731,7 +734,7 @@ def threshold_kernels(block: int, items: int):
             counts[q, seg] = counter[0]
 
     @cuda.jit
-    def write_threshold(acc, n_docs, scale, qn, self_doc, dn, metric, min_key,
+    def write_threshold(acc, n_docs, qinfo, dn, metric, min_key,
                         offsets, out_doc, out_key):
         flags = cuda.shared.array(block, numba.int32)
         tid = cuda.threadIdx.x
@@ -744,10 +747,12 @@ def threshold_kernels(block: int, items: int):
             d = seg * seg_len + i * block + tid
             key = -math.inf
             hit = 0
-            if d < n_docs and d != self_doc[q]:
-                key = score_key_dev(metric, acc[row + d], scale[q], qn[q], dn[d])
-                if key >= min_key:
-                    hit = 1
+            if d < n_docs:
+                if d != numba.int64(qinfo[q, 2]):
+                    key = score_key_dev(metric, acc[row + d], qinfo[q, 0], qinfo[q, 1], dn[d])
+                    if key >= min_key:
+                        hit = 1
+                acc[row + d] = 0  # leave the rows zeroed for the next batch
             flags[tid] = hit
             total = _block_exclusive_scan(flags, tid, block)
             if hit:
@@ -763,7 +768,7 @@ def ptx_kernels():
     """Every kernel with a representative geometry, for tests/test_ptx.py."""
     b, it, cap = topk_geometry(30)
     count_t, write_t = threshold_kernels(256, 16)
-    acc_sig = "void(int64[::1], int64, float64[::1], float64[::1], int64[::1], float64[::1], int64, "
+    acc_sig = "void(int64[::1], int64, float64[:, ::1], float64[::1], int64, "
     return [
         ("count_df", count_df, "void(int32[::1], int32[::1])"),
         ("scatter_postings", scatter_postings,
@@ -772,7 +777,7 @@ def ptx_kernels():
         ("doc_norm_terms", doc_norm_terms, "void(float64[::1], float64[::1], int64, float64[::1])"),
         ("zero_int64", zero_int64, "void(int64[::1])"),
         ("accumulate", accumulate_kernel(256, 16),
-         "void(int64[::1], int32[::1], float32[::1], int32[::1], float64[::1], int64[::1], int32[::1], float32[::1], int64, int64, int64[::1])"),
+         "void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], int64, int64, int64[::1])"),
         ("select_topk", select_topk_kernel(b, it, cap), acc_sig + "int64, int32[:, :, ::1], float64[:, :, ::1])"),
         ("merge_topk", merge_topk_kernel(256, 2048),
          "void(int32[:, :, ::1], float64[:, :, ::1], int64, int64, int32[:, :, ::1], float64[:, :, ::1])"),

@@ -163,3 +163,19 @@ def test_device_index_build_in_simulator():
         b = list(zip(cpu.post_doc[tp[t]:tp[t + 1]], cpu.post_w[tp[t]:tp[t + 1]]))
         assert a == b
     assert np.array_equal(shard.d_sq.copy_to_host(), cpu.d_sq) and np.array_equal(shard.d_l1.copy_to_host(), cpu.d_l1)
+
+
+@pytest.mark.cudasim
+def test_cuda_score_rows_stay_clean_across_searches_in_simulator():
+    # the selectors re-zero the score rows they read; reuse across batch sizes and selectors
+    X = random_corpus(30, 10, 0.3, seed=17)
+    Q = random_corpus(4, 10, 0.4, seed=18)
+    index = Index.from_csr(X)
+    ref = search_topk(index, Q, 3, "cosine", device="cpu")
+    for batch in (4, 1, 3):
+        got = search_topk(index, Q, 3, "cosine", device="cuda", batch_size=batch, geometry=TINY)
+        assert np.array_equal(got[0], ref[0]) and np.array_equal(got[1], ref[1])
+    T = search_threshold(index, Q, 0.1, "dot", device="cuda", geometry=TINY)
+    assert np.array_equal(T.toarray(), search_threshold(index, Q, 0.1, "dot", device="cpu").toarray())
+    got = search_topk(index, Q, 3, "cosine", device="cuda", geometry=TINY)
+    assert np.array_equal(got[0], ref[0])

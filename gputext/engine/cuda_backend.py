@@ -45,24 +45,33 @@ class DeviceShard:
     nbytes: int
     norm_terms: dict = None  # metric -> device float64 (n_docs,), made on first use
     buffers: dict = None  # name -> device array reused across batches and searches (workspace)
+    rows_dirty: bool = False  # score rows not yet re-zeroed by a selector
 
-    def buffer(self, name: str, shape: tuple, dtype):
+    def buffer(self, name: str, shape: tuple, dtype, zeroed: bool = False):
         """A device array of at least ``shape``'s size, reused while large enough: numba's
         allocations are synchronous cuMemAlloc calls, and its frees are deferred, so fresh
-        arrays per batch cost time and can hold twice the memory."""
+        arrays per batch cost time and can hold twice the memory. Views are cached by shape
+        (slicing a numba device array costs tens of microseconds). ``zeroed``: zero it when it is
+        (re)allocated; the caller keeps it zero after use."""
         if self.buffers is None:
             self.buffers = {}
         size = int(np.prod(shape))
         have = self.buffers.get(name)
-        if have is None or have.size < size or have.dtype != np.dtype(dtype):
+        if have is None or have[0].size < size or have[0].dtype != np.dtype(dtype):
             self.buffers.pop(name, None)
-            have = cuda.device_array(max(size, 1), dtype)
+            arr = cuda.device_array(max(size, 1), dtype)
+            if zeroed:
+                scoring.zero_int64[min(_blocks(arr.size, 256), 65535 * 4), 256](arr)
+            have = (arr, {})
             self.buffers[name] = have
-        return have[:size].reshape(shape) if len(shape) > 1 else have[:size]
+        arr, views = have
+        if shape not in views:
+            views[shape] = arr[:size].reshape(shape) if len(shape) > 1 else arr[:size]
+        return views[shape]
 
     def release(self, larger_than: int = 1 << 30) -> None:
         """Free workspace buffers above a size (score rows of big batches) once a search ends."""
-        for name, arr in list((self.buffers or {}).items()):
+        for name, (arr, _) in list((self.buffers or {}).items()):
             if arr.nbytes > larger_than:
                 del self.buffers[name]
 
@@ -143,6 +152,12 @@ def plan_shards(index: Index) -> list[tuple[int, int]]:
 
 def _shards(index: Index, geom, stats: dict):
     """Yield device shards; a single shard is kept on the Index for later searches."""
+    cached = index.device_cache.get("shard")
+    if cached is not None:
+        stats["shards"] = 1
+        stats["index_bytes"] = cached.nbytes
+        yield cached
+        return
     ranges = plan_shards(index)
     stats["shards"] = len(ranges)
     if len(ranges) == 1:
@@ -173,29 +188,32 @@ def _batch_rows(shard: DeviceShard, n_queries: int, batch_size: int | None, per_
 class _Batch:
     """One batch of queries on the device: uploaded segments and zeroed score rows."""
 
-    def __init__(self, Q: sp.csr_matrix, lo: int, hi: int, shard: DeviceShard, scale, qn, self_doc, code,
-                 d_acc, geom):
+    def __init__(self, Q: sp.csr_matrix, lo: int, hi: int, shard: DeviceShard, scale, qn, self_doc, code, geom):
         indptr, indices, data = csr_arrays(Q[lo:hi])
         self.n = hi - lo
         seg_len = shard.df[indices]
         seg_off = np.zeros(len(indices) + 1, np.int64)
         np.cumsum(seg_len, out=seg_off[1:])
-        seg_query = np.repeat(np.arange(self.n, dtype=np.int32), np.diff(indptr))
+        seg = np.empty((len(indices), 2), np.int32)  # (term, query) of each segment
+        seg[:, 0] = indices
+        seg[:, 1] = np.repeat(np.arange(self.n, dtype=np.int32), np.diff(indptr))
         local_self = np.where((self_doc[lo:hi] >= shard.doc_lo) & (self_doc[lo:hi] < shard.doc_hi),
-                              self_doc[lo:hi] - shard.doc_lo, -1).astype(np.int64)
-        self.scale = cuda.to_device(scale[lo:hi])
-        self.qn = cuda.to_device(qn[lo:hi])
+                              self_doc[lo:hi] - shard.doc_lo, -1)
+        self.qinfo = cuda.to_device(np.column_stack([scale[lo:hi], qn[lo:hi], local_self.astype(np.float64)]))
         self.dn = shard.dn(code, geom.build_block)
-        self.self_doc = cuda.to_device(local_self)
         self.postings = int(seg_off[-1])
-        self.acc = d_acc[: self.n * shard.n_docs]
+        # score rows: zero when allocated, and the selectors re-zero every entry they read; a batch
+        # that never reached its selector (an interrupted search) leaves them dirty
+        self.acc = shard.buffer("acc", (self.n * shard.n_docs,), np.int64, zeroed=True)
         b = geom.accumulate_block
-        scoring.zero_int64[min(_blocks(self.n * shard.n_docs, b), 65535 * 4), b](self.acc)
+        if shard.rows_dirty:
+            scoring.zero_int64[min(_blocks(self.acc.size, b), 65535 * 4), b](self.acc)
+        shard.rows_dirty = True
         if self.postings:
             per_block = b * geom.accumulate_items
             scoring.accumulate_kernel(b, geom.accumulate_items)[_blocks(self.postings, per_block), b](
-                cuda.to_device(seg_off), cuda.to_device(indices), cuda.to_device(data), cuda.to_device(seg_query),
-                self.scale, shard.term_ptr, shard.post_doc, shard.post_w, code, shard.n_docs, self.acc)
+                cuda.to_device(seg_off), cuda.to_device(seg), cuda.to_device(data), self.qinfo,
+                shard.term_ptr, shard.post_doc, shard.post_w, code, shard.n_docs, self.acc)
 
 
 def topk_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geom, stats: dict | None = None):
@@ -216,18 +234,17 @@ def topk_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geom, stats
         rows = _batch_rows(shard, n_q, batch_size, 12 * n_seg * k)
         stats["batch_size"] = rows
         stats["rows_bytes"] = 8 * rows * shard.n_docs + 12 * rows * n_seg * k
-        d_acc = shard.buffer("acc", (max(1, rows * shard.n_docs),), np.int64)
         docs = np.empty((n_q, k), np.int32)
         keys = np.empty((n_q, k), np.float64)
         batches = range(0, n_q, rows)
         with progress(len(batches) if len(batches) > 1 else 0, "scoring (cuda)", quiet) as bar:
             for lo in batches:
                 hi = min(n_q, lo + rows)
-                batch = _Batch(Q, lo, hi, shard, scale, qn, self_doc, code, d_acc, geom)
+                batch = _Batch(Q, lo, hi, shard, scale, qn, self_doc, code, geom)
                 d_doc = shard.buffer("seg_doc", (batch.n, n_seg, k), np.int32)
                 d_key = shard.buffer("seg_key", (batch.n, n_seg, k), np.float64)
-                select[(n_seg, batch.n), block](batch.acc, shard.n_docs, batch.scale, batch.qn, batch.self_doc,
-                                                batch.dn, code, k, d_doc, d_key)
+                select[(n_seg, batch.n), block](batch.acc, shard.n_docs, batch.qinfo, batch.dn, code, k, d_doc, d_key)
+                shard.rows_dirty = False
                 n_lists = n_seg
                 level = 0
                 while n_lists > 1:
@@ -276,14 +293,13 @@ def threshold_cuda(index: Index, Q, min_key, code, self_doc, batch_size, quiet, 
         n_seg = _blocks(shard.n_docs, block * items)
         per_batch = _batch_rows(shard, n_q, batch_size, 4 * n_seg)
         stats["batch_size"] = per_batch
-        d_acc = shard.buffer("acc", (max(1, per_batch * shard.n_docs),), np.int64)
         batches = range(0, n_q, per_batch)
         with progress(len(batches) if len(batches) > 1 else 0, "scoring (cuda)", quiet) as bar:
             for lo in batches:
                 hi = min(n_q, lo + per_batch)
-                batch = _Batch(Q, lo, hi, shard, scale, qn, self_doc, code, d_acc, geom)
+                batch = _Batch(Q, lo, hi, shard, scale, qn, self_doc, code, geom)
                 d_counts = cuda.device_array((batch.n, n_seg), np.int32)
-                args = (batch.acc, shard.n_docs, batch.scale, batch.qn, batch.self_doc, batch.dn, code, min_key)
+                args = (batch.acc, shard.n_docs, batch.qinfo, batch.dn, code, min_key)
                 count[(n_seg, batch.n), block](*args, d_counts)
                 counts = d_counts.copy_to_host().astype(np.int64)
                 offsets = np.zeros(counts.size + 1, np.int64)
@@ -291,8 +307,8 @@ def threshold_cuda(index: Index, Q, min_key, code, self_doc, batch_size, quiet, 
                 total = int(offsets[-1])
                 d_doc = cuda.device_array(max(total, 1), np.int32)
                 d_key = cuda.device_array(max(total, 1), np.float64)
-                if total:
-                    write[(n_seg, batch.n), block](*args, cuda.to_device(offsets[:-1]), d_doc, d_key)
+                write[(n_seg, batch.n), block](*args, cuda.to_device(offsets[:-1]), d_doc, d_key)  # also re-zeroes the rows
+                shard.rows_dirty = False
                 # q-major offsets: hits come grouped by query, then in document order
                 rows_parts.append(np.repeat(np.arange(lo, hi, dtype=np.int64), counts.sum(axis=1)))
                 docs_parts.append(d_doc.copy_to_host()[:total] + shard.doc_lo)
