@@ -1,0 +1,172 @@
+"""kNN meta-features (Gopal & Yang 2010, generated on the GPU by GT-kNN).
+
+    from gputext.knn.metafeatures import compute_metafeatures
+    mf = compute_metafeatures(X_train, y_train, n_classes, X_test, k=30)
+    mf.train   # float32 (n_train, (3k+2) n_classes), each training document left out of its own lists
+    mf.queries # float32 (n_test, (3k+2) n_classes)
+    mf.names   # column names, in order
+
+For a document x and each class c (in category order) the block of 3k + 2 columns is
+
+    c:cos@1 .. c:cos@k      cosine similarities to x's k most similar training documents of c, best first
+    c:l1@1  .. c:l1@k       L1 distances to x's k L1-nearest training documents of c, nearest first
+    c:l2@1  .. c:l2@k       L2 distances to x's k L2-nearest training documents of c, nearest first
+    c:cos_centroid          cosine similarity to c's centroid (mean of c's training vectors)
+    c:l2_centroid           L2 distance to c's centroid
+
+Each metric has its own k nearest documents (they differ for L1). One engine Index is built per
+class and searched with every query at once (training documents and test documents together);
+a training document of c is left out of c's lists (exclude_self) *and* out of c's centroid
+(the centroid of the other n_c - 1 documents), so that training and test meta-features are
+computed alike.
+
+Padding (a class with fewer than k documents, or k - 1 for a left-out training document): the
+missing entries repeat the last (farthest) neighbour's value; when a class has no document to
+offer at all, the values are those of an empty (all-zero) document: cosine 0, L1 = |x|_1,
+L2 = |x|_2. A centroid that does not exist (empty class, or a class whose only document is x) is
+likewise the zero vector: cosine 0, L2 = |x|_2.
+
+All values are float32 roundings of exact values: the lists come from exact search (engine or dense
+kernels), the centroid features are computed in float64.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..backend import Backend, resolve
+from ..errors import InputError
+from ..io.corpus import canonical_csr
+from ..progress import progress
+
+KNN_METRICS = ("cosine", "l1", "l2")
+
+
+def column_names(categories, k: int) -> list[str]:
+    names = []
+    for c in categories:
+        c = str(c)
+        for m in ("cos", "l1", "l2"):
+            names += [f"{c}:{m}@{i}" for i in range(1, k + 1)]
+        names += [f"{c}:cos_centroid", f"{c}:l2_centroid"]
+    return names
+
+
+@dataclass
+class MetaFeatures:
+    train: np.ndarray  # float32 (n_train, (3k+2) n_classes)
+    queries: np.ndarray  # float32 (n_queries, (3k+2) n_classes)
+    names: list[str]
+    k: int
+    info: dict = field(default_factory=dict)
+
+
+def _pad(block: np.ndarray, empty: np.ndarray) -> np.ndarray:
+    """Replace NaN padding (a suffix of each row) by the row's last value, or ``empty`` (n,)."""
+    valid = (~np.isnan(block)).sum(axis=1)
+    last = np.where(valid > 0, block[np.arange(block.shape[0]), np.maximum(valid - 1, 0)], empty.astype(np.float32))
+    return np.where(np.isnan(block), last[:, None], block).astype(np.float32)
+
+
+def _row_norms(Q: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
+    """(|x|_2^2, |x|_1) in float64."""
+    Q64 = sp.csr_matrix(Q, dtype=np.float64)
+    return np.asarray(Q64.multiply(Q64).sum(axis=1)).ravel(), np.asarray(abs(Q64).sum(axis=1)).ravel()
+
+
+def centroid_features(Q: sp.csr_matrix, Xc: sp.csr_matrix, own: np.ndarray, sq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(cosine, L2) float64 (n_q,) of each query row to the centroid of Xc's rows; for rows with
+    own[i] >= 0 (query i is row own[i] of Xc) the centroid of the other rows. ``sq`` = |q|^2."""
+    n_c = Xc.shape[0]
+    s = np.asarray(sp.csr_matrix(Xc, dtype=np.float64).sum(axis=0)).ravel()
+    ss = float(s @ s)
+    xs = sp.csr_matrix(Q, dtype=np.float64) @ s
+    loo = own >= 0
+    n_eff = np.where(loo, n_c - 1, n_c).astype(np.float64)
+    safe = np.maximum(n_eff, 1.0)
+    dot = np.where(loo, xs - sq, xs) / safe
+    cen_sq = np.where(loo, ss - 2 * xs + sq, ss) / (safe * safe)
+    cen_sq = np.maximum(cen_sq, 0.0)
+    exists = n_eff > 0
+    den = np.sqrt(sq) * np.sqrt(cen_sq)
+    cos = np.where(exists & (den > 0), dot / np.where(den > 0, den, 1.0), 0.0)
+    l2 = np.where(exists, np.sqrt(np.maximum(sq - 2 * dot + cen_sq, 0.0)), np.sqrt(sq))
+    return cos, l2
+
+
+def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: int = 30, method: str = "auto",
+                         device: str | Backend = "auto", categories=None, quiet: bool = True) -> MetaFeatures:
+    """Meta-features of every training document (left out of its own class) and of every query.
+
+    X_train: CSR (n_train, n_terms); y_train: int codes (n_train,) in [0, n_classes) or -1
+    (unlabelled: in no class, still gets meta-features); X_queries: CSR (n_queries, n_terms) or
+    None. method: inverted | dense | auto (dense_fits on the largest class). Returns MetaFeatures.
+    """
+    from .classify import choose_method
+
+    if not isinstance(k, (int, np.integer)) or k < 1:
+        raise InputError(f"k must be a positive integer, got {k!r}")
+    X_train = canonical_csr(X_train)
+    y = np.asarray(y_train, dtype=np.int64)
+    if y.shape != (X_train.shape[0],):
+        raise InputError(f"{y.size} training labels for {X_train.shape[0]} training documents")
+    if y.size and (y.max() >= n_classes or y.min() < -1):
+        raise InputError(f"training label codes must be in [0, {n_classes}) or -1, got [{y.min()}, {y.max()}]")
+    if X_queries is None:
+        X_queries = sp.csr_matrix((0, X_train.shape[1]), dtype=np.float32)
+    X_queries = canonical_csr(X_queries)
+    if X_queries.shape[1] != X_train.shape[1]:
+        raise InputError(f"queries have {X_queries.shape[1]} terms, the training corpus {X_train.shape[1]}: "
+                         "build them with --vocab-from the training corpus")
+    backend = device if isinstance(device, Backend) else resolve(device)
+    n_train = X_train.shape[0]
+    Q = sp.vstack([X_train, X_queries], format="csr")
+    Q = canonical_csr(Q)
+    n_all = Q.shape[0]
+    sq, l1 = _row_norms(Q)
+    l2n = np.sqrt(sq)
+    width = 3 * k + 2
+    M = np.empty((n_all, width * n_classes), np.float32)
+    rows_of = [np.nonzero(y == c)[0] for c in range(n_classes)]
+    biggest = max((r.size for r in rows_of), default=0)
+    nnz_big = max((int(X_train[r].nnz) for r in rows_of if r.size == biggest), default=0)
+    chosen, reason = choose_method(method, max(1, biggest), X_train.shape[1], nnz_big, backend)
+    info = {"method": chosen, "method_reason": reason, "backend": backend.name, "k": int(k),
+            "n_train": int(n_train), "n_queries": int(X_queries.shape[0]), "n_classes": int(n_classes)}
+    t0 = time.perf_counter()
+    searched = 0.0
+    with progress(n_classes, "meta-features", quiet) as bar:
+        for c in range(n_classes):
+            rows = rows_of[c]
+            base = c * width
+            own = np.full(n_all, -1, np.int64)
+            own[rows] = np.arange(rows.size)
+            if rows.size == 0:
+                for m, empty in enumerate((np.zeros(n_all), l1, l2n)):
+                    M[:, base + m * k: base + (m + 1) * k] = empty[:, None].astype(np.float32)
+            else:
+                Xc = X_train[rows]
+                t = time.perf_counter()
+                if chosen == "dense":
+                    from .dense import DenseIndex
+                    index = DenseIndex(Xc, backend)
+                    search = lambda m: index.search(Q, k, m, exclude_self=own)  # noqa: E731
+                else:
+                    from ..engine import Index, search_topk
+                    index = Index.from_csr(Xc)
+                    search = lambda m: search_topk(index, Q, k, m, backend, exclude_self=own)  # noqa: E731
+                for m, (metric, empty) in enumerate(zip(KNN_METRICS, (np.zeros(n_all), l1, l2n))):
+                    _, scores = search(metric)
+                    M[:, base + m * k: base + (m + 1) * k] = _pad(scores, empty)
+                searched += time.perf_counter() - t
+            cos, l2 = centroid_features(Q, X_train[rows], own, sq)
+            M[:, base + 3 * k] = cos.astype(np.float32)
+            M[:, base + 3 * k + 1] = l2.astype(np.float32)
+            bar.update(1)
+    info["seconds"] = time.perf_counter() - t0
+    info["search_seconds"] = searched
+    names = column_names(categories if categories is not None else range(n_classes), k)
+    return MetaFeatures(M[:n_train], M[n_train:], names, int(k), info)

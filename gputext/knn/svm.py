@@ -1,0 +1,215 @@
+"""A linear SVM (scikit-learn's LinearSVC, i.e. LIBLINEAR) on bag of words, kNN meta-features, or both.
+
+    from gputext.knn.svm import svm_classify, cross_validation_protocol
+    result = svm_classify(train, test, features="meta", k=30)     # C by 5-fold CV on the training set
+    report = cross_validation_protocol(corpus, n_folds=5, features="both")  # the GT-kNN paper's protocol
+
+Decisions (also in docs/knn_classify.md):
+- LinearSVC: L2 penalty, squared hinge loss, one-vs-rest, solved in the primal (LIBLINEAR -s 2,
+  dual=False: on 864 CNAE-9 documents with meta-features the dual solver took 7-12 s per fit and
+  hit its iteration limit, the primal 0.5-1.8 s), max_iter 5000.
+- C is chosen by stratified 5-fold cross-validation on the training set (shuffled, seeded) from
+  ``DEFAULT_C_GRID`` by mean accuracy (= micro-F1); ties -> the smaller C.
+- Meta-features are min-max scaled per column to [0, 1] with the training set's range (test
+  values may fall outside); bag of words is used as stored (tf-idf rows of unit length);
+  "both" is the horizontal concatenation [bag of words | scaled meta-features].
+- The folds protocol pools the given corpora (train, plus test when given), splits them into
+  n_folds stratified folds, and for each fold computes meta-features with the other folds as
+  the training set (leave-one-out for them), selects C by inner 5-fold CV, trains and tests;
+  it reports each fold and the mean and sample standard deviation (ddof 1) of micro/macro-F1.
+  The stored tf-idf weights are reused in every fold (idf is not recomputed per fold).
+"""
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..backend import Backend, resolve
+from ..errors import InputError
+from ..io.corpus import Corpus, check_same_vocabulary
+from .classify import ClassifyResult, align_codes, single_labels
+from .metafeatures import compute_metafeatures
+from .multilabel import single_label_f1
+
+FEATURES = ("meta", "bow", "both")
+DEFAULT_C_GRID = (0.0625, 0.25, 1.0, 4.0, 16.0)
+
+
+@dataclass
+class MinMax:
+    """Per-column min-max scaling fitted on training rows."""
+
+    low: np.ndarray
+    scale: np.ndarray
+
+    @classmethod
+    def fit(cls, F: np.ndarray) -> "MinMax":
+        low = F.min(axis=0) if F.shape[0] else np.zeros(F.shape[1], F.dtype)
+        span = (F.max(axis=0) - low) if F.shape[0] else np.ones(F.shape[1], F.dtype)
+        return cls(low.astype(np.float64), np.where(span > 0, 1.0 / np.where(span > 0, span, 1), 0.0))
+
+    def transform(self, F: np.ndarray) -> np.ndarray:
+        return ((F - self.low) * self.scale).astype(np.float32)
+
+
+def feature_matrix(kind: str, bow: sp.csr_matrix, meta: np.ndarray | None, scaler: MinMax | None):
+    """The SVM's input rows: CSR for bow/both, dense float32 for meta."""
+    if kind == "bow":
+        return sp.csr_matrix(bow)
+    scaled = scaler.transform(meta)
+    if kind == "meta":
+        return scaled
+    return sp.hstack([sp.csr_matrix(bow), sp.csr_matrix(scaled)], format="csr")
+
+
+def _n_jobs(n_tasks: int, n_jobs: int | None) -> int:
+    if n_jobs is not None:
+        return max(1, int(n_jobs))
+    return max(1, min(n_tasks, os.cpu_count() or 1))
+
+
+def fit_svm(F, y: np.ndarray, C_grid=DEFAULT_C_GRID, C: float | None = None, cv_folds: int = 5, seed: int = 0,
+            n_jobs: int | None = None):
+    """(fitted LinearSVC, chosen C, {C: mean CV accuracy}). With ``C`` given, no CV."""
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold
+    from sklearn.svm import LinearSVC
+
+    classes = np.unique(y)
+    if classes.size < 2:
+        raise InputError(f"the SVM needs at least 2 classes in the training set, got {classes.size}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ConvergenceWarning, and classes smaller than the folds
+        if C is not None:
+            model = LinearSVC(C=float(C), dual=False, max_iter=5000).fit(F, y)
+            return model, float(C), {}
+        grid = sorted(float(c) for c in C_grid)
+        if not grid or min(grid) <= 0:
+            raise InputError(f"the C grid must hold positive numbers, got {C_grid!r}")
+        cv = StratifiedKFold(n_splits=cv_folds, shuffle=True, random_state=seed)
+        search = GridSearchCV(LinearSVC(dual=False, max_iter=5000), {"C": grid}, cv=cv, scoring="accuracy",
+                              n_jobs=_n_jobs(len(grid) * cv_folds, n_jobs), refit=True, error_score="raise")
+        search.fit(F, y)
+    scores = dict(zip(grid, (float(s) for s in search.cv_results_["mean_test_score"])))
+    return search.best_estimator_, float(search.best_params_["C"]), scores
+
+
+def _labelled(corpus: Corpus, what: str, categories=None) -> tuple[np.ndarray, np.ndarray]:
+    """(codes (n,), categories): the corpus's single labels, in ``categories`` numbering if given."""
+    cat = single_labels(corpus, what)
+    if categories is None:
+        return np.asarray(cat.codes, np.int64), np.asarray(cat.categories, dtype=object)
+    return align_codes(cat, categories), np.asarray(categories, dtype=object)
+
+
+def svm_classify(train: Corpus, test: Corpus, features: str = "meta", k: int = 30, C_grid=DEFAULT_C_GRID,
+                 C: float | None = None, cv_folds: int = 5, method: str = "auto", device: str | Backend = "auto",
+                 seed: int = 0, n_jobs: int | None = None, quiet: bool = True) -> ClassifyResult:
+    """Train on ``train`` (C by CV) and predict ``test``; metrics when the test set is labelled."""
+    if features not in FEATURES:
+        raise InputError(f"--features {features!r}: expected one of {', '.join(FEATURES)}")
+    check_same_vocabulary(train, test, "training", "test")
+    backend = device if isinstance(device, Backend) else resolve(device)
+    y_all, categories = _labelled(train, "training")
+    rows = np.nonzero(y_all >= 0)[0]
+    if rows.size == 0:
+        raise InputError("the training corpus has no labelled document")
+    y = y_all[rows]
+    res = ClassifyResult(categories=categories)
+    t0 = time.perf_counter()
+    meta_tr = meta_te = None
+    scaler = None
+    if features != "bow":
+        mf = compute_metafeatures(train.X[rows], y, len(categories), test.X, k=k, method=method, device=backend,
+                                  categories=categories, quiet=quiet)
+        meta_tr, meta_te = mf.train, mf.queries
+        scaler = MinMax.fit(meta_tr)
+        res.info.update(metafeatures=mf.info)
+    res.seconds["metafeatures"] = time.perf_counter() - t0
+    F_tr = feature_matrix(features, train.X[rows], meta_tr, scaler)
+    F_te = feature_matrix(features, test.X, meta_te, scaler)
+    t1 = time.perf_counter()
+    model, chosen_C, cv_scores = fit_svm(F_tr, y, C_grid, C, cv_folds, seed, n_jobs)
+    res.seconds["svm_train"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    res.predicted = model.predict(F_te).astype(np.int32)
+    res.seconds["svm_predict"] = time.perf_counter() - t2
+    res.seconds["total"] = time.perf_counter() - t0
+    res.info.update(model="svm", features=features, C=chosen_C, cv_accuracy=cv_scores, k=int(k),
+                    backend=backend.name)
+    if test.labels is not None:
+        truth = align_codes(test.labels, categories)
+        micro, macro = single_label_f1(truth, res.predicted, len(categories))
+        res.metrics = {"micro_f1": micro, "macro_f1": macro, "documents": int((truth >= 0).sum())}
+    return res
+
+
+def pool(train: Corpus, test: Corpus | None) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
+    """(X, codes, categories) of train (+ test, labels mapped to the training categories)."""
+    y, categories = _labelled(train, "training")
+    if test is None:
+        return train.X, y, categories
+    check_same_vocabulary(train, test, "training", "test")
+    yt, _ = _labelled(test, "test", categories)
+    if (yt >= len(categories)).any():
+        extra = sorted({str(test.labels.categories[c]) for c in test.labels.codes if c >= 0} - {str(c) for c in categories})
+        categories = np.concatenate([categories, np.asarray(extra, dtype=object)])
+        yt, _ = _labelled(test, "test", categories)
+    return sp.vstack([train.X, test.X], format="csr"), np.concatenate([y, yt]), categories
+
+
+def cross_validation_protocol(train: Corpus, test: Corpus | None = None, n_folds: int = 5, model: str = "svm",
+                              features: str = "meta", k: int = 30, C_grid=DEFAULT_C_GRID, C: float | None = None,
+                              method: str = "auto", device: str | Backend = "auto", seed: int = 0,
+                              n_jobs: int | None = None, quiet: bool = True) -> dict:
+    """The GT-kNN paper's protocol: n_folds stratified folds over the pooled corpora; per fold the
+    model is trained on the other folds and tested on it. Returns per-fold and summary figures."""
+    from sklearn.model_selection import StratifiedKFold
+
+    from .classify import find_neighbours, weighted_vote
+
+    if n_folds < 2:
+        raise InputError(f"--folds must be at least 2, got {n_folds}")
+    X, y_all, categories = pool(train, test)
+    keep = np.nonzero(y_all >= 0)[0]
+    X, y_all = X[keep], y_all[keep]
+    backend = device if isinstance(device, Backend) else resolve(device)
+    folds = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        splits = list(StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed).split(np.zeros(len(y_all)), y_all))
+    for f, (tr, te) in enumerate(splits):
+        t0 = time.perf_counter()
+        y_tr = y_all[tr]
+        entry = {"fold": f + 1, "n_train": int(tr.size), "n_test": int(te.size)}
+        if model == "vote":
+            idx, sc = find_neighbours(X[tr], X[te], k, "cosine", method, backend, quiet=True)
+            pred = weighted_vote(idx, sc, y_tr, len(categories))
+        else:
+            meta_tr = meta_te = scaler = None
+            if features != "bow":
+                mf = compute_metafeatures(X[tr], y_tr, len(categories), X[te], k=k, method=method, device=backend)
+                meta_tr, meta_te = mf.train, mf.queries
+                scaler = MinMax.fit(meta_tr)
+                entry["metafeatures_seconds"] = mf.info["seconds"]
+            svm, chosen, _ = fit_svm(feature_matrix(features, X[tr], meta_tr, scaler), y_tr, C_grid, C,
+                                     5, seed, n_jobs)
+            pred = svm.predict(feature_matrix(features, X[te], meta_te, scaler))
+            entry["C"] = chosen
+        entry["micro_f1"], entry["macro_f1"] = single_label_f1(y_all[te], pred, len(categories))
+        entry["seconds"] = time.perf_counter() - t0
+        folds.append(entry)
+        if not quiet:
+            from ..progress import info
+            info(f"fold {f + 1}/{n_folds}: micro-F1 {entry['micro_f1']:.4f}  macro-F1 {entry['macro_f1']:.4f}  "
+                 f"({entry['seconds']:.1f} s)")
+    micro = np.array([e["micro_f1"] for e in folds])
+    macro = np.array([e["macro_f1"] for e in folds])
+    return {"model": model, "features": features if model == "svm" else None, "k": int(k), "n_folds": n_folds,
+            "folds": folds, "micro_f1_mean": float(micro.mean()), "micro_f1_std": float(micro.std(ddof=1)),
+            "macro_f1_mean": float(macro.mean()), "macro_f1_std": float(macro.std(ddof=1)),
+            "seconds": float(sum(e["seconds"] for e in folds))}
