@@ -27,6 +27,7 @@ for step in "${steps[@]}"; do
     tests) run tests 240 bash -c "cd /tmp && python3 -m pytest -x -q -p no:cacheprovider -m gpu $PWD/tests" ;;
     bench-knn-quick) run bench-knn-quick 200 python3 scripts/bench_knn.py --quick --device cuda --out "$OUT" ;;
     bench-knn) run bench-knn 560 python3 scripts/bench_knn.py --sizes 1e5,1e6 --queries 1,100,10000 --device cuda --profile --out "$OUT" ;;
+    bench-knn-1e6) run bench-knn-1e6 500 python3 scripts/bench_knn.py --sizes 1e6 --queries 1,100,10000 --peers cupy_spmm,torch_spmm,sklearn,cpu --cpu-queries 100 --profile --device cuda --out "$OUT" ;;
     bench-knn-1e7) run bench-knn-1e7 560 python3 scripts/bench_knn.py --sizes 1e7 --queries 1,100,10000 --peers cupy_spmm,cpu --device cuda --repeats 1 --out "$OUT" ;;
     *) if [ -f "scripts/gpu_$step.py" ]; then run "$step" 560 python3 "scripts/gpu_$step.py" --out "$OUT"; else echo "unknown step $step"; fi ;;
   esac
