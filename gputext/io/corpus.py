@@ -269,6 +269,9 @@ def atomic_output(path: str, suffix: str = ".h5") -> Iterator[str]:
             sys.stdout.buffer.flush()
             os.unlink(tmp)
         else:
+            umask = os.umask(0)  # mkstemp makes 0600 files; give the output the usual mode
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
             os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
