@@ -21,6 +21,7 @@ from .index import Index
 
 METRICS = tuple(scoring.METRICS)
 SIMILARITIES = ("cosine", "dot")  # larger is better; l2 and l1 are distances
+MAX_CUDA_K = 1024  # the top-k selection block has k <= block <= 1024 threads
 
 
 @dataclass
@@ -98,6 +99,8 @@ def search_topk(index: Index, Q, k: int, metric: str = "cosine", device: str | B
     if Q.shape[0] == 0:
         return np.empty((0, k), np.int32), np.empty((0, k), np.float32)
     if backend.is_cuda:
+        if k > MAX_CUDA_K:
+            raise InputError(f"k = {k} is more than the CUDA selector holds (at most {MAX_CUDA_K}); use --device cpu")
         from .cuda_backend import topk_cuda
         docs, keys = topk_cuda(index, Q, int(k), code, self_doc, batch_size, quiet, geometry or Geometry(), stats)
     else:
