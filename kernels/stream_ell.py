@@ -10,21 +10,24 @@ used ones, and the scan stops at the first ``-1`` (ELLPACK-R without the row-len
 
 A batch of documents (1 to ``max_docs``) is scored in one launch. The documents are not merged
 against the rows (the paper's Rieck seek) but **scattered into a hash table**: the batch's
-distinct terms in an open-addressing table (linear probing, ``EMPTY`` = -1 keys, load <= 1/2),
-each entry pointing to the term's postings (document slot in the batch, weight), so a row's
-thread probes its K terms once for the whole batch instead of merging against every document.
+distinct terms in an open-addressing table (linear probing, ``EMPTY`` = -1 keys), each key with
+the index u of the distinct term, whose postings (document slot in the batch, weight) are
+``post_*[term_first[u] : term_first[u + 1]]``. A row's thread probes each of its K terms once for
+the whole batch instead of merging against every document. Most centroid terms are not in the
+batch, so the table is kept sparse (load <= 1/TABLE_LOAD): a miss is then almost always one load
+of an EMPTY key, and the branch is predictable (CPU) / rarely divergent (GPU).
 
 Packed batch buffers (one host->device copy each per launch; the host writes them with
 ``gputext.cluster.stream_host.pack_batch``)::
 
-    ibuf int32:   [upd_rows (U) | upd_terms (U*K) | table_key (S) | table_first (S) | table_count (S) | post_doc (P)]
+    ibuf int32:   [upd_rows (U) | upd_terms (U*K) | table_key (S) | table_val (S) | post_doc (P) | term_first (V+1)]
     fbuf float32: [upd_weights (U*K) | post_weight (P)]
 
 ``upd_*`` is the update buffer: U rows (sorted ascending row ids) changed or created on the host
 since the previous launch, each with its K terms and weights in row-major order. The thread that
 owns such a row writes it into the ELL matrix inside the launch and scores the new values (the
 paper's update buffer generalised from one row to U rows); there are no per-row copies.
-S is a power of two (``mask = S - 1``), P the number of postings.
+S is a power of two (``mask = S - 1``), P the number of postings, V the batch's distinct terms.
 
 Exactness. A similarity is sum over shared terms t, in increasing t, of
 ``float64(c_t) * float64(d_t)``: the product of two float32 is exact in float64, so a fused
@@ -46,6 +49,7 @@ from ._factory import kernel_cache
 EMPTY = -1
 ALIGN = 32  # elements: 128 bytes for int32/float32 columns
 HASH_MULT = 2654435761  # Knuth's multiplicative hash constant (fits int64 products with term < 2**31)
+TABLE_LOAD = 8  # hash table slots per posting (at least): load <= 1/8, so a miss costs ~1.1 probes
 NO_SIM = -1.0  # below every similarity (weights are non-negative)
 
 
@@ -55,23 +59,23 @@ def aligned_stride(capacity: int) -> int:
 
 
 def table_size_for(n_postings: int) -> int:
-    """Power of two >= 2 * n_postings (load factor <= 1/2), at least 16."""
+    """Power of two >= TABLE_LOAD * n_postings, at least 16."""
     size = 16
-    while size < 2 * n_postings:
+    while size < TABLE_LOAD * n_postings:
         size *= 2
     return size
 
 
-def batch_layout(n_upd: int, K: int, table_size: int, n_postings: int):
-    """Offsets into (ibuf, fbuf): (o_upd_terms, o_key, o_first, o_count, o_post_doc, o_post_weight,
+def batch_layout(n_upd: int, K: int, table_size: int, n_postings: int, n_unique: int):
+    """Offsets into (ibuf, fbuf): (o_upd_terms, o_key, o_val, o_post_doc, o_first, o_post_weight,
     ibuf_len, fbuf_len)."""
     o_terms = n_upd
     o_key = o_terms + n_upd * K
-    o_first = o_key + table_size
-    o_count = o_first + table_size
-    o_pdoc = o_count + table_size
+    o_val = o_key + table_size
+    o_pdoc = o_val + table_size
+    o_first = o_pdoc + n_postings
     o_pw = n_upd * K
-    return o_terms, o_key, o_first, o_count, o_pdoc, o_pw, o_pdoc + n_postings, o_pw + n_postings
+    return o_terms, o_key, o_val, o_pdoc, o_first, o_pw, o_first + n_unique + 1, o_pw + n_postings
 
 
 # ----------------------------------------------------------------------------- shared device/host code
@@ -126,7 +130,7 @@ def score_kernel(threads_per_block: int, max_docs: int):
     at most ``max_docs`` documents (``max_docs <= threads_per_block``).
 
     ``score_blocks[n_blocks, threads_per_block](ell_terms, ell_weights, n_rows, ibuf, fbuf, n_upd,
-    table_size, n_docs, part_sim, part_row)`` with n_blocks = ceil(n_rows / threads_per_block):
+    table_size, n_postings, n_docs, part_sim, part_row)`` with n_blocks = ceil(n_rows / threads_per_block):
 
     - ell_terms int32 (K, stride), ell_weights float32 (K, stride): the ELL matrix (written for
       the rows in the update buffer, read for the others); n_rows <= stride.
@@ -159,7 +163,8 @@ def score_kernel(threads_per_block: int, max_docs: int):
     acc_len = tpb * pitch  # a closure constant: numba needs literal shared-array shapes
 
     @cuda.jit
-    def score_blocks(ell_terms, ell_weights, n_rows, ibuf, fbuf, n_upd, table_size, n_docs, part_sim, part_row):
+    def score_blocks(ell_terms, ell_weights, n_rows, ibuf, fbuf, n_upd, table_size, n_postings, n_docs, part_sim,
+                     part_row):
         acc = cuda.shared.array(acc_len, numba.float64)
         cand_sim = cuda.shared.array(tpb, numba.float64)
         cand_row = cuda.shared.array(tpb, numba.int32)
@@ -173,9 +178,9 @@ def score_kernel(threads_per_block: int, max_docs: int):
         mask = numba.int64(table_size - 1)
         o_terms = n_upd
         o_key = o_terms + n_upd * K
-        o_first = o_key + table_size
-        o_count = o_first + table_size
-        o_pdoc = o_count + table_size
+        o_val = o_key + table_size
+        o_pdoc = o_val + table_size
+        o_first = o_pdoc + n_postings
         o_pw = n_upd * K
 
         for i in range(tx, acc_len, tpb):
@@ -200,8 +205,8 @@ def score_kernel(threads_per_block: int, max_docs: int):
                     if term >= 0:
                         h = probe_dev(ibuf, o_key, mask, term)
                         if h >= 0:
-                            first = ibuf[o_first + h]
-                            for p in range(first, first + ibuf[o_count + h]):
+                            u = ibuf[o_val + h]
+                            for p in range(ibuf[o_first + u], ibuf[o_first + u + 1]):
                                 acc[base + ibuf[o_pdoc + p]] += numba.float64(w) * numba.float64(fbuf[o_pw + p])
             else:
                 for n in range(K):
@@ -211,8 +216,8 @@ def score_kernel(threads_per_block: int, max_docs: int):
                     h = probe_dev(ibuf, o_key, mask, term)
                     if h >= 0:
                         w = numba.float64(ell_weights[n, row])
-                        first = ibuf[o_first + h]
-                        for p in range(first, first + ibuf[o_count + h]):
+                        u = ibuf[o_val + h]
+                        for p in range(ibuf[o_first + u], ibuf[o_first + u + 1]):
                             acc[base + ibuf[o_pdoc + p]] += w * numba.float64(fbuf[o_pw + p])
         cuda.syncthreads()  # every row of the block has its similarities in acc
 
@@ -331,7 +336,7 @@ def grow_copy(old_terms, old_weights, n_rows, new_terms, new_weights):
 
 @numba.njit(parallel=True, cache=True)
 def score_blocks_cpu(threads_per_block, max_docs, ell_terms, ell_weights, n_rows, ibuf, fbuf, n_upd,
-                     table_size, n_docs, part_sim, part_row):
+                     table_size, n_postings, n_docs, part_sim, part_row):
     """CPU twin of ``score_kernel(threads_per_block, max_docs)``: same arguments (geometry first),
     same block partition, same per-row slot order and the same block-local results in part_*.
 
@@ -344,9 +349,9 @@ def score_blocks_cpu(threads_per_block, max_docs, ell_terms, ell_weights, n_rows
     mask = np.int64(table_size - 1)
     o_terms = n_upd
     o_key = o_terms + n_upd * K
-    o_first = o_key + table_size
-    o_count = o_first + table_size
-    o_pdoc = o_count + table_size
+    o_val = o_key + table_size
+    o_pdoc = o_val + table_size
+    o_first = o_pdoc + n_postings
     o_pw = n_upd * K
     for block in prange(n_blocks):
         row0 = block * tpb
@@ -376,8 +381,8 @@ def score_blocks_cpu(threads_per_block, max_docs, ell_terms, ell_weights, n_rows
                 h = probe_cpu(ibuf, o_key, mask, term)
                 if h >= 0:
                     w = np.float64(ell_weights[n, row])
-                    first = ibuf[o_first + h]
-                    for p in range(first, first + ibuf[o_count + h]):
+                    u = ibuf[o_val + h]
+                    for p in range(ibuf[o_first + u], ibuf[o_first + u + 1]):
                         acc[i, ibuf[o_pdoc + p]] += w * np.float64(fbuf[o_pw + p])
             if not any_alive:
                 break
@@ -390,6 +395,11 @@ def score_blocks_cpu(threads_per_block, max_docs, ell_terms, ell_weights, n_rows
                     best_r = row0 + i
             part_sim[d * n_blocks + block] = best
             part_row[d * n_blocks + block] = best_r
+
+
+score_blocks_serial = numba.njit(cache=True)(score_blocks_cpu.py_func)
+"""The same twin compiled without threads (prange runs as range): for small launches, where
+waking a thread team costs more than the work (and far more on a machine that is busy)."""
 
 
 @numba.njit(cache=True)
@@ -435,7 +445,7 @@ def ptx_kernels():
     ell = "int32[:, ::1], float32[:, ::1]"
     return [
         ("score_blocks", score_kernel(128, 32),
-         f"void({ell}, int64, int32[::1], float32[::1], int64, int64, int64, float64[::1], int32[::1])"),
+         f"void({ell}, int64, int32[::1], float32[::1], int64, int64, int64, int64, float64[::1], int32[::1])"),
         ("reduce_blocks", reduce_kernel(256), "void(float64[::1], int32[::1], int64, int64, float64[:, ::1])"),
         ("apply_updates", apply_updates, f"void({ell}, int32[::1], float32[::1], int64)"),
         ("grow_copy", grow_copy, f"void({ell}, int64, {ell})"),

@@ -32,6 +32,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 import scipy.sparse as sp
 
@@ -107,8 +108,9 @@ class _EllScanner:
         self.reduce_tpb = reduce_threads
         self.max_upd = max(max_docs, 64)
         self.table_max = E.table_size_for(max_docs * K)
-        self.ibuf_len = self.max_upd * (1 + K) + 3 * self.table_max + max_docs * K
+        self.ibuf_len = self.max_upd * (1 + K) + 2 * self.table_max + 2 * max_docs * K + 1
         self.fbuf_len = self.max_upd * K + max_docs * K
+        self.work_hint = 0  # centroid slots to scan (set by the clusterer): picks the threaded CPU twin
         self.rows_valid = 0  # rows of the copy that hold current data (others arrive by the update buffer)
         self.stride = 0
         self.grows = 0
@@ -181,7 +183,7 @@ class _EllScanner:
         if n_upd <= self.max_upd:
             h_ibuf, h_fbuf = self.h_ibuf, self.h_fbuf
         else:
-            h_ibuf, h_fbuf = np.empty(n_upd * (1 + self.K) + 48, np.int32), np.empty(n_upd * self.K, np.float32)
+            h_ibuf, h_fbuf = np.empty(n_upd * (1 + self.K) + 40, np.int32), np.empty(n_upd * self.K, np.float32)
         H.pack_batch(h_ibuf, h_fbuf, rows, n_upd, c_terms, c_weights,
                      np.zeros(2, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32), 0, 0, 16)
         ilen, flen = n_upd * (1 + self.K), n_upd * self.K
@@ -230,9 +232,9 @@ class _EllScanner:
         n_upd = len(rows)
         nnz = int(d_indptr[j1] - d_indptr[j0])
         table_size = self.E.table_size_for(nnz)
-        n_post = H.pack_batch(self.h_ibuf, self.h_fbuf, rows, n_upd, c_terms, c_weights,
-                              d_indptr, d_terms, d_weights, j0, j1, table_size)
-        *_, ilen, flen = self.E.batch_layout(n_upd, self.K, table_size, n_post)
+        n_post, n_unique = H.pack_batch(self.h_ibuf, self.h_fbuf, rows, n_upd, c_terms, c_weights,
+                                        d_indptr, d_terms, d_weights, j0, j1, table_size)
+        *_, ilen, flen = self.E.batch_layout(n_upd, self.K, table_size, n_post, n_unique)
         self._upload(ilen, flen)
         ibuf, fbuf = self._bufs()
         if n_rows == 0:
@@ -243,14 +245,16 @@ class _EllScanner:
         n_blocks = (n_rows + self.tpb - 1) // self.tpb
         if self.cuda:
             self.score_k[n_blocks, self.tpb, self.stream](self.terms, self.weights, n_rows, ibuf, fbuf, n_upd,
-                                                         table_size, n_docs, self.part_sim, self.part_row)
+                                                         table_size, n_post, n_docs, self.part_sim, self.part_row)
             self.reduce_k[n_docs, self.reduce_tpb, self.stream](self.part_sim, self.part_row, n_blocks, n_docs,
                                                                self.d_best)
             self.d_best.copy_to_host(self.h_best, stream=self.stream)
             self.stream.synchronize()
         else:
-            self.E.score_blocks_cpu(self.tpb, self.max_docs, self.terms, self.weights, n_rows, ibuf, fbuf, n_upd,
-                                    table_size, n_docs, self.part_sim, self.part_row)
+            parallel = self.work_hint >= H.PARALLEL_MIN_WORK and n_rows > self.tpb
+            twin = self.E.score_blocks_cpu if parallel else self.E.score_blocks_serial
+            twin(self.tpb, self.max_docs, self.terms, self.weights, n_rows, ibuf, fbuf, n_upd,
+                 table_size, n_post, n_docs, self.part_sim, self.part_row)
             self.E.reduce_blocks_cpu(self.part_sim, self.part_row, n_blocks, n_docs, self.h_best)
         self.rows_valid = n_rows
         return self.h_best[:, :n_docs]
@@ -300,6 +304,7 @@ class StreamClusterer:
         self.c_len = np.zeros(cap, np.int32)
         self.c_mag = np.zeros(cap, np.float64)
         self.c_size = np.zeros(cap, np.int64)
+        self.c_version = np.zeros(cap, np.int32)
         self.changed_mark = np.full(cap, -1, np.int64)
         self.dirty_mark = np.zeros(cap, np.uint8)
         self.dirty_list = np.zeros(cap, np.int32)
@@ -308,6 +313,7 @@ class StreamClusterer:
         self.scr_terms = np.zeros(2 * K + 1, np.int32)
         self.scr_raw = np.zeros(2 * K + 1, np.float64)
         self.n_docs_seen = 0
+        self.index_slack = 65536  # stale index entries tolerated beyond 2x the live ones before a rebuild
         self.stats = StreamStats()
         self.use_scan = candidates in ("auto", "scan")
         self.use_index = (candidates == "index") or (candidates == "auto" and not self.backend.is_cuda)
@@ -323,10 +329,14 @@ class StreamClusterer:
     def _init_index(self, n_terms: int, n_blocks: int) -> None:
         self.ix_head = np.full(n_terms, -1, np.int64)
         self.ix_count = np.zeros(n_terms, np.int64)
-        self.ix_pool = np.zeros((n_blocks if self.use_index else 1, H.INDEX_BLOCK), np.int32)
+        self.ix_pool = np.zeros((n_blocks if self.use_index else 1, H.INDEX_BLOCK, 3), np.int32)
         self.ix_fill = np.zeros(self.ix_pool.shape[0], np.int32)
         self.ix_next = np.zeros(self.ix_pool.shape[0], np.int64)
         self.ix_meta = np.zeros(2, np.int64)
+        workers = numba.get_num_threads() if self.use_index else 1
+        cap = self.c_terms.shape[0] if self.use_index else 1
+        self.acc = np.zeros((workers, cap), np.float64)  # zero between calls (index_score resets what it touches)
+        self.touched = np.zeros((workers, cap), np.int32)
 
     def _grow_clusters(self) -> None:
         cap = self.c_terms.shape[0]
@@ -341,6 +351,10 @@ class StreamClusterer:
         self.c_len = grow(self.c_len, 0)
         self.c_mag = grow(self.c_mag, 0)
         self.c_size = grow(self.c_size, 0)
+        self.c_version = grow(self.c_version, 0)
+        if self.use_index:
+            self.acc = np.zeros((self.acc.shape[0], new), np.float64)
+            self.touched = np.zeros((self.acc.shape[0], new), np.int32)
         self.changed_mark = grow(self.changed_mark, -1)
         self.dirty_mark = grow(self.dirty_mark, 0)
         self.dirty_list = grow(self.dirty_list, 0)
@@ -359,7 +373,7 @@ class StreamClusterer:
         old = self.ix_pool.shape[0]
         if blocks <= old:
             return
-        pool = np.zeros((blocks, H.INDEX_BLOCK), np.int32)
+        pool = np.zeros((blocks, H.INDEX_BLOCK, 3), np.int32)
         pool[:old] = self.ix_pool
         fill = np.zeros(blocks, np.int32)
         fill[:old] = self.ix_fill
@@ -369,12 +383,12 @@ class StreamClusterer:
 
     def _maybe_rebuild_index(self) -> None:
         """Stale postings (terms a centroid dropped) only cost time: rebuild when they outnumber live ones."""
-        if not self.use_index or self.ix_meta[1] <= 2 * self.counters[H.TOTAL_NNZ] + 65536:
+        if not self.use_index or self.ix_meta[1] <= 2 * self.counters[H.TOTAL_NNZ] + self.index_slack:
             return
         n = self.n_clusters
         need = H.index_blocks_needed(self.c_terms, self.c_len, n, self.ix_head.shape[0], H.INDEX_BLOCK)
         self._grow_index_pool(int(need * 1.5) + 4096)
-        H.index_rebuild(self.c_terms, self.c_len, n, self.ix_head, self.ix_count, self.ix_pool, self.ix_fill,
+        H.index_rebuild(self.c_terms, self.c_len, self.c_version, n, self.ix_head, self.ix_count, self.ix_pool, self.ix_fill,
                         self.ix_next, self.ix_meta)
 
     # ------------------------------------------------------------------ clustering
@@ -396,7 +410,8 @@ class StreamClusterer:
             indptr, indices, data = (np.ascontiguousarray(X.indptr, dtype=np.int64),
                                      np.ascontiguousarray(X.indices, dtype=np.int32),
                                      np.asarray(X.data, dtype=np.float64))
-        d_indptr, d_terms, d_weights, d_mag = H.prepare_docs(indptr, indices, np.ascontiguousarray(data), self.K)
+        prepare = H.prepare_docs if len(data) >= H.PARALLEL_MIN_WORK else H.prepare_docs_serial
+        d_indptr, d_terms, d_weights, d_mag = prepare(indptr, indices, np.ascontiguousarray(data), self.K)
         return self._run(d_indptr, d_terms, d_weights, d_mag, X.shape[1], arrival)
 
     def _choose_index(self, j0, j1, d_indptr, d_terms) -> bool:
@@ -425,13 +440,19 @@ class StreamClusterer:
             while j < b1:
                 t0 = time.perf_counter()
                 if self._choose_index(j, b1, d_indptr, d_terms):
-                    H.index_score(j, b1, d_indptr, d_terms, d_weights, self.c_terms, self.c_weights, self.c_len,
-                                  self.ix_head, self.ix_count, self.ix_pool, self.ix_fill, self.ix_next, best_idx)
+                    walk = H.index_cost(j, b1, d_indptr, d_terms, self.ix_count)
+                    if walk >= H.PARALLEL_MIN_WORK and b1 - j > 1:
+                        score, acc, touched = H.index_score, self.acc, self.touched
+                    else:
+                        score, acc, touched = H.index_score_serial, self.acc[:1], self.touched[:1]
+                    score(j, b1, d_indptr, d_terms, d_weights, self.c_weights, self.c_version, self.ix_head,
+                          self.ix_pool, self.ix_fill, self.ix_next, acc, touched, best_idx)
                     best = best_idx
                     st.index_launches += 1
                     st.index_seconds += time.perf_counter() - t0
                 else:
                     rows = H.drain_dirty(self.dirty_list, self.dirty_mark, self.counters)
+                    self.scanner.work_hint = int(self.counters[H.TOTAL_NNZ]) * (b1 - j)
                     best = self.scanner.score(self.n_clusters, rows, self.c_terms, self.c_weights,
                                               d_indptr, d_terms, d_weights, j, b1)
                     st.scan_launches += 1
@@ -447,7 +468,7 @@ class StreamClusterer:
                         j, b1, d_indptr, d_terms, d_weights, d_mag, best, j_launch, self.threshold,
                         self.c_terms, self.c_weights, self.c_len, self.c_mag, self.c_size, self.counters,
                         self.changed_mark, self.changed_list, self.dirty_mark, self.dirty_list,
-                        self.use_index, self.ix_head, self.ix_count, self.ix_pool, self.ix_fill, self.ix_next,
+                        self.use_index, self.c_version, self.ix_head, self.ix_count, self.ix_pool, self.ix_fill, self.ix_next,
                         self.ix_meta, out_cluster, out_sim, out_new, self.scr_terms, self.scr_raw)
                     now = time.perf_counter()
                     if arrival is None:
@@ -470,6 +491,16 @@ class StreamClusterer:
             st.device_grows, st.flushed_rows = self.scanner.grows, self.scanner.flushed
         self.n_docs_seen += n
         return StreamResult(out_cluster, out_sim, out_new, latency, time.perf_counter() - t_start)
+
+    def warm_up(self) -> None:
+        """Compile/load every kernel and host function this configuration uses (on a throwaway
+        clusterer), so that the first real document's latency is not a JIT's."""
+        kw = dict(device=self.backend.name, batch_size=self.batch_size, candidates=self.candidates,
+                  threads_per_block=self.tpb, reduce_threads=self.reduce_threads, backend=self.backend)
+        X = sp.csr_matrix(np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 1.0, 1.0], [0.0, 0.0, 0.0]]))
+        for candidates in (("scan", "index") if self.candidates == "auto" and self.use_index else (self.candidates,)):
+            kw["candidates"] = candidates
+            StreamClusterer(self.threshold, self.K, **kw).partial_fit(X)
 
     # ------------------------------------------------------------------ views
     def centroids(self) -> dict:

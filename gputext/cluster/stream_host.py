@@ -29,7 +29,7 @@ DONE, RESTART, GROW_CLUSTERS, GROW_INDEX = 0, 1, 2, 3
 # counters (int64 array) slots
 N_CLUSTERS, N_CHANGED, EPOCH, N_DIRTY, TOTAL_NNZ, N_UPDATES, N_RECHECKS = range(7)
 N_COUNTERS = 7
-INDEX_BLOCK = 8  # cluster ids per block of an inverted-index posting list
+INDEX_BLOCK = 8  # entries (cluster, slot, version) per block of an inverted-index posting list
 
 
 @numba.njit(inline="always")
@@ -174,9 +174,16 @@ def update_centroid(c, d_terms, d_weights, lo, hi, d_mag, c_terms, c_weights, c_
 
 
 # ----------------------------------------------------------------------------- inverted index
+# Posting lists of the terms of the centroids: for term t, entries (cluster c, slot n, version v)
+# meaning "c_terms[c, n] == t when c_version[c] == v". A centroid's every change bumps its version
+# and appends its K postings again, so older entries go stale (skipped by the version check) and
+# no entry is ever edited. Lists are chains of fixed-size blocks in one pool (newest block first).
+# Scoring is term-at-a-time: the document's terms in increasing id, each posting adding
+# d_t * c_weights[c, n] into a dense accumulator of c, so every cluster's sum runs in term order:
+# bit for bit the merge of stream_reference.similarity.
 
 @numba.njit(inline="always")
-def _index_append(term, cluster, ix_head, ix_count, ix_pool, ix_fill, ix_next, ix_meta):
+def _index_append(term, cluster, slot, version, ix_head, ix_count, ix_pool, ix_fill, ix_next, ix_meta):
     b = ix_head[term]
     if b < 0 or ix_fill[b] == ix_pool.shape[1]:
         nb = ix_meta[0]
@@ -185,14 +192,23 @@ def _index_append(term, cluster, ix_head, ix_count, ix_pool, ix_fill, ix_next, i
         ix_fill[nb] = 0
         ix_head[term] = nb
         b = nb
-    ix_pool[b, ix_fill[b]] = cluster
-    ix_fill[b] += 1
+    e = ix_fill[b]
+    ix_pool[b, e, 0] = cluster
+    ix_pool[b, e, 1] = slot
+    ix_pool[b, e, 2] = version
+    ix_fill[b] = e + 1
     ix_count[term] += 1
     ix_meta[1] += 1
 
 
+@numba.njit(inline="always")
+def _index_add_row(c, c_terms, c_len, c_version, ix_head, ix_count, ix_pool, ix_fill, ix_next, ix_meta):
+    for n in range(c_len[c]):
+        _index_append(c_terms[c, n], c, n, c_version[c], ix_head, ix_count, ix_pool, ix_fill, ix_next, ix_meta)
+
+
 @numba.njit(cache=True)
-def index_rebuild(c_terms, c_len, n_clusters, ix_head, ix_count, ix_pool, ix_fill, ix_next, ix_meta):
+def index_rebuild(c_terms, c_len, c_version, n_clusters, ix_head, ix_count, ix_pool, ix_fill, ix_next, ix_meta):
     """Rebuild the index from the centroids (drops stale entries). The pool must hold
     ``index_blocks_needed(...)`` blocks."""
     ix_head[:] = -1
@@ -200,8 +216,7 @@ def index_rebuild(c_terms, c_len, n_clusters, ix_head, ix_count, ix_pool, ix_fil
     ix_meta[0] = 0
     ix_meta[1] = 0
     for c in range(n_clusters):
-        for n in range(c_len[c]):
-            _index_append(c_terms[c, n], c, ix_head, ix_count, ix_pool, ix_fill, ix_next, ix_meta)
+        _index_add_row(c, c_terms, c_len, c_version, ix_head, ix_count, ix_pool, ix_fill, ix_next, ix_meta)
 
 
 @numba.njit(cache=True)
@@ -217,47 +232,52 @@ def index_blocks_needed(c_terms, c_len, n_clusters, n_terms, block):
 
 
 @numba.njit(parallel=True, cache=True)
-def index_score(j0, j1, d_indptr, d_terms, d_weights, c_terms, c_weights, c_len,
-                ix_head, ix_count, ix_pool, ix_fill, ix_next, best):
-    """Best cluster of documents j0..j1-1 through the inverted index (candidates = clusters that
-    share a term; the others have similarity 0). best[0, j - j0] = similarity, best[1, j - j0] =
-    row (-1 and NO_SIM when no cluster shares a term). prange over documents."""
-    for q in prange(j1 - j0):
-        j = j0 + q
-        lo = d_indptr[j]
-        hi = d_indptr[j + 1]
-        total = 0
-        for p in range(lo, hi):
-            t = d_terms[p]
-            if t < ix_head.shape[0]:
-                total += ix_count[t]
-        cand = np.empty(total, np.int32)
-        k = 0
-        for p in range(lo, hi):
-            t = d_terms[p]
-            if t >= ix_head.shape[0]:
-                continue
-            b = ix_head[t]
-            while b >= 0:
-                for e in range(ix_fill[b]):
-                    cand[k] = ix_pool[b, e]
-                    k += 1
-                b = ix_next[b]
-        cand = np.sort(cand[:k])
-        bs = NO_SIM
-        br = -1
-        prev = -1
-        for e in range(k):
-            c = cand[e]
-            if c == prev:
-                continue
-            prev = c
-            s = sim_row(d_terms, d_weights, lo, hi, c_terms, c_weights, c, c_len[c])
-            if better(s, c, bs, br):
-                bs = s
-                br = c
-        best[0, q] = bs
-        best[1, q] = np.float64(br)
+def index_score(j0, j1, d_indptr, d_terms, d_weights, c_weights, c_version, ix_head, ix_pool, ix_fill, ix_next,
+                acc, touched, best):
+    """Best cluster of documents j0..j1-1 through the inverted index (the clusters that share a
+    term; the others have similarity 0). best[0, j - j0] = similarity, best[1, j - j0] = row
+    (-1 and NO_SIM when no cluster shares a term).
+
+    acc float64 (W, >= n_clusters) all zero on entry and on exit, touched int32 (W, >= n_clusters):
+    worker w (prange over W = acc.shape[0]) takes documents j0 + w, j0 + w + W, ...
+    """
+    W = acc.shape[0]
+    n_docs = j1 - j0
+    for w in prange(min(W, n_docs)):
+        for q in range(w, n_docs, W):
+            j = j0 + q
+            n_touched = 0
+            for p in range(d_indptr[j], d_indptr[j + 1]):
+                t = d_terms[p]
+                if t >= ix_head.shape[0]:
+                    continue
+                dw = np.float64(d_weights[p])
+                b = ix_head[t]
+                while b >= 0:
+                    for e in range(ix_fill[b]):
+                        c = ix_pool[b, e, 0]
+                        if ix_pool[b, e, 2] != c_version[c]:
+                            continue  # stale: the centroid changed since this entry was written
+                        if acc[w, c] == 0.0:
+                            touched[w, n_touched] = c
+                            n_touched += 1
+                        acc[w, c] += dw * np.float64(c_weights[c, ix_pool[b, e, 1]])
+                    b = ix_next[b]
+            bs = NO_SIM
+            br = -1
+            for i in range(n_touched):
+                c = touched[w, i]
+                if better(acc[w, c], c, bs, br):
+                    bs = acc[w, c]
+                    br = c
+                acc[w, c] = 0.0
+            best[0, q] = bs
+            best[1, q] = np.float64(br)
+
+
+index_score_serial = numba.njit(cache=True)(index_score.py_func)
+prepare_docs_serial = numba.njit(cache=True)(prepare_docs.py_func)
+PARALLEL_MIN_WORK = 200_000  # slots or postings below which the serial compilation is used
 
 
 @numba.njit(cache=True)
@@ -277,7 +297,7 @@ def index_cost(j0, j1, d_indptr, d_terms, ix_count):
 def resolve(j, j_end, d_indptr, d_terms, d_weights, d_mag, best, j_launch, threshold,
             c_terms, c_weights, c_len, c_mag, c_size, counters,
             changed_mark, changed_list, dirty_mark, dirty_list,
-            use_index, ix_head, ix_count, ix_pool, ix_fill, ix_next, ix_meta,
+            use_index, c_version, ix_head, ix_count, ix_pool, ix_fill, ix_next, ix_meta,
             out_cluster, out_sim, out_new, scr_terms, scr_raw):
     """Decide documents j, j+1, ... < j_end in order, as the one-at-a-time algorithm would.
 
@@ -323,18 +343,12 @@ def resolve(j, j_end, d_indptr, d_terms, d_weights, d_mag, best, j_launch, thres
         if br >= 0 and bs > threshold:
             c = br
             old_len = c_len[c]
-            old = c_terms[c, :old_len].copy()
             update_centroid(c, d_terms, d_weights, lo, hi, d_mag[j], c_terms, c_weights, c_len, c_mag,
                             scr_terms, scr_raw)
             counters[TOTAL_NNZ] += c_len[c] - old_len
             if use_index:
-                a = 0
-                for n in range(c_len[c]):  # append the terms the centroid did not have
-                    t = c_terms[c, n]
-                    while a < old_len and old[a] < t:
-                        a += 1
-                    if a >= old_len or old[a] != t:
-                        _index_append(t, c, ix_head, ix_count, ix_pool, ix_fill, ix_next, ix_meta)
+                c_version[c] += 1
+                _index_add_row(c, c_terms, c_len, c_version, ix_head, ix_count, ix_pool, ix_fill, ix_next, ix_meta)
             c_size[c] += 1
             counters[N_UPDATES] += 1
             out_new[j] = False
@@ -355,8 +369,8 @@ def resolve(j, j_end, d_indptr, d_terms, d_weights, d_mag, best, j_launch, thres
             counters[N_CLUSTERS] = c + 1
             counters[TOTAL_NNZ] += m
             if use_index:
-                for n in range(m):
-                    _index_append(d_terms[lo + n], c, ix_head, ix_count, ix_pool, ix_fill, ix_next, ix_meta)
+                c_version[c] = 0
+                _index_add_row(c, c_terms, c_len, c_version, ix_head, ix_count, ix_pool, ix_fill, ix_next, ix_meta)
             out_new[j] = True
         if changed_mark[c] != epoch:
             changed_mark[c] = epoch
@@ -378,8 +392,9 @@ def resolve(j, j_end, d_indptr, d_terms, d_weights, d_mag, best, j_launch, thres
 def pack_batch(ibuf, fbuf, upd_rows, n_upd, c_terms, c_weights, d_indptr, d_terms, d_weights, j0, j1, table_size):
     """Write the packed launch buffers (kernels/stream_ell.py layout): the update buffer (rows
     upd_rows[:n_upd], sorted ascending, copied from the host centroids), the hash table of the
-    distinct terms of documents j0..j1-1 and their postings (document slot j - j0, weight), in
-    document order within a term. Returns the number of postings."""
+    distinct terms of documents j0..j1-1 (u = order of first appearance), their postings
+    (document slot j - j0, weight) grouped by term, in document order within a term, and
+    term_first. Returns (n_postings, n_unique)."""
     K = c_terms.shape[1]
     for u in range(n_upd):
         r = upd_rows[u]
@@ -388,37 +403,44 @@ def pack_batch(ibuf, fbuf, upd_rows, n_upd, c_terms, c_weights, d_indptr, d_term
             ibuf[n_upd + u * K + n] = c_terms[r, n]
             fbuf[u * K + n] = c_weights[r, n]
     o_key = n_upd + n_upd * K
-    o_first = o_key + table_size
-    o_count = o_first + table_size
-    o_pdoc = o_count + table_size
+    o_val = o_key + table_size
+    o_pdoc = o_val + table_size
     o_pw = n_upd * K
+    n_post = d_indptr[j1] - d_indptr[j0]
+    o_first = o_pdoc + n_post
     mask = np.int64(table_size - 1)
     for h in range(table_size):
         ibuf[o_key + h] = EMPTY
-        ibuf[o_count + h] = 0
+    n_unique = 0
+    counts = np.zeros(n_post + 1, np.int64)
     for p in range(d_indptr[j0], d_indptr[j1]):
         t = d_terms[p]
         h = (np.int64(t) * HASH_MULT) & mask
         while ibuf[o_key + h] != EMPTY and ibuf[o_key + h] != t:
             h = (h + 1) & mask
-        ibuf[o_key + h] = t
-        ibuf[o_count + h] += 1
+        if ibuf[o_key + h] == EMPTY:
+            ibuf[o_key + h] = t
+            ibuf[o_val + h] = n_unique
+            n_unique += 1
+        counts[ibuf[o_val + h]] += 1
     running = 0
-    for h in range(table_size):
-        ibuf[o_first + h] = running
-        running += ibuf[o_count + h]
-        ibuf[o_count + h] = 0
+    for u in range(n_unique):
+        ibuf[o_first + u] = running
+        running += counts[u]
+        counts[u] = 0
+    ibuf[o_first + n_unique] = running
     for j in range(j0, j1):
         for p in range(d_indptr[j], d_indptr[j + 1]):
             t = d_terms[p]
             h = (np.int64(t) * HASH_MULT) & mask
             while ibuf[o_key + h] != t:
                 h = (h + 1) & mask
-            slot = ibuf[o_first + h] + ibuf[o_count + h]
-            ibuf[o_count + h] += 1
+            u = ibuf[o_val + h]
+            slot = ibuf[o_first + u] + counts[u]
+            counts[u] += 1
             ibuf[o_pdoc + slot] = j - j0
             fbuf[o_pw + slot] = d_weights[p]
-    return running
+    return n_post, n_unique
 
 
 @numba.njit(cache=True)
