@@ -1,0 +1,486 @@
+#!/usr/bin/env python3
+"""GPU round for overlapping star clustering (OClustR / CUDA-OClus, DClustR / CUDA-DClus).
+
+One run, on the GPU host (numba-cuda kernels + the engine's CUDA path), with peers measured in the
+same run:
+
+  1. exactness at size: a Reu-70K-shaped corpus (gputext.datasets presets, tf weights) clustered
+     on cuda and by the CPU twin (numba, all cores): graph (indptr, indices, weights), relevance
+     and clusters must be identical, bit for bit.
+  2. speed: graph + relevance, GPU vs CPU twin (goal >= 50x at 70,000 documents); the whole
+     clustering (graph, relevance, cover, improvement; no file I/O) on the GPU (goal <= 5 s on an
+     H100); medians of --repeats runs after a warm-up.  The relevance kernel alone is timed with
+     CUDA events; its bandwidth = bytes it must move (indptr, indices, the degree and AIS of every
+     neighbour, outputs) / time, as a fraction of a device-to-device copy measured in the run
+     (H100 ~3.0 TB/s, H200 ~4.3 TB/s).
+  3. peers for the thresholded cosine graph (all pairs with cos >= beta): CuPy cuSPARSE SpGEMM of
+     row blocks of the L2-normalised matrix against its transpose, PyTorch sparse CSR x CSR on
+     the GPU, scikit-learn radius_neighbors_graph (cosine, n_jobs=-1) on the CPU at a smaller
+     size; edge counts are compared with ours (the peers compute in float32 and find a few pairs
+     just below beta; ours equal a float64 brute force, tests/test_star.py).
+  4. 100,000+ documents (default 120,000, Reu-70K shape) on the GPU without running out of
+     device memory.
+  5. DClustR: cluster 50,000 documents, add 10,000 (and 5,000) with `update`, against a full
+     recluster of the union (goal: update <= 1/5 of the full recluster's time); agreement
+     (FBcubed, overlapping NMI) of the update with the recluster and with the labels.
+
+  python scripts/gpu_star.py --quick --device cpu     # smoke test anywhere (< 1 minute)
+  python scripts/gpu_star.py --quick                   # small, on the GPU
+  python scripts/gpu_star.py --out out/gpu             # full (about 6 minutes on an H100)
+
+Prints a markdown table last and writes gpu_star.json into --out (default $OUT or out/).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+warnings.filterwarnings("ignore")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small sizes (under a minute)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--out", default=os.environ.get("OUT", "out"))
+    p.add_argument("--beta", type=float, default=0.25)
+    p.add_argument("--docs", type=int, help="documents of the main corpus (default 70000; quick 4000)")
+    p.add_argument("--big-docs", type=int, help="documents of the large run (default 120000; quick 8000)")
+    p.add_argument("--update-base", type=int, help="documents clustered before additions (default 50000; quick 3000)")
+    p.add_argument("--adds", help="additions, comma-separated (default 5000,10000; quick 500,1000)")
+    p.add_argument("--sklearn-docs", type=int, help="documents for the scikit-learn peer (default 20000; quick 2000)")
+    p.add_argument("--peers", default="cupy,torch,sklearn")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--skip-cpu", action="store_true", help="no CPU twin at the main size (no exactness check)")
+    args = p.parse_args()
+    q = args.quick
+    args.docs = args.docs or (4000 if q else 70000)
+    args.big_docs = args.big_docs or (8000 if q else 120000)
+    args.update_base = args.update_base or (3000 if q else 50000)
+    args.adds = [int(x) for x in (args.adds or ("500,1000" if q else "5000,10000")).split(",")]
+    args.sklearn_docs = args.sklearn_docs or (2000 if q else 20000)
+    return args
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def reu_corpus(n_docs, seed=0, preset="reu-70k"):
+    from gputext.datasets.presets import resolve
+    from gputext.datasets.synth import make_corpus
+    _, params = resolve(preset, n_docs=n_docs)
+    return make_corpus(seed=seed, **params)
+
+
+def median(xs):
+    return float(statistics.median(xs)) if xs else None
+
+
+def device_info(backend):
+    info = {"backend": backend.describe(), "host": platform.node(), "cpu_threads": None, "gpu": None,
+            "copy_gbps": None, "nominal_gbps": None}
+    import numba
+    info["cpu_threads"] = numba.get_num_threads()
+    if backend.is_cuda and not backend.simulator:
+        from numba import cuda
+        dev = cuda.get_current_device()
+        name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+        info["gpu"] = name
+        info["nominal_gbps"] = 3000.0 if "H100" in name else 4300.0 if "H200" in name else None
+        info["copy_gbps"] = copy_bandwidth()
+    return info
+
+
+def copy_bandwidth(n_bytes=1 << 30):
+    """Device-to-device copy: (read + write) bytes / time, median of 5, CUDA events."""
+    from numba import cuda
+    a = cuda.device_array(n_bytes // 4, np.float32)
+    b = cuda.device_array(n_bytes // 4, np.float32)
+    times = []
+    for _ in range(6):
+        start, stop = cuda.event(), cuda.event()
+        start.record()
+        b.copy_to_device(a)
+        stop.record()
+        stop.synchronize()
+        times.append(cuda.event_elapsed_time(start, stop) / 1e3)
+    return 2 * n_bytes / median(times[1:]) / 1e9
+
+
+def same_result(a, b):
+    """Bitwise identity of two StarResults (graph, relevance, clusters)."""
+    checks = {
+        "graph": (np.array_equal(a.graph.indptr, b.graph.indptr) and np.array_equal(a.graph.indices, b.graph.indices)
+                  and np.array_equal(a.graph.weights, b.graph.weights)),
+        "relevance": np.array_equal(a.relevance, b.relevance),
+        "centers": np.array_equal(a.centers, b.centers),
+        "membership": a.membership.shape == b.membership.shape and (a.membership != b.membership).nnz == 0,
+    }
+    return all(checks.values()), checks
+
+
+def time_cluster(X, beta, backend, repeats):
+    from gputext.cluster.star import cluster_star
+    runs = []
+    result = None
+    for _ in range(repeats):
+        result = cluster_star(X, beta, backend)
+        s = result.stats
+        runs.append({"total": s["seconds_total"], "graph": s["seconds_graph"], "relevance": s["seconds_relevance"],
+                     "cover": s["seconds_cover"]})
+    med = {k: median([r[k] for r in runs]) for k in runs[0]}
+    med["graph_relevance"] = median([r["graph"] + r["relevance"] for r in runs])
+    return result, med
+
+
+def relevance_events(graph, repeats=10, lanes=32, vertices=8):
+    """The relevance kernel alone, CUDA events, device-resident inputs: (seconds, bytes moved)."""
+    from numba import cuda
+    from gputext.kernels import star as kstar
+    n = graph.n
+    kernel = kstar.relevance_kernel(lanes, vertices)
+    d = [cuda.to_device(x) for x in (graph.indptr, graph.indices, graph.degree, graph.ais)]
+    count = cuda.device_array(n, np.int32)
+    rel = cuda.device_array(n, np.float64)
+    blocks = max(1, min(65536, (n + vertices - 1) // vertices))
+    times = []
+    for _ in range(repeats + 1):
+        start, stop = cuda.event(), cuda.event()
+        start.record()
+        kernel[blocks, (lanes, vertices)](*d, count, rel)
+        stop.record()
+        stop.synchronize()
+        times.append(cuda.event_elapsed_time(start, stop) / 1e3)
+    nnz = int(graph.indptr[-1])
+    moved = 8 * (n + 1) + nnz * (4 + 4 + 8) + n * (4 + 8) + n * (4 + 8)
+    return median(times[1:]), moved
+
+
+def upper_edge_count(graph):
+    coo = graph.to_scipy().tocoo()
+    return int((coo.row < coo.col).sum())
+
+
+def normalized(X):
+    X = sp.csr_matrix(X, dtype=np.float32)
+    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
+    norms[norms == 0] = 1
+    return sp.csr_matrix(sp.diags(1.0 / norms).astype(np.float32) @ X, dtype=np.float32)
+
+
+def peer_cupy(X, beta, block=2048, repeats=2):
+    import cupy as cp
+    import cupyx.scipy.sparse as cpsp
+    Xn = normalized(X)
+    A = cpsp.csr_matrix(Xn)
+    AT = cpsp.csr_matrix(Xn.T.tocsr())
+    n = Xn.shape[0]
+
+    def run():
+        edges = 0
+        for lo in range(0, n, block):
+            hi = min(n, lo + block)
+            S = A[lo:hi] @ AT
+            rows = cp.repeat(cp.arange(lo, hi, dtype=cp.int32), cp.diff(S.indptr).astype(cp.int64))
+            edges += int(((S.data >= beta) & (S.indices > rows)).sum())
+            del S, rows
+        return edges
+
+    run()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        edges = run()
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
+    cp.get_default_memory_pool().free_all_blocks()
+    return median(times), edges
+
+
+def peer_torch(X, beta, block=2048, repeats=2):
+    import torch
+    Xn = normalized(X)
+    n = Xn.shape[0]
+    XT = Xn.T.tocsr()
+    dev = torch.device("cuda")
+
+    def csr(M):
+        M = sp.csr_matrix(M)
+        return torch.sparse_csr_tensor(torch.from_numpy(M.indptr.astype(np.int64)), torch.from_numpy(M.indices.astype(np.int64)),
+                                       torch.from_numpy(M.data), size=M.shape, device=dev)
+
+    B = csr(XT)
+    blocks = [csr(Xn[lo:min(n, lo + block)]) for lo in range(0, n, block)]
+
+    def run():
+        edges = 0
+        for b, A in enumerate(blocks):
+            S = torch.sparse.mm(A, B).to_sparse_coo().coalesce()
+            r, c = S.indices()
+            edges += int(((S.values() >= beta) & (c > r + b * block)).sum())
+        torch.cuda.synchronize()
+        return edges
+
+    run()
+    times = []
+    for _ in range(repeats):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        edges = run()
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop) / 1e3)
+    del blocks, B
+    torch.cuda.empty_cache()
+    return median(times), edges
+
+
+def peer_sklearn(X, beta):
+    from sklearn.neighbors import radius_neighbors_graph
+    t = time.perf_counter()
+    G = radius_neighbors_graph(X, radius=1.0 - beta, metric="cosine", mode="distance", n_jobs=-1)
+    seconds = time.perf_counter() - t
+    coo = G.tocoo()
+    return seconds, int((coo.row < coo.col).sum())
+
+
+def update_benchmark(args, backend, tmp):
+    """Cluster update_base documents, add N, compare with a full recluster of the union."""
+    from gputext.cluster import dclus, metrics
+    from gputext.cluster.star import cluster_star
+    from gputext.io import read_corpus, write_corpus
+    out = []
+    total = args.update_base + max(args.adds)
+    whole = reu_corpus(total, seed=2, preset="reu-50k")
+    base = whole.take(np.arange(args.update_base))
+    base_path = os.path.join(tmp, "base.h5")
+    t = time.perf_counter()
+    res = cluster_star(base.X, args.beta, backend)
+    dclus.write_result(base, res, base_path, args.beta, backend.name, compression=None)
+    log(f"update: base of {args.update_base} clustered and written in {time.perf_counter() - t:.2f} s")
+    for n_add in args.adds:
+        add = whole.take(np.arange(args.update_base, args.update_base + n_add))
+        union = whole.take(np.arange(args.update_base + n_add))
+        add_path, union_path = os.path.join(tmp, f"add{n_add}.h5"), os.path.join(tmp, f"union{n_add}.h5")
+        write_corpus(add, add_path, compression=None)
+        write_corpus(union, union_path, compression=None)
+        upd_runs, full_runs = [], []
+        for rep in range(max(1, args.repeats - 1)):
+            t0 = time.perf_counter()
+            added = read_corpus(add_path)
+            rep_ = dclus.update(base_path, added, os.path.join(tmp, "updated.h5"), backend, compression=None)
+            t1 = time.perf_counter()
+            st = rep_.stats
+            upd_runs.append({"total": t1 - t0, "compute": st["seconds_scoring"] + st["seconds_load"] + st["seconds_cluster"],
+                             "scoring": st["seconds_scoring"], "load": st["seconds_load"], "cluster": st["seconds_cluster"],
+                             "write": st["seconds_write"]})
+            t0 = time.perf_counter()
+            u = read_corpus(union_path)
+            full = cluster_star(u.X, args.beta, backend)
+            dclus.write_result(u, full, os.path.join(tmp, "full.h5"), args.beta, backend.name, compression=None)
+            full_runs.append({"total": time.perf_counter() - t0, "compute": full.stats["seconds_total"]})
+        upd = {k: median([r[k] for r in upd_runs]) for k in upd_runs[0]}
+        fl = {k: median([r[k] for r in full_runs]) for k in full_runs[0]}
+        updated = metrics.load_clustering(os.path.join(tmp, "updated.h5"), "clusters")
+        full_c = metrics.load_clustering(os.path.join(tmp, "full.h5"), "clusters")
+        agree_f = metrics.fbcubed(updated.membership, full_c.membership)["f"]
+        agree_n = metrics.onmi(updated.membership, full_c.membership)
+        truth = union.obsm.get("labels", union.obs["label"])
+        q_upd = metrics.fbcubed(updated.membership, truth)["f"]
+        q_full = metrics.fbcubed(full_c.membership, truth)["f"]
+        row = {"n_base": args.update_base, "n_add": n_add, "update": upd, "full": fl,
+               "ratio_total": upd["total"] / fl["total"], "ratio_compute": upd["compute"] / fl["compute"],
+               "components_touched": rep_.components_touched, "components_total": rep_.components_total,
+               "pccs_loaded": rep_.pccs_loaded, "pccs_total": rep_.pccs_total, "vertices_loaded": rep_.vertices_loaded,
+               "new_edges": rep_.n_new_edges, "clusters_update": rep_.n_clusters, "clusters_full": full.n_clusters,
+               "agreement_fbcubed": agree_f, "agreement_onmi_lfk": agree_n["lfk"], "agreement_onmi_max": agree_n["max"],
+               "fbcubed_vs_labels_update": q_upd, "fbcubed_vs_labels_full": q_full}
+        log(f"update +{n_add}: {upd['total']:.2f} s vs full {fl['total']:.2f} s (ratio {row['ratio_total']:.3f}); "
+            f"touched {rep_.components_touched}/{rep_.components_total} components")
+        out.append(row)
+    return out
+
+
+def main():
+    args = parse_args()
+    from gputext.backend import resolve
+    from gputext.cluster.star import cluster_star
+
+    backend = resolve(args.device)
+    gpu = backend.is_cuda and not backend.simulator
+    cpu = resolve("cpu")
+    results = {"script": "scripts/gpu_star.py", "argv": sys.argv[1:], "date": datetime.datetime.now().isoformat(timespec="seconds"),
+               "quick": args.quick, "beta": args.beta, "env": device_info(backend)}
+    log(f"device: {results['env']}")
+    goals = []
+
+    # warm-up (compiles every kernel of the path)
+    small = reu_corpus(600, seed=9)
+    cluster_star(small.X, args.beta, backend)
+    cluster_star(small.X, args.beta, cpu)
+
+    # 1-2. main corpus: exactness and speed
+    t = time.perf_counter()
+    main_corpus = reu_corpus(args.docs, seed=0)
+    X = main_corpus.X
+    log(f"main corpus: {X.shape[0]} docs, {X.nnz} nnz ({time.perf_counter() - t:.1f} s to generate)")
+    dev_res, dev_t = time_cluster(X, args.beta, backend, args.repeats if gpu else 1)
+    main = {"docs": X.shape[0], "nnz": int(X.nnz), "edges": dev_res.graph.n_edges, "clusters": dev_res.n_clusters,
+            "isolated": dev_res.stats["n_isolated"], backend.name: dev_t}
+    log(f"{backend.name}: {dev_t}")
+    if gpu and not args.skip_cpu:
+        cpu_res, cpu_t = time_cluster(X, args.beta, cpu, 1)
+        main["cpu"] = cpu_t
+        ok, checks = same_result(dev_res, cpu_res)
+        main["identical"] = ok
+        main["checks"] = checks
+        main["speedup_graph_relevance"] = cpu_t["graph_relevance"] / dev_t["graph_relevance"]
+        main["speedup_total"] = cpu_t["total"] / dev_t["total"]
+        log(f"cpu twin: {cpu_t}; identical: {checks}")
+        goals.append(("GPU == CPU twin at %d docs (graph, relevance, clusters)" % X.shape[0], "identical",
+                      "yes" if ok else f"NO {checks}", ok))
+        if X.shape[0] >= 70000:
+            goals.append(("graph + relevance, GPU vs CPU twin (%d cores)" % results["env"]["cpu_threads"], ">= 50x",
+                          f"{main['speedup_graph_relevance']:.1f}x", main["speedup_graph_relevance"] >= 50))
+    if gpu and X.shape[0] >= 70000:
+        goals.append(("whole clustering of Reu-70K shape on the GPU", "<= 5 s", f"{dev_t['total']:.2f} s", dev_t["total"] <= 5.0))
+    if gpu:
+        sec, moved = relevance_events(dev_res.graph)
+        main["relevance_kernel"] = {"seconds": sec, "bytes": moved, "gbps": moved / sec / 1e9,
+                                    "fraction_of_copy": (moved / sec / 1e9) / results["env"]["copy_gbps"]}
+        log(f"relevance kernel: {main['relevance_kernel']}")
+    results["main"] = main
+
+    # 3. peers for the graph
+    peers = {}
+    ours_edges = upper_edge_count(dev_res.graph)
+    for name in [p for p in args.peers.split(",") if p]:
+        try:
+            if name == "cupy" and gpu:
+                sec, edges = peer_cupy(X, args.beta)
+            elif name == "torch" and gpu:
+                sec, edges = peer_torch(X, args.beta)
+            elif name == "sklearn":
+                Xs = X[:args.sklearn_docs]
+                sec, edges = peer_sklearn(Xs, args.beta)
+                ours = {}
+                for be in ([backend, cpu] if gpu else [cpu]):
+                    r, tt = time_cluster(Xs, args.beta, be, 1)
+                    ours[be.name] = {"graph": tt["graph"], "edges": upper_edge_count(r.graph)}
+                peers[name] = {"docs": Xs.shape[0], "seconds": sec, "edges": edges, "ours": ours}
+                log(f"peer sklearn: {peers[name]}")
+                continue
+            else:
+                continue
+            peers[name] = {"docs": X.shape[0], "seconds": sec, "edges": edges, "edges_ours": ours_edges,
+                           "ours_graph_seconds": dev_t["graph"], "ours_speedup": sec / dev_t["graph"]}
+            log(f"peer {name}: {peers[name]}")
+        except Exception as exc:  # a peer that cannot run here is reported, not fatal
+            peers[name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+            log(f"peer {name} failed: {peers[name]['error']}")
+    results["peers"] = peers
+
+    # 4. 100,000+ documents on the device
+    try:
+        big = reu_corpus(args.big_docs, seed=1)
+        t = time.perf_counter()
+        big_res = cluster_star(big.X, args.beta, backend)
+        results["big"] = {"docs": big.X.shape[0], "nnz": int(big.X.nnz), "edges": big_res.graph.n_edges,
+                          "clusters": big_res.n_clusters, "seconds": time.perf_counter() - t, "ok": True}
+        del big, big_res
+    except Exception as exc:
+        results["big"] = {"docs": args.big_docs, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
+    log(f"big: {results['big']}")
+    if gpu and args.big_docs >= 100000:
+        goals.append((f"{args.big_docs:,} documents on the GPU", "no out-of-memory",
+                      f"{results['big'].get('seconds', 0):.2f} s" if results["big"]["ok"] else results["big"]["error"][:60],
+                      results["big"]["ok"]))
+
+    # 5. DClustR additions vs full recluster
+    with tempfile.TemporaryDirectory(prefix="gpu_star_") as tmp:
+        results["update"] = update_benchmark(args, backend, tmp)
+    for row in results["update"]:
+        if row["n_add"] == 10000 and row["n_base"] == 50000:
+            goals.append(("add 10,000 to 50,000 vs full recluster (end to end)", "<= 0.20",
+                          f"{row['ratio_total']:.3f} (compute only {row['ratio_compute']:.3f})", row["ratio_total"] <= 0.2))
+
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "gpu_star.json")
+    with open(path, "w") as fh:
+        json.dump(results, fh, indent=2, default=float)
+    log(f"wrote {path}")
+    print(markdown(results, goals, backend.name))
+
+
+def fmt(x, digits=3):
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def markdown(r, goals, dev):
+    env = r["env"]
+    lines = [f"### gputext star clustering ({env.get('gpu') or env['backend']}, {env['cpu_threads']} CPU threads, "
+             f"beta {r['beta']}, {r['date']})", ""]
+    m = r["main"]
+    lines += ["| run | docs | edges | clusters | graph s | relevance s | cover s | total s |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name in dict.fromkeys((dev, "cpu")):
+        if name in m and isinstance(m[name], dict):
+            t = m[name]
+            lines.append(f"| {name} | {m['docs']:,} | {m['edges']:,} | {m['clusters']:,} | {fmt(t['graph'])} | "
+                         f"{fmt(t['relevance'])} | {fmt(t['cover'])} | {fmt(t['total'])} |")
+    if "speedup_graph_relevance" in m:
+        lines.append(f"\nGPU vs CPU twin: graph + relevance {m['speedup_graph_relevance']:.1f}x, whole clustering "
+                     f"{m['speedup_total']:.1f}x; identical results: {m['identical']}")
+    if "relevance_kernel" in m:
+        k = m["relevance_kernel"]
+        lines.append(f"Relevance kernel: {k['seconds'] * 1e3:.2f} ms, {k['gbps']:.0f} GB/s = "
+                     f"{100 * k['fraction_of_copy']:.0f}% of the measured copy bandwidth ({fmt(env['copy_gbps'], 0)} GB/s)")
+    lines += ["", "| graph peer | docs | seconds | edges (i<j) | ours: edges | ours: graph s | ours faster by |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name, p in r["peers"].items():
+        if "error" in p:
+            lines.append(f"| {name} | | error: {p['error'][:80]} | | | | |")
+        elif name == "sklearn":
+            best = min(v["graph"] for v in p["ours"].values())
+            e = next(iter(p["ours"].values()))["edges"]
+            lines.append(f"| sklearn radius_neighbors_graph (CPU) | {p['docs']:,} | {fmt(p['seconds'])} | {p['edges']:,} | "
+                         f"{e:,} | {fmt(best)} | {p['seconds'] / best:.1f}x |")
+        else:
+            lines.append(f"| {name} | {p['docs']:,} | {fmt(p['seconds'])} | {p['edges']:,} | {p['edges_ours']:,} | "
+                         f"{fmt(p['ours_graph_seconds'])} | {p['ours_speedup']:.1f}x |")
+    b = r["big"]
+    lines.append(f"\nLarge run: {b['docs']:,} documents: " + (f"{b['edges']:,} edges, {b['clusters']:,} clusters in "
+                                                            f"{b['seconds']:.2f} s" if b["ok"] else f"FAILED {b['error']}"))
+    lines += ["", "| update | base | added | update s (compute) | full recluster s (compute) | ratio | components touched | "
+              "PCCs loaded | agreement F / NMI_max | F vs labels upd / full |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for u in r["update"]:
+        lines.append(f"| DClustR | {u['n_base']:,} | {u['n_add']:,} | {fmt(u['update']['total'], 2)} ({fmt(u['update']['compute'], 2)}) | "
+                     f"{fmt(u['full']['total'], 2)} ({fmt(u['full']['compute'], 2)}) | {u['ratio_total']:.3f} | "
+                     f"{u['components_touched']:,} / {u['components_total']:,} | {u['pccs_loaded']:,} / {u['pccs_total']:,} | "
+                     f"{u['agreement_fbcubed']:.3f} / {u['agreement_onmi_max']:.3f} | "
+                     f"{u['fbcubed_vs_labels_update']:.3f} / {u['fbcubed_vs_labels_full']:.3f} |")
+    if goals:
+        lines += ["", "| goal | target | measured | met |", "| --- | --- | --- | --- |"]
+        lines += [f"| {g} | {t} | {v} | {'yes' if ok else 'NO'} |" for g, t, v, ok in goals]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
