@@ -61,71 +61,96 @@ def accumulate_edges(rows, cols, weights, degree, weight_sum):
         weight_sum[j] += f
 
 
-@numba.njit(cache=True)
-def upper_edges(indptr, indices, data, row_offset, col_offset):
-    """Keep the strict upper triangle of a block of engine results.
+@numba.njit(parallel=True, cache=True)
+def upper_rows(indptr, indices, data, row_offset, col_offset):
+    """Keep the strict upper triangle of a block of engine results, as CSR rows.
 
-    indptr int64 (Q+1,), indices int32, data float32: rows are global vertices row_offset + q,
-    columns global vertices col_offset + indices[p].  Returns (rows int32, cols int32, weights
-    float32) of the entries with column > row, in row-major order (columns ascending).
+    indptr int64 (Q+1,), indices int32 (sorted within rows), data float32: row q is global vertex
+    row_offset + q, entry p is global vertex col_offset + indices[p].  Returns (ptr int64 (Q+1,),
+    cols int32, weights float32): for each row its entries with column > row, ascending.
+    One row per prange iteration (count, exclusive sum, copy).
     """
     n_q = indptr.shape[0] - 1
-    count = 0
-    for q in range(n_q):
+    first = np.empty(n_q, np.int64)
+    for q in prange(n_q):
         r = row_offset + q
-        for p in range(indptr[q], indptr[q + 1]):
-            if col_offset + indices[p] > r:
-                count += 1
-    rows = np.empty(count, np.int32)
-    cols = np.empty(count, np.int32)
-    weights = np.empty(count, np.float32)
-    k = 0
+        lo = indptr[q]
+        hi = indptr[q + 1]
+        while lo < hi and col_offset + indices[lo] <= r:  # sorted: skip the lower part
+            lo += 1
+        first[q] = lo
+    ptr = np.zeros(n_q + 1, np.int64)
     for q in range(n_q):
-        r = row_offset + q
-        for p in range(indptr[q], indptr[q + 1]):
-            c = col_offset + indices[p]
-            if c > r:
-                rows[k] = r
-                cols[k] = c
-                weights[k] = data[p]
-                k += 1
-    return rows, cols, weights
+        ptr[q + 1] = ptr[q] + indptr[q + 1] - first[q]
+    cols = np.empty(ptr[n_q], np.int32)
+    weights = np.empty(ptr[n_q], np.float32)
+    for q in prange(n_q):
+        d = ptr[q]
+        for p in range(first[q], indptr[q + 1]):
+            cols[d] = col_offset + indices[p]
+            weights[d] = data[p]
+            d += 1
+    return ptr, cols, weights
 
 
 @numba.njit(parallel=True, cache=True)
-def symmetric_csr(n, rows, cols, weights, degree, n_chunks):
-    """Upper-triangle edges (rows < cols, sorted by (row, col)) -> symmetric CSR, rows sorted.
+def _accumulate_row_side(ptr, weights, row_offset, degree, weight_sum):
+    for q in prange(ptr.shape[0] - 1):
+        s = numba.int64(0)
+        for p in range(ptr[q], ptr[q + 1]):
+            s += fixed_weight(weights[p])
+        degree[row_offset + q] += ptr[q + 1] - ptr[q]
+        weight_sum[row_offset + q] += s
 
-    degree int32 (n,) must be the row lengths (accumulate_edges).  Returns indptr int64 (n+1,),
-    indices int32 (2E,), weights float32 (2E,).  Row v is its lower neighbours (edges (i, v),
-    i ascending) followed by its upper ones (edges (v, j), j ascending, a contiguous run of the
-    input).  Parallel: the upper runs are copied one row per prange iteration; the lower parts are
-    a counting sort by column over ``n_chunks`` contiguous edge ranges (per-chunk column counts,
-    per-column offsets, then each chunk scatters its edges in order), so each lower part comes
-    out ascending.  Scratch: int32 (n_chunks, n).
+
+@numba.njit(cache=True)
+def _accumulate_col_side(cols, weights, degree, weight_sum):
+    for p in range(cols.shape[0]):
+        j = cols[p]
+        degree[j] += 1
+        weight_sum[j] += fixed_weight(weights[p])
+
+
+def accumulate_upper(ptr, cols, weights, row_offset, degree, weight_sum):
+    """Add a batch of upper-triangle rows (upper_rows) to both endpoints' degree and fixed-point
+    weight sum: the rows' own side in parallel (one row per prange iteration), the columns' side
+    sequentially (a scatter).  Exact int64 sums: arrival order does not matter."""
+    _accumulate_row_side(ptr, weights, row_offset, degree, weight_sum)
+    _accumulate_col_side(cols, weights, degree, weight_sum)
+
+
+@numba.njit(parallel=True, cache=True)
+def symmetric_csr(up_ptr, up_cols, up_weights, degree, n_chunks):
+    """Upper-triangle CSR (row v: its neighbours u > v, ascending) -> symmetric CSR, rows sorted.
+
+    up_ptr int64 (n+1,), up_cols int32, up_weights float32; degree int32 (n,) the full row
+    lengths (accumulate_upper).  Returns indptr int64 (n+1,), indices int32 (2E,), weights
+    float32 (2E,).  Row v is its lower neighbours (edges (i, v), i ascending) followed by its
+    upper ones.  Parallel: the upper parts are copied one row per prange iteration; the lower
+    parts are a counting sort by column over ``n_chunks`` contiguous row ranges (per-chunk column
+    counts, per-column offsets, then each chunk scatters its edges in row order), so every lower
+    part comes out ascending.  Scratch: int32 (n_chunks, n).
     """
-    n_edges = rows.shape[0]
+    n = up_ptr.shape[0] - 1
     indptr = np.zeros(n + 1, np.int64)
     for v in range(n):
         indptr[v + 1] = indptr[v] + degree[v]
     out_idx = np.empty(indptr[n], np.int32)
     out_w = np.empty(indptr[n], np.float32)
-    up_lo = np.empty(n + 1, np.int64)
-    for v in prange(n + 1):
-        up_lo[v] = np.searchsorted(rows, v)
     for v in prange(n):
-        a = up_lo[v]
-        m = up_lo[v + 1] - a
+        a = up_ptr[v]
+        m = up_ptr[v + 1] - a
         d = indptr[v + 1] - m
         for k in range(m):
-            out_idx[d + k] = cols[a + k]
-            out_w[d + k] = weights[a + k]
-    n_chunks = max(1, min(n_chunks, n_edges // 4096 + 1))
-    step = (n_edges + n_chunks - 1) // n_chunks
+            out_idx[d + k] = up_cols[a + k]
+            out_w[d + k] = up_weights[a + k]
+    n_chunks = max(1, min(n_chunks, up_ptr[n] // 4096 + 1))
+    step = (n + n_chunks - 1) // n_chunks
     cnt = np.zeros((n_chunks, n), np.int32)
     for t in prange(n_chunks):
-        for e in range(t * step, min(n_edges, (t + 1) * step)):
-            cnt[t, cols[e]] += 1
+        for v in range(t * step, min(n, (t + 1) * step)):
+            for p in range(up_ptr[v], up_ptr[v + 1]):
+                cnt[t, up_cols[p]] += 1
     for j in prange(n):
         running = 0
         for t in range(n_chunks):
@@ -133,12 +158,13 @@ def symmetric_csr(n, rows, cols, weights, degree, n_chunks):
             cnt[t, j] = running
             running += c
     for t in prange(n_chunks):
-        for e in range(t * step, min(n_edges, (t + 1) * step)):
-            j = cols[e]
-            pos = indptr[j] + cnt[t, j]
-            out_idx[pos] = rows[e]
-            out_w[pos] = weights[e]
-            cnt[t, j] += 1
+        for v in range(t * step, min(n, (t + 1) * step)):
+            for p in range(up_ptr[v], up_ptr[v + 1]):
+                j = up_cols[p]
+                pos = indptr[j] + cnt[t, j]
+                out_idx[pos] = v
+                out_w[pos] = up_weights[p]
+                cnt[t, j] += 1
     return indptr, out_idx, out_w
 
 

@@ -66,7 +66,7 @@ def test_ais_is_exact_and_order_free():
     for perm in ([0, 1, 2, 3, 4], [4, 3, 2, 1, 0], [2, 0, 4, 1, 3]):
         deg[:] = 0
         sums[:] = 0
-        kstar.accumulate_edges(np.zeros(5, np.int32), np.ones(5, np.int32), w[perm], deg, sums)
+        kstar.accumulate_upper(np.array([0, 5], np.int64), np.ones(5, np.int32), w[perm], 0, deg, sums)
         ais = kstar.ais_from_sums(deg, sums)
         import math
         assert ais[0] == ais[1] == math.fsum(w.astype(np.float64)) / 5

@@ -7,7 +7,7 @@ shard s on, keeping only the pairs (i, j) with j > i: the strict upper triangle,
 the lower-numbered document's side (the paper's Suc_v).  Queries go to the engine in batches of
 ``batch_size`` rows, so 10^5-10^6 documents never need an n x n matrix on the host (the engine
 batches the device work itself).  As the edges of a batch arrive, every endpoint's degree and
-fixed-point weight sum are updated (gputext.kernels.star.accumulate_edges): the approximate
+fixed-point weight sum are updated (gputext.kernels.star.accumulate_upper): the approximate
 intra-cluster similarity AIS(v) of each star needs nothing else.  At the end the upper-triangle
 edges become a symmetric CSR adjacency (indptr int64, indices int32 sorted within rows, weights
 float32).
@@ -101,18 +101,22 @@ def graph_from_edges(n: int, rows, cols, weights) -> StarGraph:
     lo, hi, weights = lo[order], hi[order], weights[order]
     if len(lo) > 1 and np.any((lo[1:] == lo[:-1]) & (hi[1:] == hi[:-1])):
         raise InputError("an edge is given twice")
-    return _assemble(n, lo.astype(np.int32), hi.astype(np.int32), weights)
+    up_ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(lo, minlength=n), out=up_ptr[1:])
+    return _assemble(up_ptr, hi.astype(np.int32), weights)
 
 
-def _assemble(n: int, rows: np.ndarray, cols: np.ndarray, weights: np.ndarray,
+def _assemble(up_ptr: np.ndarray, up_cols: np.ndarray, up_weights: np.ndarray,
               degree: np.ndarray | None = None, weight_sum: np.ndarray | None = None) -> StarGraph:
-    """Upper-triangle edges sorted by (row, col) -> StarGraph (stats accumulated unless given)."""
+    """Upper-triangle CSR -> StarGraph (degree and sums accumulated unless given)."""
+    import numba
+
+    n = len(up_ptr) - 1
     if degree is None:
         degree = np.zeros(n, np.int32)
         weight_sum = np.zeros(n, np.int64)
-        kstar.accumulate_edges(rows, cols, weights, degree, weight_sum)
-    import numba
-    indptr, indices, w = kstar.symmetric_csr(n, rows, cols, weights, degree, numba.get_num_threads())
+        kstar.accumulate_upper(up_ptr, up_cols, up_weights, 0, degree, weight_sum)
+    indptr, indices, w = kstar.symmetric_csr(up_ptr, up_cols, up_weights, degree, numba.get_num_threads())
     return StarGraph(n, indptr, indices, w, degree, weight_sum)
 
 
@@ -154,7 +158,8 @@ def build_graph(X, beta: float, device: str | Backend = "auto", batch_size: int 
     bounds = shard_bounds(n, shards if shards is not None else default_shards(n))
     degree = np.zeros(n, np.int32)
     weight_sum = np.zeros(n, np.int64)
-    parts_r, parts_c, parts_w = [], [], []
+    up_len = np.zeros(n, np.int64)
+    parts_c, parts_w = [], []
     t0 = time.perf_counter()
     with progress(n if n > batch else 0, "similarity graph", quiet) as bar:
         for s in range(len(bounds) - 1):
@@ -164,19 +169,21 @@ def build_graph(X, beta: float, device: str | Backend = "auto", batch_size: int 
                 hi = min(stop, lo + batch)
                 S = search_threshold(index, X[lo:hi], beta, metric="cosine", device=backend, quiet=True,
                                      geometry=engine_geometry)
-                r, c, w = kstar.upper_edges(*csr_arrays(S), lo, start)
-                kstar.accumulate_edges(r, c, w, degree, weight_sum)
-                parts_r.append(r)
+                ptr, c, w = kstar.upper_rows(*csr_arrays(S), lo, start)
+                kstar.accumulate_upper(ptr, c, w, lo, degree, weight_sum)
+                up_len[lo:hi] = np.diff(ptr)
                 parts_c.append(c)
                 parts_w.append(w)
                 bar.update(hi - lo)
             del index
     t_score = time.perf_counter() - t0
-    rows = np.concatenate(parts_r) if parts_r else np.empty(0, np.int32)
     cols = np.concatenate(parts_c) if parts_c else np.empty(0, np.int32)
     weights = np.concatenate(parts_w) if parts_w else np.empty(0, np.float32)
-    # batches arrive in row order and each row's columns ascending: (row, col) order already
-    graph = _assemble(n, rows, cols, weights, degree, weight_sum)
+    del parts_c, parts_w
+    # batches arrive in row order, each row's columns ascending: the upper triangle as CSR
+    up_ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(up_len, out=up_ptr[1:])
+    graph = _assemble(up_ptr, cols, weights, degree, weight_sum)
     graph.stats = {"n_edges": graph.n_edges, "shards": len(bounds) - 1, "batch_size": batch,
                    "seconds_scoring": t_score, "seconds_assembly": time.perf_counter() - t0 - t_score}
     return graph
@@ -217,8 +224,8 @@ def score_additions(old_X, new_X, beta: float, device: str | Backend = "auto", b
                 no_parts[2].append(data)
             S = search_threshold(new_index, Q, beta, metric="cosine", device=backend, quiet=True,
                                  geometry=engine_geometry)
-            r, c, w = kstar.upper_edges(*csr_arrays(S), n_old + lo, n_old)
-            nn_parts[0].append(r)
+            ptr, c, w = kstar.upper_rows(*csr_arrays(S), n_old + lo, n_old)
+            nn_parts[0].append(np.repeat(np.arange(n_old + lo, n_old + hi, dtype=np.int32), np.diff(ptr)))
             nn_parts[1].append(c)
             nn_parts[2].append(w)
             bar.update(hi - lo)
