@@ -27,7 +27,8 @@ def load_index(path: str) -> Index:
 
 
 def choose_method(method: str, index: Index, backend: Backend) -> tuple[str, str]:
-    """(method, reason): auto takes dense when gputext.knn.dense says the dense matrix fits and pays."""
+    """(method, reason): on the GPU, auto takes dense when gputext.knn.dense says the dense matrix
+    fits and pays; on the CPU it takes the inverted index."""
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}: expected one of {', '.join(METHODS)}")
     if method == "inverted":
@@ -40,6 +41,8 @@ def choose_method(method: str, index: Index, backend: Backend) -> tuple[str, str
         return "inverted", "dense method not available"
     if method == "dense":
         return "dense", "requested"
+    if not backend.is_cuda:
+        return "inverted", "the CPU twin of the inverted index (the dense method pays on the GPU)"
     from ..backend import device_memory
     mem = device_memory() if backend.is_cuda else None
     fits, reason = dense.dense_fits(index.n_docs, index.n_terms, mem[0] if mem else None, nnz=index.nnz)
