@@ -23,6 +23,7 @@ from numba import prange
 
 from ..errors import InputError
 from .data import group_by_query
+from .ops import cpu_threads_limited
 
 
 @numba.njit(parallel=True, cache=True)
@@ -119,8 +120,9 @@ def gain_values(relevance: np.ndarray, gain: str = "auto") -> tuple[np.ndarray, 
 def pairwise_accuracy(scores, qid, relevance) -> tuple[float, int, int]:
     """(accuracy, correct pairs, all pairs); accuracy is NaN when there are no pairs."""
     perm, starts, _ = group_by_query(qid)
-    correct, pairs = _pairwise_counts(starts, np.ascontiguousarray(np.asarray(scores, np.float64)[perm]),
-                                      np.ascontiguousarray(np.asarray(relevance, np.float64)[perm]))
+    with cpu_threads_limited(16 * len(perm)):
+        correct, pairs = _pairwise_counts(starts, np.ascontiguousarray(np.asarray(scores, np.float64)[perm]),
+                                          np.ascontiguousarray(np.asarray(relevance, np.float64)[perm]))
     c, p = int(correct.sum()), int(pairs.sum())
     return (c / p if p else float("nan")), c, p
 
@@ -134,8 +136,9 @@ def ranking_metrics(scores, qid, relevance, ks=(1, 5, 10), gain: str = "auto") -
     acc, correct, pairs = pairwise_accuracy(scores, qid, relevance)
     perm, starts, _ = group_by_query(qid)
     gains, gain_kind = gain_values(relevance, gain)
-    ndcg, ap = _ndcg_map(starts, np.ascontiguousarray(scores[perm]), np.ascontiguousarray(gains[perm]),
-                         np.ascontiguousarray(relevance[perm] > 0), np.asarray(ks, np.int64))
+    with cpu_threads_limited(16 * len(perm)):
+        ndcg, ap = _ndcg_map(starts, np.ascontiguousarray(scores[perm]), np.ascontiguousarray(gains[perm]),
+                             np.ascontiguousarray(relevance[perm] > 0), np.asarray(ks, np.int64))
     n_q = len(starts) - 1
     out = {"pairwise_accuracy": acc, "correct_pairs": correct, "pairs": pairs}
     for a, k in enumerate(ks):

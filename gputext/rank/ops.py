@@ -16,8 +16,10 @@ current point when the step is rejected.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from ..backend import Backend
@@ -63,6 +65,29 @@ class RankGeometry:
             raise ValueError("RankGeometry.csr_group must not exceed csr_threads")
 
 
+WORK_PER_THREAD = 1 << 20
+"""Stored feature entries per CPU thread below which the CPU twin uses fewer threads: a parallel
+region costs tens of microseconds on an idle machine and milliseconds on an oversubscribed one,
+more than a small problem's whole product."""
+
+
+def threads_for(work: int) -> int:
+    """Threads for a CPU-twin call touching ``work`` stored entries: all of numba's threads for large
+    problems, fewer (down to 1) for small ones."""
+    return int(max(1, min(numba.get_num_threads(), work // WORK_PER_THREAD)))
+
+
+@contextmanager
+def cpu_threads_limited(work: int):
+    """Run numba parallel loops with threads_for(work) threads, then restore the previous count."""
+    previous = numba.get_num_threads()
+    numba.set_num_threads(max(1, min(previous, threads_for(work))))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(previous)
+
+
 def _slot_arrays(alloc, n_docs: int, n_queries: int, n_levels: int) -> dict:
     return dict(
         order=alloc((n_docs,), np.int32), ssorted=alloc((n_docs,), np.float64),
@@ -74,7 +99,8 @@ def _slot_arrays(alloc, n_docs: int, n_queries: int, n_levels: int) -> dict:
 
 
 class CpuRankOps:
-    """The CPU twin: numba parallel loops over rows, columns and queries."""
+    """The CPU twin: numba parallel loops over rows, columns and queries (all of numba's threads
+    for large problems, fewer for small ones: see threads_for)."""
 
     backend_name = "cpu"
 
@@ -85,6 +111,7 @@ class CpuRankOps:
         L, Q, m = data.n_docs, data.n_queries, data.n_features
         self.n_levels = K.n_levels_for(len(data.levels))
         self.dense = data.dense_matrix() if data.is_dense else None
+        self.work = max(data.X.nnz, 8 * L)  # entries touched per product (threads_for)
         if self.dense is None:
             self.indptr, self.indices, self.values = data.csr()
             self.colptr, self.colrows, self.colvalues = data.csc()
@@ -126,10 +153,15 @@ class CpuRankOps:
         return self.out.copy()
 
     def scores(self, w: np.ndarray) -> np.ndarray:
-        self._matvec(w, self.s)
+        with cpu_threads_limited(self.work):
+            self._matvec(w, self.s)
         return self.s.copy()
 
     def evaluate(self, w: np.ndarray) -> float:
+        with cpu_threads_limited(self.work):
+            return self._evaluate(w)
+
+    def _evaluate(self, w: np.ndarray) -> float:
         S = self.slots[self.trial]
         self._matvec(w, self.s)
         K.rank_structure_cpu(self.starts, self.s, self.lrank, self.n_levels, S["order"], S["ssorted"], self.sweights,
@@ -145,9 +177,14 @@ class CpuRankOps:
         self.current, self.trial = self.trial, self.current
 
     def xt_z(self) -> np.ndarray:
-        return self._rmatvec(self.slots[self.current]["z"])
+        with cpu_threads_limited(self.work):
+            return self._rmatvec(self.slots[self.current]["z"])
 
     def xt_hess(self, v: np.ndarray) -> np.ndarray:
+        with cpu_threads_limited(self.work):
+            return self._xt_hess(v)
+
+    def _xt_hess(self, v: np.ndarray) -> np.ndarray:
         S = self.slots[self.current]
         self._matvec(v, self.a[0])
         K.wavelet_sums_cpu(self.starts, S["order"], S["vsorted"], S["lo"], S["hi"], S["seqrow"], S["rank0"],
@@ -179,9 +216,10 @@ def matvec(X, w: np.ndarray, backend: Backend, geometry: RankGeometry | None = N
         from .cuda_ops import device_matvec
         return device_matvec(X, w, dense, geometry or RankGeometry())
     out = np.zeros(n, np.float64)
-    if dense:
-        K.dense_matvec_cpu(np.ascontiguousarray(X.data, dtype=np.float32).reshape(n, m), w, out)
-    else:
-        indptr, indices, data = csr_arrays(X)
-        K.csr_matvec_cpu(indptr, indices, data, w, out)
+    with cpu_threads_limited(max(X.nnz, 8 * n)):
+        if dense:
+            K.dense_matvec_cpu(np.ascontiguousarray(X.data, dtype=np.float32).reshape(n, m), w, out)
+        else:
+            indptr, indices, data = csr_arrays(X)
+            K.csr_matvec_cpu(indptr, indices, data, w, out)
     return out
