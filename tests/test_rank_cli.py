@@ -129,6 +129,7 @@ def test_feature_count_mismatch(files, tmp_path):
     _error(run("rank", "predict", files["model"], tmp_path / "wide.h5", "-o", tmp_path / "s.h5"), "6 features")
     _error(run("rank", "train", files["train"], "--valid", tmp_path / "wide.h5", "--C-grid", "1,2", "-o",
                tmp_path / "m.h5"), "6 features")
+    _error(run("rank", "train", files["train"], "--valid", tmp_path / "wide.h5", "-o", tmp_path / "m.h5"), "6 features")
     assert not (tmp_path / "s.h5").exists() and not (tmp_path / "m.h5").exists()
 
 

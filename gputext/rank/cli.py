@@ -47,7 +47,8 @@ def rank():
               help="Train one model per C (from w = 0) and keep the best on --valid (ties: smaller C).")
 @click.option("--select-by", type=click.Choice(["ndcg@10", "pairwise-accuracy"]), default="ndcg@10", show_default=True,
               help="Validation metric that picks C.")
-@output_option
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False), metavar="MODEL.h5",
+              help="Model file (HDF5, written to a temporary name, then renamed).")
 @device_option
 @quiet_option
 def train(train_file, C, eps, max_iter, valid_file, C_grid, select_by, output, device, quiet):
@@ -78,6 +79,9 @@ def train(train_file, C, eps, max_iter, valid_file, C_grid, select_by, output, d
     backend = pick_backend(device, quiet)
     corpus = read_corpus(train_file)
     valid = read_corpus(valid_file) if valid_file else None
+    if valid is not None and valid.n_terms != corpus.n_terms:
+        raise InputError(f"{valid_file} has {valid.n_terms} features but {train_file} has {corpus.n_terms}: "
+                         "build it with the training corpus's feature set")
     if C_grid is not None:
         model = train_grid(corpus, valid, _parse_grid(C_grid), eps=eps, max_iter=max_iter, device=backend, quiet=quiet,
                            select_by=select_by, name=train_file, valid_name=valid_file)
