@@ -334,7 +334,7 @@ def grow_copy(old_terms, old_weights, n_rows, new_terms, new_weights):
 
 # ----------------------------------------------------------------------------- CPU twins
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(parallel=True, cache=True, nogil=True)
 def score_blocks_cpu(threads_per_block, max_docs, ell_terms, ell_weights, n_rows, ibuf, fbuf, n_upd,
                      table_size, n_postings, n_docs, part_sim, part_row):
     """CPU twin of ``score_kernel(threads_per_block, max_docs)``: same arguments (geometry first),
@@ -397,12 +397,12 @@ def score_blocks_cpu(threads_per_block, max_docs, ell_terms, ell_weights, n_rows
             part_row[d * n_blocks + block] = best_r
 
 
-score_blocks_serial = numba.njit(cache=True)(score_blocks_cpu.py_func)
+score_blocks_serial = numba.njit(cache=True, nogil=True)(score_blocks_cpu.py_func)
 """The same twin compiled without threads (prange runs as range): for small launches, where
 waking a thread team costs more than the work (and far more on a machine that is busy)."""
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def reduce_blocks_cpu(part_sim, part_row, n_blocks, n_docs, best):
     """CPU twin of ``reduce_kernel``: best[0, d], best[1, d] = the (similarity desc, row asc)
     maximum of document d's n_blocks block-local bests."""
@@ -419,7 +419,7 @@ def reduce_blocks_cpu(part_sim, part_row, n_blocks, n_docs, best):
         best[1, d] = np.float64(br)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def apply_updates_cpu(ell_terms, ell_weights, ibuf, fbuf, n_upd):
     """CPU twin of ``apply_updates``."""
     K = ell_terms.shape[0]
@@ -431,7 +431,7 @@ def apply_updates_cpu(ell_terms, ell_weights, ibuf, fbuf, n_upd):
         ell_weights[n, row] = fbuf[idx]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def grow_copy_cpu(old_terms, old_weights, n_rows, new_terms, new_weights):
     """CPU twin of ``grow_copy``."""
     K = old_terms.shape[0]

@@ -110,6 +110,8 @@ class _EllScanner:
         self.table_max = E.table_size_for(max_docs * K)
         self.ibuf_len = self.max_upd * (1 + K) + 2 * self.table_max + 2 * max_docs * K + 1
         self.fbuf_len = self.max_upd * K + max_docs * K
+        self.timing = False  # record CUDA events around the scoring kernels (benchmarks)
+        self.kernel_ms: list[float] = []
         self.work_hint = 0  # centroid slots to scan (set by the clusterer): picks the threaded CPU twin
         self.rows_valid = 0  # rows of the copy that hold current data (others arrive by the update buffer)
         self.stride = 0
@@ -244,12 +246,19 @@ class _EllScanner:
             return self.h_best[:, :n_docs]
         n_blocks = (n_rows + self.tpb - 1) // self.tpb
         if self.cuda:
+            if self.timing:
+                ev0, ev1 = self.cu.event(), self.cu.event()
+                ev0.record(self.stream)
             self.score_k[n_blocks, self.tpb, self.stream](self.terms, self.weights, n_rows, ibuf, fbuf, n_upd,
                                                          table_size, n_post, n_docs, self.part_sim, self.part_row)
             self.reduce_k[n_docs, self.reduce_tpb, self.stream](self.part_sim, self.part_row, n_blocks, n_docs,
                                                                self.d_best)
+            if self.timing:
+                ev1.record(self.stream)
             self.d_best.copy_to_host(self.h_best, stream=self.stream)
             self.stream.synchronize()
+            if self.timing:
+                self.kernel_ms.append(ev0.elapsed_time(ev1))
         else:
             parallel = self.work_hint >= H.PARALLEL_MIN_WORK and n_rows > self.tpb
             twin = self.E.score_blocks_cpu if parallel else self.E.score_blocks_serial

@@ -1,0 +1,475 @@
+#!/usr/bin/env python
+"""Stream clustering on a real GPU: exactness at size, latency vs clusters, throughput on a
+PubMed-shaped stream, peers, HBM bandwidth. Prints a markdown summary last; writes JSON.
+
+    python scripts/gpu_stream.py --quick                 # < 1 minute
+    python scripts/gpu_stream.py                         # full, ~6 minutes on an H100
+    python scripts/gpu_stream.py --device cpu --quick     # the same code paths on the CPU (no peers)
+
+Sections (each one's failure is recorded in the JSON and the others still run):
+
+1. env        GPU, driver, measured device-to-device copy bandwidth (the HBM reference).
+2. exactness  a PubMed-shaped stream (gputext.cluster.stream_synth) clustered on the GPU with
+              batch sizes 1 and 32/64, compared document by document (cluster, similarity bits)
+              with the CPU (inverted index) and, on a prefix, with the float64 reference.
+3. latency    the paper's Figure 3: per-document latency (batch size 1) against M clusters, M up
+              to 3.2M (K = 35), GPU vs CPU (index and scan twin). The state of M clusters is M
+              PubMed-shaped documents that each started a cluster (gputext.datasets.synth,
+              tf-icf). Scan kernel time by CUDA events -> achieved bandwidth (bytes of the term
+              columns the scan must read; weights are read only on hits) as a fraction of the
+              measured copy bandwidth. Peers on the same state: cuSPARSE SpMV + argmax (CuPy),
+              torch.sparse CSR mv + argmax, float32 (their argmax agreement with ours is reported),
+              and SciPy CSR matvec on the CPU. Goal: <= 0.5 ms per document at 1.6M clusters.
+4. throughput --n-docs of the PubMed-shaped stream (default 5.5M; 64% start a cluster at T = 0.6,
+              as the paper's run), K = 35, T = 0.6, batch size 32; generation runs in a thread
+              and is not timed (as in the paper). Stops cleanly at --time-budget seconds and
+              extrapolates the rest from the measured cost per document as a linear function of
+              the number of clusters (the scan is linear in it), saying so. Goal: 5.5M in <= 30 min.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import sys
+import threading
+import time
+import traceback
+
+import numpy as np
+import scipy.sparse as sp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from gputext.backend import resolve  # noqa: E402
+from gputext.cluster import stream_host as H  # noqa: E402
+from gputext.cluster.stream import StreamClusterer  # noqa: E402
+from gputext.cluster.stream_reference import reference_cluster  # noqa: E402
+from gputext.cluster.stream_synth import StreamSpec, pubmed_stream, reference_df  # noqa: E402
+
+K, T = 35, 0.6
+GEOMETRY: dict = {}  # StreamClusterer launch geometry (only --tiny shrinks it, for the CUDA simulator)
+SIZES = {"quick": {"exact": (4000, 2000, 800), "latency": ([2000, 10_000], 100, 30)},
+         "full": {"exact": (200_000, 20_000, 2000),
+                  "latency": ([50_000, 200_000, 400_000, 800_000, 1_600_000, 3_200_000], 500, 100)},
+         "tiny": {"exact": (60, 20, 60), "latency": ([40], 4, 4)}}
+NOMINAL_COPY_TBS = {"H100": 3.0, "H200": 4.3}  # measured copy bandwidth quoted by the team (TB/s)
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def section(results, name, fn, *args):
+    t0 = time.perf_counter()
+    try:
+        results[name] = fn(*args)
+    except Exception as exc:  # keep going: a failed section is a recorded result
+        results[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        log(f"[{name}] FAILED: {exc}")
+    results.setdefault("section_seconds", {})[name] = round(time.perf_counter() - t0, 2)
+
+
+# ----------------------------------------------------------------------------- 1. env
+
+def env(backend, mode="full"):
+    out = {"backend": backend.describe()}
+    if not backend.is_cuda:
+        return out
+    from numba import cuda
+    dev = cuda.get_current_device()
+    name = getattr(dev, "name", "simulator")
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    try:
+        free, total = cuda.current_context().get_memory_info()
+    except Exception:  # the simulator has no memory info
+        free = total = 0
+    out.update({"gpu": name, "memory_gib": round(total / 2**30, 1)})
+    n = 1 << (14 if mode == "tiny" else 28)  # 1 GiB of float32
+    a = cuda.device_array(n, np.float32)
+    b = cuda.device_array(n, np.float32)
+    times = []
+    for _ in range(6):
+        e0, e1 = cuda.event(), cuda.event()
+        e0.record()
+        b.copy_to_device(a)
+        e1.record()
+        e1.synchronize()
+        times.append(e0.elapsed_time(e1) / 1e3)
+    out["copy_tbs"] = round(2 * a.nbytes / float(np.median(times[1:])) / 1e12, 3)
+    del a, b
+    return out
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def stream_matrix(n_docs, seed=0, reference=None):
+    parts = list(pubmed_stream(n_docs, seed, chunk_docs=65536, reference=reference))
+    return sp.vstack([p[1] for p in parts]).tocsr()
+
+
+def same(a, b):
+    return {"identical": bool(np.array_equal(a.cluster, b.cluster) and np.array_equal(a.similarity, b.similarity)),
+            "cluster_mismatches": int((a.cluster != b.cluster).sum()),
+            "similarity_mismatches": int((a.similarity != b.similarity).sum())}
+
+
+def state_from_docs(X):
+    """The cluster state after len(X) documents that each started a cluster: ELL arrays."""
+    indptr, terms, weights, mag = H.prepare_docs(X.indptr.astype(np.int64), X.indices.astype(np.int32),
+                                                 X.data.astype(np.float64), K)
+    n = len(mag)
+    lengths = np.diff(indptr)
+    ell_t = np.full((n, K), -1, np.int32)
+    ell_w = np.zeros((n, K), np.float32)
+    slot = np.arange(len(terms)) - np.repeat(indptr[:-1], lengths)
+    rows = np.repeat(np.arange(n), lengths)
+    ell_t[rows, slot] = terms
+    ell_w[rows, slot] = weights
+    return {"ell_terms": np.ascontiguousarray(ell_t.T), "ell_weights": np.ascontiguousarray(ell_w.T),
+            "magnitude": mag, "size": np.ones(n, np.int64), "threshold": T, "max_terms": K, "n_docs_seen": n}
+
+
+def centroid_csr(sc, n_terms):
+    n = sc.n_clusters
+    lengths = sc.c_len[:n].astype(np.int64)
+    mask = np.arange(K)[None, :] < lengths[:, None]
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    return sp.csr_matrix((sc.c_weights[:n][mask], sc.c_terms[:n][mask], indptr), shape=(n, n_terms))
+
+
+def pct(x):
+    p = np.percentile(np.asarray(x) * 1e3, [50, 95, 99])
+    return {"p50_ms": round(float(p[0]), 4), "p95_ms": round(float(p[1]), 4), "p99_ms": round(float(p[2]), 4)}
+
+
+# ----------------------------------------------------------------------------- 2. exactness
+
+def exactness(backend, mode):
+    n, n_b1, n_ref = SIZES[mode]["exact"]
+    ref_stats = reference_df(StreamSpec(n, reference_docs=min(n, 100_000)))
+    X = stream_matrix(n, reference=ref_stats)
+    out = {"n_docs": n, "K": K, "threshold": T}
+    t = time.perf_counter()
+    cpu = StreamClusterer(T, K, device="cpu", batch_size=64, candidates="index").partial_fit(X)
+    out["cpu_index_seconds"] = round(time.perf_counter() - t, 2)
+    out["n_clusters"] = int(cpu.new_cluster.sum())
+    for bs in ((4, 8) if mode == "tiny" else (32, 64)):
+        sc = StreamClusterer(T, K, backend=backend, batch_size=bs, candidates="scan", **GEOMETRY)
+        sc.warm_up()
+        r = sc.partial_fit(X)
+        out[f"{backend.name}_batch{bs}"] = {**same(r, cpu), "seconds": round(r.seconds, 2),
+                                            "restarts": sc.stats.restarts, "launches": sc.stats.launches}
+        if bs in (4, 32):
+            terms, weights = sc.device_matrix()
+            cents = sc.centroids()
+            out["device_matrix_equals_host"] = bool(np.array_equal(terms, cents["ell_terms"])
+                                                    and np.array_equal(weights, cents["ell_weights"]))
+    sc = StreamClusterer(T, K, backend=backend, batch_size=1, candidates="scan", **GEOMETRY)
+    sc.warm_up()
+    r = sc.partial_fit(X[:n_b1])
+    sub = type(cpu)(cpu.cluster[:n_b1], cpu.similarity[:n_b1], cpu.new_cluster[:n_b1], cpu.latency_s[:n_b1])
+    out[f"{backend.name}_batch1_first{n_b1}"] = {**same(r, sub), "seconds": round(r.seconds, 2)}
+    cl, sims, _, _ = reference_cluster(X[:n_ref], T, K)
+    out[f"reference_first{n_ref}_equals_cpu"] = bool(np.array_equal(cl, cpu.cluster[:n_ref])
+                                                     and np.array_equal(sims, cpu.similarity[:n_ref]))
+    out["all_identical"] = bool(out[f"reference_first{n_ref}_equals_cpu"] and out["device_matrix_equals_host"]
+                                and all(v["identical"] for k, v in out.items() if isinstance(v, dict)))
+    return out
+
+
+# ----------------------------------------------------------------------------- 3. latency vs clusters
+
+def _time_peer_spmv(kind, A_host, Q_dense, ours_rows, repeats_batch=32):
+    """Per-document SpMV + argmax (float32) and a 32-document SpMM + argmax, timed with events."""
+    if kind == "cupy":
+        import cupy as cp
+        import cupyx.scipy.sparse as csp
+        A = csp.csr_matrix(A_host)
+        Qd = cp.asarray(Q_dense)
+        ev = cp.cuda.Event
+        sync = cp.cuda.Stream.null.synchronize
+        argmax = cp.argmax
+        to_host = cp.asnumpy
+        matmul = lambda M, x: M @ x  # noqa: E731
+    else:
+        import torch
+        Ac = A_host.tocsr()
+        A = torch.sparse_csr_tensor(torch.from_numpy(Ac.indptr.astype(np.int64)),
+                                    torch.from_numpy(Ac.indices.astype(np.int64)),
+                                    torch.from_numpy(Ac.data.astype(np.float32)), size=Ac.shape, device="cuda")
+        Qd = torch.from_numpy(Q_dense).cuda()
+        ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+        sync = torch.cuda.synchronize
+        argmax = lambda x, axis=None: torch.argmax(x) if axis is None else torch.argmax(x, dim=axis)  # noqa: E731
+        to_host = lambda x: x.cpu().numpy()  # noqa: E731
+        matmul = lambda M, x: M @ x  # noqa: E731
+    rows, times = [], []
+    for i in range(Q_dense.shape[1]):
+        x = Qd[:, i].copy() if kind == "cupy" else Qd[:, i].contiguous()
+        e0, e1 = ev(), ev()
+        e0.record()
+        best = argmax(matmul(A, x))
+        e1.record()
+        e1.synchronize()
+        times.append((cp.cuda.get_elapsed_time(e0, e1) if kind == "cupy" else e0.elapsed_time(e1)) / 1e3)
+        rows.append(int(to_host(best)))
+    sync()
+    rows = np.array(rows)
+    batch = Qd[:, :repeats_batch]
+    e0, e1 = ev(), ev()
+    e0.record()
+    argmax(matmul(A, batch), axis=0)
+    e1.record()
+    e1.synchronize()
+    t_batch = (cp.cuda.get_elapsed_time(e0, e1) if kind == "cupy" else e0.elapsed_time(e1)) / 1e3
+    return {"per_doc_ms": round(float(np.median(times[2:] or times)) * 1e3, 4),
+            "batch32_per_doc_ms": round(t_batch / repeats_batch * 1e3, 4),
+            "argmax_agreement": round(float(np.mean(rows == ours_rows[:len(rows)])), 4)}
+
+
+def latency(backend, mode, copy_tbs):
+    sizes, n_query, n_cpu = SIZES[mode]["latency"]
+    from gputext.datasets.synth import make_corpus
+    t = time.perf_counter()
+    base = make_corpus(max(sizes) + n_query, 141_043, 55, 50, seed=3, weighting="tficf").X.astype(np.float32)
+    log(f"[latency] {base.shape[0]} base documents in {time.perf_counter() - t:.1f} s")
+    queries = base[max(sizes):]
+    Q_dense = np.zeros((base.shape[1], min(n_query, 64)), np.float32)
+    for i in range(Q_dense.shape[1]):
+        row = queries[i]
+        Q_dense[row.indices, i] = row.data
+    out = {"K": K, "threshold": T, "n_query": n_query, "rows": []}
+    for M in sizes:
+        state = state_from_docs(base[:M])
+        row = {"clusters": M}
+        sc = StreamClusterer(T, K, backend=backend, batch_size=1, candidates="scan", **GEOMETRY)
+        sc.warm_up()
+        sc.restore(state)
+        if sc.scanner is not None and backend.is_cuda:
+            sc.scanner.timing = True
+            sc.scanner.kernel_ms.clear()
+        r = sc.partial_fit(queries[:n_query])
+        row["ours"] = backend.name
+        row["ours_latency"] = pct(r.latency_s)
+        row["ours_docs_per_s"] = round(n_query / r.seconds, 1)
+        ours_rows = None
+        if backend.is_cuda:
+            kms = np.median(sc.scanner.kernel_ms)
+            slots = int((state["ell_terms"] >= 0).sum()) + int((state["ell_terms"][-1] < 0).sum())
+            terms_bytes = 4 * slots
+            row["scan_kernel_ms"] = round(float(kms), 4)
+            row["scan_terms_bytes"] = terms_bytes
+            row["scan_tbs"] = round(terms_bytes / (kms / 1e3) / 1e12, 3)
+            if copy_tbs:
+                row["scan_fraction_of_copy_bw"] = round(row["scan_tbs"] / copy_tbs, 3)
+        # our best rows for the peer agreement (the first queries, against the state before them)
+        chk = StreamClusterer(T, K, device="cpu", batch_size=1, candidates="index")
+        chk.restore(state)
+        best = np.empty((2, 1))
+        Xq = queries[:Q_dense.shape[1]]
+        di, dt, dw, _ = H.prepare_docs(Xq.indptr.astype(np.int64), Xq.indices.astype(np.int32),
+                                       Xq.data.astype(np.float64), K)
+        ours_rows = []
+        for j in range(Xq.shape[0]):
+            H.index_score_serial(j, j + 1, di, dt, dw, chk.c_weights, chk.c_version, chk.ix_head, chk.ix_pool,
+                                 chk.ix_fill, chk.ix_next, chk.acc[:1], chk.touched[:1], best)
+            ours_rows.append(int(best[1, 0]))
+        ours_rows = np.array(ours_rows)
+        # CPU: inverted index and the scan twin, on fewer documents
+        for cand in ("index", "scan"):
+            c = StreamClusterer(T, K, device="cpu", batch_size=1, candidates=cand)
+            c.warm_up()
+            c.restore(state)
+            rc = c.partial_fit(queries[:n_cpu])
+            row[f"cpu_{cand}_latency"] = pct(rc.latency_s)
+        # peers on the same centroids (float32)
+        A = centroid_csr(chk, base.shape[1])
+        t0 = time.perf_counter()
+        for i in range(min(20, Q_dense.shape[1])):
+            np.argmax(A @ Q_dense[:, i])
+        row["scipy_cpu_spmv_per_doc_ms"] = round((time.perf_counter() - t0) / min(20, Q_dense.shape[1]) * 1e3, 3)
+        if backend.is_cuda:
+            for peer in ("cupy", "torch"):
+                try:
+                    row[peer] = _time_peer_spmv(peer, A, Q_dense, ours_rows)
+                except Exception as exc:
+                    row[peer] = {"error": f"{type(exc).__name__}: {exc}"}
+        out["rows"].append(row)
+        log(f"[latency] M={M}: {json.dumps(row)}")
+        del sc, chk
+    at = [r for r in out["rows"] if r["clusters"] == 1_600_000]
+    if at and backend.is_cuda:
+        out["goal_0.5ms_at_1.6M"] = {"p50_ms": at[0]["ours_latency"]["p50_ms"],
+                                     "p99_ms": at[0]["ours_latency"]["p99_ms"],
+                                     "met": at[0]["ours_latency"]["p50_ms"] <= 0.5}
+    return out
+
+
+# ----------------------------------------------------------------------------- 4. throughput
+
+def throughput(backend, n_docs, budget, batch_size):
+    spec_ref = reference_df(StreamSpec(n_docs, reference_docs=min(n_docs, 100_000)))
+    sc = StreamClusterer(T, K, backend=backend, batch_size=batch_size, candidates="scan" if backend.is_cuda else "auto",
+                         **GEOMETRY)
+    sc.warm_up()
+    chunks: queue.Queue = queue.Queue(maxsize=3)
+    stop = threading.Event()
+
+    def produce():
+        for item in pubmed_stream(n_docs, 0, chunk_docs=65536, reference=spec_ref):
+            if stop.is_set():
+                break
+            chunks.put(item)
+        chunks.put(None)
+
+    worker = threading.Thread(target=produce, daemon=True)
+    t_wall = time.perf_counter()
+    worker.start()
+    done, clustering_s, trace, lat = 0, 0.0, [], []
+    peak_device = 0
+    while True:
+        item = chunks.get()
+        if item is None:
+            break
+        start, X, _ = item
+        r = sc.partial_fit(X)
+        done += X.shape[0]
+        clustering_s += r.seconds
+        lat.append(r.latency_s)
+        trace.append({"docs": done, "clusters": sc.n_clusters, "seconds": round(clustering_s, 3)})
+        peak_device = max(peak_device, sc.device_bytes())
+        if time.perf_counter() - t_wall > budget and done < n_docs:
+            stop.set()
+            break
+    while not chunks.empty():
+        chunks.get_nowait()
+    out = {"n_docs_target": n_docs, "batch_size": batch_size, "docs_clustered": done,
+           "clustering_seconds": round(clustering_s, 2), "wall_seconds": round(time.perf_counter() - t_wall, 2),
+           "docs_per_s": round(done / clustering_s, 1), "clusters": sc.n_clusters,
+           "new_cluster_fraction": round(sc.n_clusters / max(done, 1), 4), "latency": pct(np.concatenate(lat)),
+           "restarts": sc.stats.restarts, "launches": sc.stats.launches, "device_bytes": sc.device_bytes(),
+           "trace": trace}
+    if backend.is_cuda:
+        from gputext.backend import device_memory
+        free, total = device_memory() or (0, 0)
+        out["device_memory_used_gib"] = round((total - free) / 2**30, 2)
+        out["clusterer_device_gib"] = round(peak_device / 2**30, 3)
+    if done < n_docs:
+        # cost per document ~ a + b * clusters (the scan is linear in M); fit on the chunks, then
+        # walk the remaining documents with clusters growing at the measured new-cluster rate
+        d = np.array([0] + [c["docs"] for c in trace], float)
+        s = np.array([0] + [c["seconds"] for c in trace], float)
+        m = np.array([0] + [c["clusters"] for c in trace], float)
+        per_doc = np.diff(s) / np.diff(d)
+        mid = (m[1:] + m[:-1]) / 2
+        if len(per_doc) >= 2:
+            b, a = np.polyfit(mid, per_doc, 1)
+        else:
+            a, b = float(per_doc[0]), 0.0
+        a, b = max(a, 0.0), max(b, 0.0)
+        rate = sc.n_clusters / done
+        remaining = n_docs - done
+        m_end = sc.n_clusters + rate * remaining
+        extra = remaining * (a + b * (sc.n_clusters + m_end) / 2)
+        out["extrapolated"] = {"note": f"stopped at --time-budget {budget:.0f} s after {done} documents; the rest "
+                                       "extrapolated from the measured cost per document a + b * clusters",
+                               "a_ms": a * 1e3, "b_ns_per_cluster": b * 1e9,
+                               "total_seconds": round(clustering_s + extra, 1),
+                               "clusters_at_end": int(m_end),
+                               "ell_bytes_at_end": int(m_end * K * 8)}
+    total = out.get("extrapolated", {}).get("total_seconds", clustering_s)
+    out["goal_30min_for_5.5M"] = {"seconds": total, "met": bool(total <= 1800)} if n_docs >= 5_500_000 else None
+    return out
+
+
+# ----------------------------------------------------------------------------- report
+
+def markdown(res):
+    lines = ["", "## gputext stream clustering benchmark", ""]
+    e = res.get("env", {})
+    lines.append(f"device: {e.get('gpu', e.get('backend'))}; measured copy bandwidth: {e.get('copy_tbs', 'n/a')} TB/s")
+    ex = res.get("exactness", {})
+    if "all_identical" in ex:
+        lines.append(f"exactness ({ex['n_docs']} docs, K={K}, T={T}): identical document by document = "
+                     f"**{ex['all_identical']}** ({ex['n_clusters']} clusters)")
+    lat = res.get("latency", {})
+    if lat.get("rows"):
+        bk = "ours_latency"
+        lines += ["", f"| clusters | ours ({lat['rows'][0]['ours']}) p50 / p99 ms | scan kernel ms | scan TB/s (of copy) | CPU index p50 ms | "
+                  "CPU scan p50 ms | cuSPARSE ms/doc (B=32) | torch ms/doc | SciPy CPU ms/doc |", "|" + "---|" * 9]
+        for r in lat["rows"]:
+            cu = r.get("cupy", {})
+            th = r.get("torch", {})
+            lines.append(
+                f"| {r['clusters']:,} | {r[bk]['p50_ms']} / {r[bk]['p99_ms']} | {r.get('scan_kernel_ms', '-')} | "
+                f"{r.get('scan_tbs', '-')} ({r.get('scan_fraction_of_copy_bw', '-')}) | "
+                f"{r['cpu_index_latency']['p50_ms']} | {r['cpu_scan_latency']['p50_ms']} | "
+                f"{cu.get('per_doc_ms', '-')} ({cu.get('batch32_per_doc_ms', '-')}) | {th.get('per_doc_ms', '-')} | "
+                f"{r['scipy_cpu_spmv_per_doc_ms']} |")
+        if lat.get("goal_0.5ms_at_1.6M"):
+            g = lat["goal_0.5ms_at_1.6M"]
+            lines.append(f"\ngoal latency <= 0.5 ms at 1.6M clusters: p50 {g['p50_ms']} ms, met = **{g['met']}**")
+    tp = res.get("throughput", {})
+    if "docs_per_s" in tp:
+        lines.append(f"\nthroughput: {tp['docs_clustered']:,} of {tp['n_docs_target']:,} docs in "
+                     f"{tp['clustering_seconds']} s ({tp['docs_per_s']:,} docs/s, batch {tp['batch_size']}), "
+                     f"{tp['clusters']:,} clusters, device memory {tp.get('device_memory_used_gib', 'n/a')} GiB")
+        if "extrapolated" in tp:
+            x = tp["extrapolated"]
+            lines.append(f"extrapolated (not measured): {x['total_seconds']} s for all {tp['n_docs_target']:,} docs, "
+                         f"{x['clusters_at_end']:,} clusters at the end")
+        if tp.get("goal_30min_for_5.5M"):
+            lines.append(f"goal 5.5M docs <= 30 min: {tp['goal_30min_for_5.5M']['seconds']} s, "
+                         f"met = **{tp['goal_30min_for_5.5M']['met']}**")
+    for name, sec in res.items():
+        if isinstance(sec, dict) and "error" in sec:
+            lines.append(f"\n{name}: ERROR {sec['error']}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small sizes, under a minute")
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    ap.add_argument("--out", default=os.environ.get("OUT") or "out", help="folder for gpu_stream.json")
+    ap.add_argument("--n-docs", type=int, default=None, help="throughput stream length (default 5.5M; quick 100K)")
+    ap.add_argument("--time-budget", type=float, default=None,
+                    help="seconds for the throughput section before it stops and extrapolates (default 200; quick 20)")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--sections", default="env,exactness,latency,throughput")
+    ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # CUDA-simulator smoke test of this script
+    args = ap.parse_args(argv)
+    mode = "tiny" if args.tiny else "quick" if args.quick else "full"
+    if args.tiny:
+        GEOMETRY.update(threads_per_block=16, reduce_threads=8)
+        args.batch_size = min(args.batch_size, 8)
+    backend = resolve(args.device)
+    log(f"backend: {backend.describe()}")
+    results = {"args": vars(args), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    wanted = args.sections.split(",")
+    if "env" in wanted:
+        section(results, "env", env, backend, mode)
+    copy_tbs = results.get("env", {}).get("copy_tbs")
+    if "exactness" in wanted:
+        section(results, "exactness", exactness, backend, mode)
+    if "latency" in wanted:
+        section(results, "latency", latency, backend, mode, copy_tbs)
+    if "throughput" in wanted:
+        n_docs = args.n_docs or {"tiny": 100, "quick": 100_000, "full": 5_500_000}[mode]
+        budget = args.time_budget or {"tiny": 5.0, "quick": 20.0, "full": 200.0}[mode]
+        section(results, "throughput", throughput, backend, n_docs, budget, args.batch_size)
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "gpu_stream.json")
+    with open(path, "w") as fh:
+        json.dump(results, fh, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o))
+    log(f"wrote {path}")
+    print(markdown(results))
+    return results
+
+
+if __name__ == "__main__":
+    main()
