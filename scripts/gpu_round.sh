@@ -7,9 +7,11 @@ set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1 || { echo "wheel install failed"; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD/tests
-# the package imports as gputext with kernels/ and datasets/ mapped in: install it beside the wheels
-python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/site . >/dev/null 2>&1 || { echo "gputext install failed"; exit 1; }
+# run from the checkout (this is the device's copy of it): map kernels/ and datasets/ into the
+# package as setup.py does, so scripts that put the checkout on sys.path import the same code
+ln -sfn ../kernels gputext/kernels
+ln -sfn ../datasets gputext/datasets
+export PYTHONPATH=/tmp/site:$PWD:$PWD/tests
 export PYTHONUNBUFFERED=1
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(probe tests bench-knn)
