@@ -140,15 +140,17 @@ def score_kernel(threads_per_block: int, max_docs: int):
 
     Thread ``tx`` of block ``b`` owns row ``r = b * threads_per_block + tx``. Shared memory:
     ``acc`` float64 [threads_per_block][max_docs + 1] (one float64 per (row, document), the +1
-    pads away bank conflicts of the reduction), ``cand_*`` [threads_per_block] for the reduction,
-    and the block's range in the sorted update list. Steps:
+    pads away bank conflicts of the reduction) and ``cand_*`` [threads_per_block] for the
+    reduction. Steps:
 
-    1. zero ``acc`` (strided over the block); thread 0 binary-searches the update rows that fall in
-       this block's row range. syncthreads: acc zeroed, range visible.
-    2. if r is in the update buffer: write its K slots into the ELL matrix and score them;
-       else read slot n = 0, 1, ... until term -1: probe the term in the hash table; only on a hit
-       read the (coalesced) weight and add weight * posting weight into acc[tx][doc] for each
-       posting. Sums run in slot (= term id) order: exact and backend-independent.
+    1. zero ``acc`` (strided over the block). syncthreads: acc zeroed.
+    2. each thread binary-searches its row in the sorted update rows (a few cached loads: the
+       warp's threads read the same entries). If r is there: write its K slots into the ELL matrix
+       and score them; else read slot n = 0, 1, ... until term -1 (the next slot's term is loaded
+       before the current one is probed, so two loads are in flight): probe the term in the hash
+       table; only on a hit read the (coalesced) weight and add weight * posting weight into
+       acc[tx][doc] for each posting. Sums run in slot (= term id) order: exact and
+       backend-independent.
     3. syncthreads (all rows scored). Block-local max: thread (group g, document d), with
        G = threads_per_block // max_docs groups, scans rows g, g + G, ... (ascending, strict >, so
        ties keep the lower row). syncthreads. Thread d merges its G candidates with the
@@ -168,7 +170,6 @@ def score_kernel(threads_per_block: int, max_docs: int):
         acc = cuda.shared.array(acc_len, numba.float64)
         cand_sim = cuda.shared.array(tpb, numba.float64)
         cand_row = cuda.shared.array(tpb, numba.int32)
-        upd_range = cuda.shared.array(2, numba.int32)
         tx = cuda.threadIdx.x
         block = cuda.blockIdx.x
         n_blocks = cuda.gridDim.x
@@ -185,15 +186,13 @@ def score_kernel(threads_per_block: int, max_docs: int):
 
         for i in range(tx, acc_len, tpb):
             acc[i] = 0.0
-        if tx == 0:
-            upd_range[0] = lower_bound_dev(ibuf, n_upd, row0)
-            upd_range[1] = lower_bound_dev(ibuf, n_upd, row0 + tpb)
-        cuda.syncthreads()  # acc zeroed and the block's update range visible to all threads
+        cuda.syncthreads()  # acc zeroed before any thread adds into it
 
         if row < n_rows:
             mine = -1
-            for u in range(upd_range[0], upd_range[1]):
-                if ibuf[u] == row:
+            if n_upd > 0:
+                u = lower_bound_dev(ibuf, n_upd, row)
+                if u < n_upd and ibuf[u] == row:
                     mine = u
             base = tx * pitch
             if mine >= 0:
@@ -209,16 +208,18 @@ def score_kernel(threads_per_block: int, max_docs: int):
                             for p in range(ibuf[o_first + u], ibuf[o_first + u + 1]):
                                 acc[base + ibuf[o_pdoc + p]] += numba.float64(w) * numba.float64(fbuf[o_pw + p])
             else:
-                for n in range(K):
-                    term = ell_terms[n, row]
-                    if term < 0:
-                        break
+                term = ell_terms[0, row]
+                n = 0
+                while term >= 0:
+                    nxt = ell_terms[n + 1, row] if n + 1 < K else EMPTY  # in flight while term is probed
                     h = probe_dev(ibuf, o_key, mask, term)
                     if h >= 0:
                         w = numba.float64(ell_weights[n, row])
                         u = ibuf[o_val + h]
                         for p in range(ibuf[o_first + u], ibuf[o_first + u + 1]):
                             acc[base + ibuf[o_pdoc + p]] += w * numba.float64(fbuf[o_pw + p])
+                    term = nxt
+                    n += 1
         cuda.syncthreads()  # every row of the block has its similarities in acc
 
         g = tx // mdocs
