@@ -102,7 +102,7 @@ def test_state_resume_equals_one_run(files, tmp_path, idf):
     first = run(common + ["--state", state], input="".join(lines[:47]))
     assert first.exit_code == 0, first.output
     assert os.path.exists(state)
-    resume = ["-", "-t", "0.4", "-k", "6", "--device", "cpu", "--batch-size", "3", "-q", "--state", state]
+    resume = ["-", "--device", "cpu", "--batch-size", "3", "-q", "--state", state]  # T, K from the state
     second = run(resume, input="".join(lines[47:]))  # --idf-from is remembered by the state
     assert second.exit_code == 0, second.output
     assert _lines(first.output) + _lines(second.output) == _lines(whole.output)
@@ -163,7 +163,7 @@ def test_bad_corpus_usage_is_one_clear_line(files, tmp_path):
                 "-q"]).exit_code == 0
     result = run([str(files / "docs.h5"), "-k", "7", "--state", state, "-o", str(tmp_path / "o2.h5"),
                   "--device", "cpu"])
-    assert result.exit_code == 2 and "max_terms 6" in result.output
+    assert result.exit_code == 2 and "max_terms 6" in result.output and "keeps its parameters" in result.output
     result = run(["-", "--state", state, "--device", "cpu"], input='{"text": "x"}\n')
     assert result.exit_code == 2 and "not by a JSONL stream" in result.output
     (tmp_path / "junk.h5").write_bytes(b"not hdf5")

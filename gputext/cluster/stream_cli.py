@@ -13,10 +13,12 @@ from gputext.errors import InputError
 @click.argument("input_path", metavar="INPUT", type=corpus_path())
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
               help="Result file (HDF5) for a corpus INPUT; not used with '-' (assignments go to stdout).")
-@click.option("--threshold", "-t", type=float, default=0.6, show_default=True,
-              help="T: a document joins its most similar cluster when the cosine similarity is > T, else starts one.")
-@click.option("--max-terms", "-k", type=int, default=35, show_default=True,
-              help="K: terms kept per centroid and per document (top K by weight); the ELL matrix width.")
+@click.option("--threshold", "-t", type=float, default=None,
+              help="T: a document joins its most similar cluster when the cosine similarity is > T, else starts "
+                   "one. Default 0.6, or the --state file's.")
+@click.option("--max-terms", "-k", type=int, default=None,
+              help="K: terms kept per centroid and per document (top K by weight); the ELL matrix width. "
+                   "Default 35, or the --state file's.")
 @click.option("--batch-size", type=int, default=None,
               help="Documents scored per launch (default 32 on the GPU, 16 on the CPU); 1 = one at a time. "
                    "Results are identical for every batch size.")
@@ -61,7 +63,7 @@ def stream(input_path, output, threshold, max_terms, batch_size, candidates, idf
                              ("--checkpoint-every", checkpoint_every, 0)):
         if value is not None and value < low:
             raise InputError(f"{name} must be >= {low}, got {value}")
-    if not 0.0 <= threshold <= 1.0:
+    if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise InputError(f"--threshold must be in [0, 1], got {threshold}")
     from gputext.cluster.stream_io import cluster_corpus, cluster_jsonl
     if candidates == "index" and device == "auto":

@@ -199,11 +199,26 @@ def load_state(path: str) -> dict:
     return out
 
 
-def _resume(state_path: str | None, clusterer: StreamClusterer, mode: str, terms) -> dict | None:
-    """Load --state into the clusterer when the file exists; check it fits this run."""
-    if not state_path or not os.path.exists(state_path):
+DEFAULT_THRESHOLD, DEFAULT_MAX_TERMS = 0.6, 35
+
+
+def resolve_params(saved: dict | None, threshold, max_terms, state_path) -> tuple[float, int]:
+    """T and K: as given, else the state file's, else the defaults; given ones must match the state."""
+    if saved is None:
+        return (DEFAULT_THRESHOLD if threshold is None else float(threshold),
+                DEFAULT_MAX_TERMS if max_terms is None else int(max_terms))
+    t_saved, k_saved = float(saved["threshold"]), int(saved["max_terms"])
+    if (threshold is not None and float(threshold) != t_saved) or (max_terms is not None and int(max_terms) != k_saved):
+        raise InputError(f"--state {state_path} has threshold {t_saved} and max_terms {k_saved}, but this run asks for "
+                         f"threshold {threshold if threshold is not None else t_saved} and max_terms "
+                         f"{max_terms if max_terms is not None else k_saved}: a stream keeps its parameters")
+    return t_saved, k_saved
+
+
+def _resume(saved: dict | None, state_path: str | None, clusterer: StreamClusterer, mode: str, terms) -> dict | None:
+    """Load a saved state into the clusterer; check it fits this run."""
+    if saved is None:
         return None
-    saved = load_state(state_path)
     if saved["mode"] != mode:
         raise InputError(f"--state {state_path} was written by a {saved['mode']} stream, this run is {mode}")
     if terms is not None and (len(saved["vocabulary"]) != len(terms)
@@ -258,7 +273,8 @@ def _check_chunk(path: str, X: sp.csr_matrix, start: int) -> sp.csr_matrix:
     return X
 
 
-def cluster_corpus(path: str, output: str, threshold: float = 0.6, max_terms: int = 35, device: str = "auto",
+def cluster_corpus(path: str, output: str, threshold: float | None = None, max_terms: int | None = None,
+                   device: str = "auto",
                    batch_size: int | None = None, candidates: str = "auto", state: str | None = None,
                    quiet: bool = True, backend: Backend | None = None, chunk_docs: int = CHUNK_DOCS,
                    **clusterer_options) -> dict:
@@ -275,9 +291,11 @@ def cluster_corpus(path: str, output: str, threshold: float = 0.6, max_terms: in
     if n_docs == 0:
         raise InputError(f"{path}: the corpus has zero documents")
     doc_ids, terms, label = _read_obs(path, n_docs)
+    saved = load_state(state) if state and os.path.exists(state) else None
+    threshold, max_terms = resolve_params(saved, threshold, max_terms, state)
     sc = StreamClusterer(threshold, max_terms, device=device, batch_size=batch_size, candidates=candidates,
                          backend=backend, **clusterer_options)
-    _resume(state, sc, "corpus", terms)
+    _resume(saved, state, sc, "corpus", terms)
     sc.warm_up()
     cluster = np.empty(n_docs, np.int32)
     sims = np.empty(n_docs, np.float64)
@@ -297,7 +315,7 @@ def cluster_corpus(path: str, output: str, threshold: float = 0.6, max_terms: in
     uns = {"gputext": {"stream": {
         "threshold": sc.threshold, "max_terms": sc.K, "batch_size": sc.batch_size, "candidates": candidates,
         "backend": sc.backend.name, "input": os.path.basename(path), "n_clusters": sc.n_clusters,
-        "resumed_from_state": bool(state and os.path.exists(state)), **stats, **sc.centroids()}}}
+        "resumed_from_state": saved is not None, **stats, **sc.centroids()}}}
     uns["gputext"]["stream"].pop("length")
     obs = {"cluster": cluster, "similarity": sims.astype(np.float32), "new_cluster": new}
     if label is not None:
@@ -421,7 +439,8 @@ def _stop_on_signals(flag: list):
             signal.signal(sig, old)
 
 
-def cluster_jsonl(instream, outstream, threshold: float = 0.6, max_terms: int = 35, device: str = "auto",
+def cluster_jsonl(instream, outstream, threshold: float | None = None, max_terms: int | None = None,
+                  device: str = "auto",
                   batch_size: int | None = None, candidates: str = "auto", idf_from: str | None = None,
                   stopwords: str = "english", state: str | None = None, checkpoint_every: int = 0,
                   quiet: bool = True, backend: Backend | None = None, **clusterer_options) -> dict:
@@ -444,6 +463,7 @@ def cluster_jsonl(instream, outstream, threshold: float = 0.6, max_terms: int = 
                                   str(saved.get("stopwords", stopwords)))
     else:
         weighter = StreamWeighter("as-it-goes", stopwords=stopwords)
+    threshold, max_terms = resolve_params(saved, threshold, max_terms, state)
     sc = StreamClusterer(threshold, max_terms, device=device, batch_size=batch_size, candidates=candidates,
                          backend=backend, **clusterer_options)
     if saved is not None:
