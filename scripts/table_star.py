@@ -182,7 +182,7 @@ def part_fig17(a, dev, cpu, runs):
                     continue
                 s = runs.get(name, c.X, beta, be).stats
                 rows.append({"collection": preset.replace("reu-", "Reu-").replace("k", "K"), "docs": n, "beta": beta,
-                             "device": be.name, "seconds": s["seconds_total"], "graph": s["seconds_graph"],
+                             "device": be.name, "key": name, "seconds": s["seconds_total"], "graph": s["seconds_graph"],
                              "relevance": s["seconds_relevance"], "cover": s["seconds_cover"], "edges": s["n_edges"],
                              "clusters": s["n_clusters"]})
     ng = ROOT.parent / "shared" / "datasets" / "20newsgroups" / "20newsgroups-train.tab"
@@ -194,9 +194,15 @@ def part_fig17(a, dev, cpu, runs):
         for beta in a.betas:
             for be in dict.fromkeys([dev, cpu]).keys():
                 s = runs.get("20NG", c.X, beta, be).stats
-                rows.append({"collection": "20NG", "docs": c.n_docs, "beta": beta, "device": be.name,
+                rows.append({"collection": "20NG", "docs": c.n_docs, "beta": beta, "device": be.name, "key": "20NG",
                              "seconds": s["seconds_total"], "graph": s["seconds_graph"], "relevance": s["seconds_relevance"],
                              "cover": s["seconds_cover"], "edges": s["n_edges"], "clusters": s["n_clusters"]})
+    if dev.name != "cpu":
+        for r in rows:
+            a_, b_ = runs.cache.get((r["key"], r["beta"], dev.name)), runs.cache.get((r["key"], r["beta"], "cpu"))
+            if a_ is not None and b_ is not None:
+                r["identical"] = bool(np.array_equal(a_.centers, b_.centers) and (a_.membership != b_.membership).nnz == 0
+                                      and np.array_equal(a_.graph.weights, b_.graph.weights))
     return rows
 
 
@@ -286,11 +292,12 @@ def render(out):
     if f17:
         rows = f17["rows"]
         lines += [f"## Figure 17: clustering time vs collection size ({f17['meta']['host']})", "",
-                  "| collection | docs | beta | device | seconds | graph | relevance | cover | edges | clusters |",
-                  "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "| collection | docs | beta | device | seconds | graph | relevance | cover | edges | clusters | same as CPU twin |",
+                  "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
         for r in rows:
             lines.append(f"| {r['collection']} | {r['docs']:,} | {r['beta']} | {r['device']} | {f3(r['seconds'])} | "
-                         f"{f3(r['graph'])} | {f3(r['relevance'])} | {f3(r['cover'])} | {r['edges']:,} | {r['clusters']:,} |")
+                         f"{f3(r['graph'])} | {f3(r['relevance'])} | {f3(r['cover'])} | {r['edges']:,} | {r['clusters']:,} | "
+                         f"{r.get('identical', '')} |")
         lines.append("")
         plot17(rows, os.path.join(out, "fig17.png"))
     f18 = load(out, "fig18")
