@@ -322,7 +322,8 @@ class StreamClusterer:
         self.scr_terms = np.zeros(2 * K + 1, np.int32)
         self.scr_raw = np.zeros(2 * K + 1, np.float64)
         self.n_docs_seen = 0
-        self.index_slack = 65536  # stale index entries tolerated beyond 2x the live ones before a rebuild
+        self._restart_rate = 0.0  # moving average of restarts per batch (auto's cost model)
+        self.index_slack = 4096  # stale index entries tolerated beyond 2x the live ones before a rebuild
         self.stats = StreamStats()
         self.use_scan = candidates in ("auto", "scan")
         self.use_index = (candidates == "index") or (candidates == "auto" and not self.backend.is_cuda)
@@ -429,7 +430,50 @@ class StreamClusterer:
         if not self.use_scan:
             return True
         walk = H.index_cost(j0, j1, d_indptr, d_terms, self.ix_count)
-        return walk * INDEX_COST < self.counters[H.TOTAL_NNZ] + self.n_clusters
+        # a conflict in the batch costs the scan a whole new launch, the index one document
+        scan = (self.counters[H.TOTAL_NNZ] + self.n_clusters) * (1.0 + self._restart_rate)
+        return walk * INDEX_COST < scan
+
+    def _index_score(self, j0, j1, d_indptr, d_terms, d_weights, best) -> None:
+        walk = H.index_cost(j0, j1, d_indptr, d_terms, self.ix_count)
+        if walk >= H.PARALLEL_MIN_WORK and j1 - j0 > 1:
+            score, acc, touched = H.index_score, self.acc, self.touched
+        else:
+            score, acc, touched = H.index_score_serial, self.acc[:1], self.touched[:1]
+        score(j0, j1, d_indptr, d_terms, d_weights, self.c_weights, self.c_version, self.ix_head,
+              self.ix_pool, self.ix_fill, self.ix_next, acc, touched, best)
+
+    def _scan_score(self, j0, j1, d_indptr, d_terms, d_weights):
+        rows = H.drain_dirty(self.dirty_list, self.dirty_mark, self.counters)
+        self.scanner.work_hint = int(self.counters[H.TOTAL_NNZ]) + self.n_clusters
+        return self.scanner.score(self.n_clusters, rows, self.c_terms, self.c_weights, d_indptr, d_terms,
+                                  d_weights, j0, j1)
+
+    def _resolve(self, j, j_end, d_indptr, d_terms, d_weights, d_mag, best, j_launch, out_cluster, out_sim,
+                 out_new, fresh):
+        """H.resolve, growing the centroid arrays or the index pool when it asks; returns (j, status)
+        with status DONE or RESTART."""
+        while True:
+            j, status = H.resolve(
+                j, j_end, d_indptr, d_terms, d_weights, d_mag, best, j_launch, self.threshold,
+                self.c_terms, self.c_weights, self.c_len, self.c_mag, self.c_size, self.counters,
+                self.changed_mark, self.changed_list, self.dirty_mark, self.dirty_list,
+                self.use_index, self.c_version, self.ix_head, self.ix_count, self.ix_pool, self.ix_fill, self.ix_next,
+                self.ix_meta, out_cluster, out_sim, out_new, self.scr_terms, self.scr_raw, fresh)
+            if status == H.GROW_CLUSTERS:
+                self._grow_clusters()
+            elif status == H.GROW_INDEX:
+                self._grow_index_pool(2 * self.ix_pool.shape[0])
+            else:
+                return j, status
+
+    @staticmethod
+    def _latency(latency, arrival, t_ready, j_from, j_to) -> None:
+        now = time.perf_counter()
+        if arrival is None:
+            latency[j_from:j_to] = now - t_ready
+        else:
+            latency[j_from:j_to] = now - arrival[j_from:j_to]
 
     def _run(self, d_indptr, d_terms, d_weights, d_mag, n_terms, arrival) -> StreamResult:
         n = len(d_mag)
@@ -440,30 +484,24 @@ class StreamClusterer:
         if self.use_index:
             self._grow_index_terms(max(n_terms, int(d_terms.max()) + 1 if len(d_terms) else 0))
         best_idx = np.empty((2, self.batch_size), np.float64)
+        best_one = np.empty((2, 1), np.float64)
         st = self.stats
         t_start = time.perf_counter()
         for b0 in range(0, n, self.batch_size):
             b1 = min(n, b0 + self.batch_size)
             t_ready = time.perf_counter()
             j = b0
+            restarts0 = st.restarts
             while j < b1:
                 t0 = time.perf_counter()
-                if self._choose_index(j, b1, d_indptr, d_terms):
-                    walk = H.index_cost(j, b1, d_indptr, d_terms, self.ix_count)
-                    if walk >= H.PARALLEL_MIN_WORK and b1 - j > 1:
-                        score, acc, touched = H.index_score, self.acc, self.touched
-                    else:
-                        score, acc, touched = H.index_score_serial, self.acc[:1], self.touched[:1]
-                    score(j, b1, d_indptr, d_terms, d_weights, self.c_weights, self.c_version, self.ix_head,
-                          self.ix_pool, self.ix_fill, self.ix_next, acc, touched, best_idx)
+                use_index = self._choose_index(j, b1, d_indptr, d_terms)
+                if use_index:
+                    self._index_score(j, b1, d_indptr, d_terms, d_weights, best_idx)
                     best = best_idx
                     st.index_launches += 1
                     st.index_seconds += time.perf_counter() - t0
                 else:
-                    rows = H.drain_dirty(self.dirty_list, self.dirty_mark, self.counters)
-                    self.scanner.work_hint = int(self.counters[H.TOTAL_NNZ]) * (b1 - j)
-                    best = self.scanner.score(self.n_clusters, rows, self.c_terms, self.c_weights,
-                                              d_indptr, d_terms, d_weights, j, b1)
+                    best = self._scan_score(j, b1, d_indptr, d_terms, d_weights)
                     st.scan_launches += 1
                     st.scan_seconds += time.perf_counter() - t0
                 st.launches += 1
@@ -471,29 +509,28 @@ class StreamClusterer:
                 self.counters[H.N_CHANGED] = 0
                 j_launch = j
                 t1 = time.perf_counter()
-                while True:
+                while j < b1:
                     j_from = j
-                    j, status = H.resolve(
-                        j, b1, d_indptr, d_terms, d_weights, d_mag, best, j_launch, self.threshold,
-                        self.c_terms, self.c_weights, self.c_len, self.c_mag, self.c_size, self.counters,
-                        self.changed_mark, self.changed_list, self.dirty_mark, self.dirty_list,
-                        self.use_index, self.c_version, self.ix_head, self.ix_count, self.ix_pool, self.ix_fill, self.ix_next,
-                        self.ix_meta, out_cluster, out_sim, out_new, self.scr_terms, self.scr_raw)
-                    now = time.perf_counter()
-                    if arrival is None:
-                        latency[j_from:j] = now - t_ready
-                    else:
-                        latency[j_from:j] = now - arrival[j_from:j]
-                    if status == H.DONE:
-                        break
-                    if status == H.GROW_CLUSTERS:
-                        self._grow_clusters()
-                    elif status == H.GROW_INDEX:
-                        self._grow_index_pool(2 * self.ix_pool.shape[0])
-                    else:  # RESTART: score the rest of the batch again
+                    j, status = self._resolve(j, b1, d_indptr, d_terms, d_weights, d_mag, best, j_launch,
+                                              out_cluster, out_sim, out_new, False)
+                    self._latency(latency, arrival, t_ready, j_from, j)
+                    if status == H.RESTART:
                         st.restarts += 1
-                        break
+                        if not use_index:
+                            break  # one scan scores the rest of the batch afresh: cheaper than a scan per conflict
+                        # the index is cheap per document: score just this one against the current state,
+                        # decide it, and go on with the launch's scores for the others
+                        t2 = time.perf_counter()
+                        self._index_score(j, j + 1, d_indptr, d_terms, d_weights, best_one)
+                        st.index_seconds += time.perf_counter() - t2
+                        st.launches += 1
+                        st.index_launches += 1
+                        j_from = j
+                        j, status = self._resolve(j, j + 1, d_indptr, d_terms, d_weights, d_mag, best_one, j,
+                                                  out_cluster, out_sim, out_new, True)
+                        self._latency(latency, arrival, t_ready, j_from, j)
                 st.resolve_seconds += time.perf_counter() - t1
+            self._restart_rate = 0.9 * self._restart_rate + 0.1 * (st.restarts - restarts0)
             self._maybe_rebuild_index()
         st.rechecks = int(self.counters[H.N_RECHECKS])
         if self.scanner is not None:

@@ -277,7 +277,8 @@ def index_score(j0, j1, d_indptr, d_terms, d_weights, c_weights, c_version, ix_h
 
 index_score_serial = numba.njit(cache=True, nogil=True)(index_score.py_func)
 prepare_docs_serial = numba.njit(cache=True, nogil=True)(prepare_docs.py_func)
-PARALLEL_MIN_WORK = 200_000  # slots or postings below which the serial compilation is used
+PARALLEL_MIN_WORK = 1_000_000  # slots or postings below which the serial compilation is used (a few ms of work:
+# waking a thread team costs ~2 us on an idle machine but milliseconds on a busy one)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -298,7 +299,7 @@ def resolve(j, j_end, d_indptr, d_terms, d_weights, d_mag, best, j_launch, thres
             c_terms, c_weights, c_len, c_mag, c_size, counters,
             changed_mark, changed_list, dirty_mark, dirty_list,
             use_index, c_version, ix_head, ix_count, ix_pool, ix_fill, ix_next, ix_meta,
-            out_cluster, out_sim, out_new, scr_terms, scr_raw):
+            out_cluster, out_sim, out_new, scr_terms, scr_raw, fresh):
     """Decide documents j, j+1, ... < j_end in order, as the one-at-a-time algorithm would.
 
     ``best[:, j - j_launch]`` is document j's best cluster over the state of the last scoring
@@ -307,6 +308,8 @@ def resolve(j, j_end, d_indptr, d_terms, d_weights, d_mag, best, j_launch, thres
     re-scored here against exactly those, and the launch's answer stands for all the others. If
     the launch's best row itself changed since the launch, the best among the unchanged rows is
     unknown: return (j, RESTART) so that the caller scores the rest of the batch again.
+    ``fresh``: the scores were taken against the current state (no cluster changed since), so no
+    re-check is needed; the decision is still recorded in the changed list of the current epoch.
     Also returns (j, GROW_CLUSTERS) when the centroid arrays are full and (j, GROW_INDEX) when the
     index pool may not hold another document's postings; (j_end, DONE) when all are decided.
 
@@ -328,11 +331,11 @@ def resolve(j, j_end, d_indptr, d_terms, d_weights, d_mag, best, j_launch, thres
         col = j - j_launch
         bs = best[0, col]
         br = np.int64(best[1, col])
-        if br >= 0 and changed_mark[br] == epoch:
+        if br >= 0 and changed_mark[br] == epoch and not fresh:
             return j, RESTART
         if use_index and ix_pool.shape[0] - ix_meta[0] < K:
             return j, GROW_INDEX
-        n_changed = counters[N_CHANGED]
+        n_changed = 0 if fresh else counters[N_CHANGED]
         for i in range(n_changed):
             c = changed_list[i]
             s = sim_row(d_terms, d_weights, lo, hi, c_terms, c_weights, c, c_len[c])
