@@ -129,6 +129,13 @@ class _EllScanner:
             self.d_best = cuda.device_array((2, max_docs), np.float64)
             self.score_k = E.score_kernel(threads_per_block, max_docs)
             self.reduce_k = E.reduce_kernel(reduce_threads)
+            self._h2d = None
+            if not backend.simulator:
+                try:
+                    from numba.cuda.cudadrv.driver import host_to_device
+                    self._h2d = host_to_device
+                except ImportError:  # another numba-cuda layout: slices then
+                    pass
         else:
             self.h_ibuf = np.empty(self.ibuf_len, np.int32)
             self.h_fbuf = np.empty(self.fbuf_len, np.float32)
@@ -167,11 +174,20 @@ class _EllScanner:
 
     # -- buffers
     def _upload(self, ilen: int, flen: int) -> None:
-        if self.cuda:
+        """Copy the used prefixes of the pinned launch buffers to the device (asynchronously, on
+        the scanner's stream). The driver call avoids making device-array views on every launch."""
+        if not self.cuda:
+            return
+        if self._h2d is not None:
             if ilen:
-                self.d_ibuf[:ilen].copy_to_device(self.h_ibuf[:ilen], stream=self.stream)
+                self._h2d(self.d_ibuf, self.h_ibuf, ilen * 4, stream=self.stream)
             if flen:
-                self.d_fbuf[:flen].copy_to_device(self.h_fbuf[:flen], stream=self.stream)
+                self._h2d(self.d_fbuf, self.h_fbuf, flen * 4, stream=self.stream)
+            return
+        if ilen:
+            self.d_ibuf[:ilen].copy_to_device(self.h_ibuf[:ilen], stream=self.stream)
+        if flen:
+            self.d_fbuf[:flen].copy_to_device(self.h_fbuf[:flen], stream=self.stream)
 
     def _bufs(self):
         return (self.d_ibuf, self.d_fbuf) if self.cuda else (self.h_ibuf, self.h_fbuf)
