@@ -61,7 +61,7 @@ def test_corpus_input_writes_the_result_file(files):
     assert res.obs["cluster"].dtype == np.int32
     np.testing.assert_array_equal(res.obs["cluster"], cluster)
     np.testing.assert_array_equal(res.obs["new_cluster"], new)
-    np.testing.assert_array_equal(res.obs["similarity"], sims.astype(np.float32))
+    np.testing.assert_array_equal(res.obs["similarity"], sims)  # float64, bit for bit
     assert res.X.shape == corpus.X.shape and res.X.nnz == 0
     np.testing.assert_array_equal(res.doc_ids, corpus.doc_ids)
     np.testing.assert_array_equal(res.labels.codes, corpus.labels.codes)

@@ -281,7 +281,7 @@ def cluster_corpus(path: str, output: str, threshold: float | None = None, max_t
     """Cluster a corpus file's rows in order and write the result file ``output``.
 
     Result (a corpus file, DESIGN.md): /X an empty (nnz 0) matrix of the input's shape, /var the
-    input's terms, /obs doc ids with columns ``cluster`` int32, ``similarity`` float32,
+    input's terms, /obs doc ids with columns ``cluster`` int32, ``similarity`` float64,
     ``new_cluster`` bool and the input's ``label`` when it has one; /uns/gputext/stream the
     parameters, the centroids (ELL arrays ``ell_terms`` int32 (K, n_clusters) -1 padded,
     ``ell_weights`` float32 (K, n_clusters), ``magnitude`` float64, ``size`` int64), the latency
@@ -317,7 +317,7 @@ def cluster_corpus(path: str, output: str, threshold: float | None = None, max_t
         "backend": sc.backend.name, "input": os.path.basename(path), "n_clusters": sc.n_clusters,
         "resumed_from_state": saved is not None, **stats, **sc.centroids()}}}
     uns["gputext"]["stream"].pop("length")
-    obs = {"cluster": cluster, "similarity": sims.astype(np.float32), "new_cluster": new}
+    obs = {"cluster": cluster, "similarity": sims, "new_cluster": new}
     if label is not None:
         obs["label"] = label
     empty = sp.csr_matrix((n_docs, n_terms), dtype=np.float32)
