@@ -153,8 +153,9 @@ def score_kernel(threads_per_block: int, max_docs: int):
        backend-independent.
     3. syncthreads (all rows scored). Block-local max: thread (group g, document d), with
        G = threads_per_block // max_docs groups, scans rows g, g + G, ... (ascending, strict >, so
-       ties keep the lower row). syncthreads. Thread d merges its G candidates with the
-       (similarity desc, row asc) rule and writes part_*[d * n_blocks + b].
+       ties keep the lower row). syncthreads. The G candidates of each document are merged by a
+       tree (ceil(log2 G) rounds, a syncthreads after each) with the (similarity desc, row asc)
+       rule, and thread d writes part_*[d * n_blocks + b].
     """
     tpb = int(threads_per_block)
     mdocs = int(max_docs)
@@ -238,16 +239,21 @@ def score_kernel(threads_per_block: int, max_docs: int):
             cand_row[g * mdocs + d] = best_r
         cuda.syncthreads()  # the G group candidates of every document are in shared memory
 
+        active = groups  # tree over the groups: log2(G) rounds instead of one thread reading all G
+        while active > 1:
+            half = (active + 1) // 2
+            if g < active - half and d < n_docs:
+                a = g * mdocs + d
+                b = (g + half) * mdocs + d
+                if better_dev(cand_sim[b], cand_row[b], cand_sim[a], cand_row[a]):
+                    cand_sim[a] = cand_sim[b]
+                    cand_row[a] = cand_row[b]
+            cuda.syncthreads()  # this round's merges are visible before the next round reads them
+            active = half
+
         if tx < n_docs:
-            best = NO_SIM
-            best_r = -1
-            for gg in range(groups):
-                s = cand_sim[gg * mdocs + tx]
-                r = cand_row[gg * mdocs + tx]
-                if better_dev(s, r, best, best_r):
-                    best = s
-                    best_r = r
-            part_sim[tx * n_blocks + block] = best
+            best_r = cand_row[tx]
+            part_sim[tx * n_blocks + block] = cand_sim[tx]
             part_row[tx * n_blocks + block] = row0 + best_r if best_r >= 0 else -1
 
     return score_blocks
