@@ -111,9 +111,10 @@ def ordered_to_float32(ordered: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(cache=True, inline="always")
-def _canonical_cross(x, q, is_l1):
-    """Canonical float64 cross term of two float32 rows: dot (is_l1 False) or sum |q - x|."""
-    p = np.zeros(EXACT_LANES, dtype=np.float64)
+def _canonical_cross(x, q, is_l1, p):
+    """Canonical float64 cross term of two float32 rows: dot (is_l1 False) or sum |q - x|.
+    p: float64 scratch (EXACT_LANES,), overwritten."""
+    p[:] = 0.0
     n = x.shape[0]
     full = n - n % EXACT_LANES
     if is_l1:
@@ -140,7 +141,8 @@ def _canonical_cross(x, q, is_l1):
 def canonical_sumsq_cpu(X, out):
     """out[i] = canonical float64 sum of X[i, j]**2. X (n, n_terms) float32 C; out (n,) float64."""
     for i in numba.prange(X.shape[0]):
-        out[i] = _canonical_cross(X[i], X[i], False)
+        p = np.empty(EXACT_LANES, dtype=np.float64)
+        out[i] = _canonical_cross(X[i], X[i], False, p)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -634,9 +636,10 @@ def rescore_cpu(X, Q, row_ids, cand_idx, cand_count, qq, dd, metric, cand_score)
         r = task // n_slices
         sl = task % n_slices
         row = row_ids[r]
+        p = np.empty(EXACT_LANES, dtype=np.float64)
         for i in range(cand_count[r, sl]):
             d = cand_idx[r, sl, i]
-            cross = _canonical_cross(X[d], Q[row], is_l1)
+            cross = _canonical_cross(X[d], Q[row], is_l1, p)
             cand_score[r, sl, i] = np.float32(_final_cpu(metric, cross, qq[row], dd[d]))
 
 
@@ -847,11 +850,12 @@ def exact_topk_cpu(X, Q, n_queries, qq, dd, metric, k, self_doc, out_idx, out_sc
         selfcol = self_doc[q]
         s = np.empty(k, dtype=np.float32)
         ix = np.empty(k, dtype=np.int32)
+        p = np.empty(EXACT_LANES, dtype=np.float64)
         n = 0
         for d in range(n_docs):
             if d == selfcol:
                 continue
-            cross = _canonical_cross(X[d], Q[q], is_l1)
+            cross = _canonical_cross(X[d], Q[q], is_l1, p)
             v = np.float32(_final_cpu(metric, cross, qq[q], dd[d]))
             if n == k and not _before_cpu(v, d, s[k - 1], ix[k - 1], larger):
                 continue

@@ -127,7 +127,8 @@ def test_dense_fits_decisions():
     assert not ok and "density" in why
     ok, why = dense_fits(10**6, 10**5, 8 << 30, nnz=10**9)  # does not fit
     assert not ok and "does not fit" in why
-    assert dense_fits(1000, 1000, None, nnz=10)[0]  # CPU: small matrix
+    assert not dense_fits(1080, 856, None, nnz=7233)[0]  # CPU: the inverted index does less work
+    assert dense_fits(1000, 100, None, nnz=50000)[0]  # CPU, half full
 
 
 # ----------------------------------------------------------------------------- kernels vs twins

@@ -88,19 +88,14 @@ def category_ranking(indices: np.ndarray, scores: np.ndarray, Y_train: sp.csr_ma
     L = Y_train.shape[1]
     best = np.full((n, L), -np.inf, np.float64)
     indptr, labels = Y_train.indptr, Y_train.indices
-    for j in range(k):
-        docs = indices[:, j]
-        ok = docs >= 0
-        if not ok.any():
-            continue
-        q = np.nonzero(ok)[0]
-        d = docs[ok]
-        counts = indptr[d + 1] - indptr[d]
-        rows = np.repeat(q, counts)
-        ends = np.cumsum(counts)
-        cols = labels[np.repeat(indptr[d] - (ends - counts), counts) + np.arange(ends[-1] if ends.size else 0)]
-        vals = np.repeat(scores[q, j].astype(np.float64), counts)
-        np.maximum.at(best, (rows, cols), vals)
+    ok = indices >= 0
+    q = np.broadcast_to(np.arange(n)[:, None], indices.shape)[ok]
+    d = indices[ok]
+    counts = indptr[d + 1] - indptr[d]
+    ends = np.cumsum(counts)
+    total = int(ends[-1]) if ends.size else 0
+    cols = labels[np.repeat(indptr[d] - (ends - counts), counts) + np.arange(total)]
+    np.maximum.at(best, (np.repeat(q, counts), cols), np.repeat(scores[ok].astype(np.float64), counts))
     reached = np.isfinite(best)
     return np.where(reached, best, 0.0).astype(np.float32), reached
 

@@ -40,6 +40,7 @@ _U32 = 2.0 ** -24  # unit roundoff of float32
 DENSE_SMALL_BYTES = 64 << 20
 DENSE_MIN_DENSITY = 0.005
 HOST_DENSE_MAX_BYTES = 2 << 30
+CPU_DENSE_MIN_DENSITY = 0.25
 
 
 @dataclass(frozen=True)
@@ -73,12 +74,14 @@ class DenseGeometry:
 def dense_fits(n_docs: int, n_terms: int, device_free_bytes: int | None, nnz: int | None = None) -> tuple[bool, str]:
     """(use dense?, one-line reason) for ``knn search --method auto``.
 
-    Dense when the float32 matrix (plus per-document arrays and one row of keys) takes at most
-    half of the free device memory (``device_free_bytes``; None = CPU, where the budget is
-    HOST_DENSE_MAX_BYTES of host memory) *and* it pays: the matrix is small (<= 64 MiB, where the
-    dense kernels' regular access beats the inverted index's per-query work), or the density
-    nnz / (n_docs n_terms) is at least 0.5% (e.g. CNAE-9: 1,080 x 856). Both thresholds are
-    decisions, not measurements: scripts/gpu_knn_classify.py measures both methods.
+    GPU (``device_free_bytes`` given): dense when the float32 matrix (plus per-document arrays)
+    takes at most half of the free device memory *and* it pays: the matrix is small (<= 64 MiB,
+    where the dense kernels' regular access beats the inverted index's per-query work), or the
+    density nnz / (n_docs n_terms) is at least 0.5% (e.g. CNAE-9: 1,080 x 856, 0.78%). These two
+    thresholds are decisions; scripts/gpu_knn_classify.py measures both methods on CNAE-9 and 20NG.
+    CPU (None): the CPU twin scores every document in float64, which measured 36 ms against the
+    engine's 1 ms for CNAE-9's test set (2 cores), so dense only when the matrix fits
+    HOST_DENSE_MAX_BYTES and its density is at least 25%.
     """
     dense_bytes = 4 * int(n_docs) * int(n_terms)
     need = dense_bytes + 16 * int(n_docs)
@@ -87,6 +90,10 @@ def dense_fits(n_docs: int, n_terms: int, device_free_bytes: int | None, nnz: in
     if need > budget:
         return False, f"inverted: the dense matrix ({dense_bytes / 2**20:.0f} MiB) does not fit the {where} budget ({budget / 2**20:.0f} MiB)"
     density = (nnz / max(1, n_docs * n_terms)) if nnz is not None else 1.0
+    if device_free_bytes is None:
+        if density >= CPU_DENSE_MIN_DENSITY:
+            return True, f"dense: density {density:.1%} >= {CPU_DENSE_MIN_DENSITY:.0%} (CPU)"
+        return False, f"inverted: density {density:.2%} < {CPU_DENSE_MIN_DENSITY:.0%} (on the CPU the dense twin scores every document)"
     if dense_bytes <= DENSE_SMALL_BYTES:
         return True, f"dense: the dense matrix is small ({dense_bytes / 2**20:.1f} MiB, density {density:.2%})"
     if density >= DENSE_MIN_DENSITY:

@@ -5,9 +5,11 @@
     report = cross_validation_protocol(corpus, n_folds=5, features="both")  # the GT-kNN paper's protocol
 
 Decisions (also in docs/knn_classify.md):
-- LinearSVC: L2 penalty, squared hinge loss, one-vs-rest, solved in the primal (LIBLINEAR -s 2,
-  dual=False: on 864 CNAE-9 documents with meta-features the dual solver took 7-12 s per fit and
-  hit its iteration limit, the primal 0.5-1.8 s), max_iter 5000.
+- LinearSVC: L2 penalty, squared hinge loss, one-vs-rest, max_iter 5000. Meta-features and
+  "both" are solved in the primal (LIBLINEAR -s 2, dual=False), bag of words in the dual (-s 1):
+  measured on 1,200 20NG documents, the dual took 48-156 s per fit on meta/both (hitting the
+  iteration limit) and the primal 4-27 s; on bag of words the dual took 0.2-0.4 s, the primal
+  2.4-3.5 s.
 - C is chosen by stratified 5-fold cross-validation on the training set (shuffled, seeded) from
   ``DEFAULT_C_GRID`` by mean accuracy (= micro-F1); ties -> the smaller C.
 - Meta-features are min-max scaled per column to [0, 1] with the training set's range (test
@@ -74,7 +76,7 @@ def _n_jobs(n_tasks: int, n_jobs: int | None) -> int:
 
 
 def fit_svm(F, y: np.ndarray, C_grid=DEFAULT_C_GRID, C: float | None = None, cv_folds: int = 5, seed: int = 0,
-            n_jobs: int | None = None):
+            n_jobs: int | None = None, dual: bool = False):
     """(fitted LinearSVC, chosen C, {C: mean CV accuracy}). With ``C`` given, no CV."""
     from sklearn.model_selection import GridSearchCV, StratifiedKFold
     from sklearn.svm import LinearSVC
@@ -85,13 +87,13 @@ def fit_svm(F, y: np.ndarray, C_grid=DEFAULT_C_GRID, C: float | None = None, cv_
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # ConvergenceWarning, and classes smaller than the folds
         if C is not None:
-            model = LinearSVC(C=float(C), dual=False, max_iter=5000).fit(F, y)
+            model = LinearSVC(C=float(C), dual=dual, max_iter=5000).fit(F, y)
             return model, float(C), {}
         grid = sorted(float(c) for c in C_grid)
         if not grid or min(grid) <= 0:
             raise InputError(f"the C grid must hold positive numbers, got {C_grid!r}")
         cv = StratifiedKFold(n_splits=cv_folds, shuffle=True, random_state=seed)
-        search = GridSearchCV(LinearSVC(dual=False, max_iter=5000), {"C": grid}, cv=cv, scoring="accuracy",
+        search = GridSearchCV(LinearSVC(dual=dual, max_iter=5000), {"C": grid}, cv=cv, scoring="accuracy",
                               n_jobs=_n_jobs(len(grid) * cv_folds, n_jobs), refit=True, error_score="raise")
         search.fit(F, y)
     scores = dict(zip(grid, (float(s) for s in search.cv_results_["mean_test_score"])))
@@ -108,8 +110,12 @@ def _labelled(corpus: Corpus, what: str, categories=None) -> tuple[np.ndarray, n
 
 def svm_classify(train: Corpus, test: Corpus, features: str = "meta", k: int = 30, C_grid=DEFAULT_C_GRID,
                  C: float | None = None, cv_folds: int = 5, method: str = "auto", device: str | Backend = "auto",
-                 seed: int = 0, n_jobs: int | None = None, quiet: bool = True) -> ClassifyResult:
-    """Train on ``train`` (C by CV) and predict ``test``; metrics when the test set is labelled."""
+                 seed: int = 0, n_jobs: int | None = None, quiet: bool = True, metafeatures=None) -> ClassifyResult:
+    """Train on ``train`` (C by CV) and predict ``test``; metrics when the test set is labelled.
+
+    ``metafeatures``: a MetaFeatures already computed for (the labelled rows of) train and test
+    with the same k (e.g. to run "meta" and "both" without computing them twice).
+    """
     if features not in FEATURES:
         raise InputError(f"--features {features!r}: expected one of {', '.join(FEATURES)}")
     check_same_vocabulary(train, test, "training", "test")
@@ -124,8 +130,11 @@ def svm_classify(train: Corpus, test: Corpus, features: str = "meta", k: int = 3
     meta_tr = meta_te = None
     scaler = None
     if features != "bow":
-        mf = compute_metafeatures(train.X[rows], y, len(categories), test.X, k=k, method=method, device=backend,
-                                  categories=categories, quiet=quiet)
+        mf = metafeatures or compute_metafeatures(train.X[rows], y, len(categories), test.X, k=k, method=method,
+                                                  device=backend, categories=categories, quiet=quiet)
+        if mf.train.shape[0] != rows.size or mf.queries.shape[0] != test.n_docs:
+            raise InputError(f"precomputed meta-features have {mf.train.shape[0]} + {mf.queries.shape[0]} rows, "
+                             f"expected {rows.size} + {test.n_docs}")
         meta_tr, meta_te = mf.train, mf.queries
         scaler = MinMax.fit(meta_tr)
         res.info.update(metafeatures=mf.info)
@@ -133,7 +142,7 @@ def svm_classify(train: Corpus, test: Corpus, features: str = "meta", k: int = 3
     F_tr = feature_matrix(features, train.X[rows], meta_tr, scaler)
     F_te = feature_matrix(features, test.X, meta_te, scaler)
     t1 = time.perf_counter()
-    model, chosen_C, cv_scores = fit_svm(F_tr, y, C_grid, C, cv_folds, seed, n_jobs)
+    model, chosen_C, cv_scores = fit_svm(F_tr, y, C_grid, C, cv_folds, seed, n_jobs, dual=features == "bow")
     res.seconds["svm_train"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     res.predicted = model.predict(F_te).astype(np.int32)
@@ -197,7 +206,7 @@ def cross_validation_protocol(train: Corpus, test: Corpus | None = None, n_folds
                 scaler = MinMax.fit(meta_tr)
                 entry["metafeatures_seconds"] = mf.info["seconds"]
             svm, chosen, _ = fit_svm(feature_matrix(features, X[tr], meta_tr, scaler), y_tr, C_grid, C,
-                                     5, seed, n_jobs)
+                                     5, seed, n_jobs, dual=features == "bow")
             pred = svm.predict(feature_matrix(features, X[te], meta_te, scaler))
             entry["C"] = chosen
         entry["micro_f1"], entry["macro_f1"] = single_label_f1(y_all[te], pred, len(categories))
