@@ -171,7 +171,7 @@ def main(argv=None):
          logx=True, logy=True)
 
     # Figure 4a: T sweep on a PubMed-shaped stream, K = 60
-    n4 = 5000 if q else 50_000
+    n4 = 5000 if q else (200_000 if backend.is_cuda else 20_000)
     X, _ = pubmed_corpus(n4, reference_docs=min(n4, 50_000))
     T_values = [0.1, 0.3, 0.5, 0.6, 0.7, 0.9] if q else [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
     fig4a = sweep(backend, X, [60], T_values)
@@ -185,7 +185,7 @@ def main(argv=None):
          notes=[(r["T"], r["seconds"], f"{r['clusters']:,}") for r in fig4a])
 
     # Figure 4b: K sweep on a NYT-shaped stream (median 230 terms), T = 0.6
-    n4b = 2000 if q else 20_000
+    n4b = 2000 if q else (100_000 if backend.is_cuda else 20_000)
     Xn, _ = pubmed_corpus(n4b, seed=5, terms_per_doc=230, n_terms=102_660, reference_docs=min(n4b, 20_000))
     K_values = [20, 60, 200] if q else [20, 35, 60, 100, 150, 200]
     fig4b = sweep(backend, Xn, K_values, [0.6])
