@@ -43,7 +43,8 @@ from . import stream_host as H
 CANDIDATES = ("auto", "scan", "index")
 DEFAULT_BATCH = {"cuda": 32, "cpu": 16}
 # auto on the CPU: the inverted index is chosen when (posting entries it would walk) * INDEX_COST
-# is below (centroid slots the scan reads) + (rows); measured on 2 cores, docs/stream.md.
+# is below ((centroid slots the scan reads) + (rows)) * (1 + recent restarts per batch). Measured
+# on 2 shared cores: 25-100 ns per posting entry against 3-10 ns per scanned slot (docs/stream.md).
 INDEX_COST = 4.0
 
 
