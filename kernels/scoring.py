@@ -296,9 +296,10 @@ def topk_cpu(q_indptr, q_indices, q_data, scale, qn, self_doc, term_ptr, post_do
 
 
 @numba.njit(parallel=True, cache=True)
-def threshold_cpu(q_indptr, q_indices, q_data, scale, qn, self_doc, term_ptr, post_doc, post_w, dn,
+def threshold_cpu(q_indptr, q_indices, q_data, scale, qn, self_doc, after, term_ptr, post_doc, post_w, dn,
                   norm_order, metric, min_key, n_chunks, counts, out_ptr, out_doc, out_key):
-    """CPU twin of the threshold selector: every document with key >= min_key, by document.
+    """CPU twin of the threshold selector: every document d > after[i] (int64 (Q,), -1 for all)
+    other than self_doc[i] with key >= min_key, by document.
 
     Called twice: with out_ptr of length 0 it only fills counts (Q,); then with out_ptr (Q+1,)
     (exclusive scan of counts) it writes out_doc int32 / out_key float64 rows sorted by document.
@@ -323,14 +324,14 @@ def threshold_cpu(q_indptr, q_indices, q_data, scale, qn, self_doc, term_ptr, po
             for j in range(n):
                 d = touched[j]
                 key = score_key_cpu(metric, state[d, 1], scale[i], qn[i], dn[d])
-                if key >= min_key and d != self_doc[i]:
+                if key >= min_key and d != self_doc[i] and d > after[i]:
                     hits[m] = d
                     hk[m] = key
                     m += 1
             if untouched_pass:  # untouched keys fall along _untouched order: stop at the first miss
                 for r in range(n_docs):
                     d = _untouched(r, metric, norm_order)
-                    if state[d, 0] == i or d == self_doc[i]:
+                    if state[d, 0] == i or d == self_doc[i] or d <= after[i]:
                         continue
                     key = score_key_cpu(metric, 0, scale[i], qn[i], dn[d])
                     if key < min_key:
@@ -703,6 +704,8 @@ def merge_topk_kernel(block: int, width: int):
 def threshold_kernels(block: int, items: int):
     """Ordered compaction of documents with key >= min_key, per (segment, query) block.
 
+    A hit is a document d with key >= min_key, d != qinfo[q, 2] (self) and d > qinfo[q, 3] (only
+    the documents after a given one: the upper triangle of an all-pairs graph).
     count_threshold: block (s, q) counts its segment's hits into counts[q, s] (shared counter).
     write_threshold: the same block writes its hits in document order starting at
     offsets[q * n_seg + s] (an exclusive scan of counts), in rounds of ``block`` consecutive
@@ -723,7 +726,7 @@ def threshold_kernels(block: int, items: int):
         hits = 0
         for i in range(items):
             d = seg * seg_len + i * block + tid
-            if d < n_docs and d != numba.int64(qinfo[q, 2]):
+            if d < n_docs and d != numba.int64(qinfo[q, 2]) and d > numba.int64(qinfo[q, 3]):
                 key = score_key_dev(metric, acc[row + d], qinfo[q, 0], qinfo[q, 1], dn[d])
                 if key >= min_key:
                     hits += 1
@@ -748,7 +751,7 @@ def threshold_kernels(block: int, items: int):
             key = -math.inf
             hit = 0
             if d < n_docs:
-                if d != numba.int64(qinfo[q, 2]):
+                if d != numba.int64(qinfo[q, 2]) and d > numba.int64(qinfo[q, 3]):
                     key = score_key_dev(metric, acc[row + d], qinfo[q, 0], qinfo[q, 1], dn[d])
                     if key >= min_key:
                         hit = 1

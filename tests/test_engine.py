@@ -179,3 +179,21 @@ def test_cuda_score_rows_stay_clean_across_searches_in_simulator():
     assert np.array_equal(T.toarray(), search_threshold(index, Q, 0.1, "dot", device="cpu").toarray())
     got = search_topk(index, Q, 3, "cosine", device="cuda", geometry=TINY)
     assert np.array_equal(got[0], ref[0])
+
+
+def test_threshold_after_keeps_the_upper_triangle():
+    X = random_corpus(90, 25, 0.15, seed=19, duplicates=((4, 70),))
+    index = Index.from_csr(X)
+    full = search_threshold(index, X, 0.2, "cosine", device="cpu", exclude_self=True)
+    upper = search_threshold(index, X, 0.2, "cosine", device="cpu", after=np.arange(90))
+    assert np.array_equal(upper.toarray(), sp.triu(full, k=1).toarray()) and upper.nnz > 0
+
+
+@pytest.mark.cudasim
+def test_cuda_threshold_after_in_simulator():
+    X = random_corpus(20, 10, 0.3, seed=20, duplicates=((1, 19),))
+    index = Index.from_csr(X)
+    after = np.array([0, 1, 5, -1])
+    c = search_threshold(index, X[:4], 0.1, "cosine", device="cpu", after=after)
+    g = search_threshold(index, X[:4], 0.1, "cosine", device="cuda", after=after, geometry=TINY)
+    assert np.array_equal(c.toarray(), g.toarray()) and c.nnz > 0

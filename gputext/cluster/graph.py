@@ -167,8 +167,10 @@ def build_graph(X, beta: float, device: str | Backend = "auto", batch_size: int 
             index = Index.from_csr(X[start:])
             for lo in range(start, stop, batch):
                 hi = min(stop, lo + batch)
+                # after = each query's own position in the shard's index: only the upper triangle
+                # comes back from the engine (upper_rows then only shifts columns to global ids)
                 S = search_threshold(index, X[lo:hi], beta, metric="cosine", device=backend, quiet=True,
-                                     geometry=engine_geometry)
+                                     geometry=engine_geometry, after=np.arange(lo - start, hi - start))
                 ptr, c, w = kstar.upper_rows(*csr_arrays(S), lo, start)
                 kstar.accumulate_upper(ptr, c, w, lo, degree, weight_sum)
                 up_len[lo:hi] = np.diff(ptr)
@@ -223,7 +225,7 @@ def score_additions(old_X, new_X, beta: float, device: str | Backend = "auto", b
                 no_parts[1].append(np.repeat(np.arange(n_old + lo, n_old + hi, dtype=np.int32), counts))
                 no_parts[2].append(data)
             S = search_threshold(new_index, Q, beta, metric="cosine", device=backend, quiet=True,
-                                 geometry=engine_geometry)
+                                 geometry=engine_geometry, after=np.arange(lo, hi))
             ptr, c, w = kstar.upper_rows(*csr_arrays(S), n_old + lo, n_old)
             nn_parts[0].append(np.repeat(np.arange(n_old + lo, n_old + hi, dtype=np.int32), np.diff(ptr)))
             nn_parts[1].append(c)

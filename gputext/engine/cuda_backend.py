@@ -188,7 +188,8 @@ def _batch_rows(shard: DeviceShard, n_queries: int, batch_size: int | None, per_
 class _Batch:
     """One batch of queries on the device: uploaded segments and zeroed score rows."""
 
-    def __init__(self, Q: sp.csr_matrix, lo: int, hi: int, shard: DeviceShard, scale, qn, self_doc, code, geom):
+    def __init__(self, Q: sp.csr_matrix, lo: int, hi: int, shard: DeviceShard, scale, qn, self_doc, code, geom,
+                 after=None):
         indptr, indices, data = csr_arrays(Q[lo:hi])
         self.n = hi - lo
         seg_len = shard.df[indices]
@@ -199,7 +200,10 @@ class _Batch:
         seg[:, 1] = np.repeat(np.arange(self.n, dtype=np.int32), np.diff(indptr))
         local_self = np.where((self_doc[lo:hi] >= shard.doc_lo) & (self_doc[lo:hi] < shard.doc_hi),
                               self_doc[lo:hi] - shard.doc_lo, -1)
-        self.qinfo = cuda.to_device(np.column_stack([scale[lo:hi], qn[lo:hi], local_self.astype(np.float64)]))
+        local_after = (np.full(self.n, -1.0) if after is None else
+                       np.maximum(after[lo:hi] - shard.doc_lo, -1).astype(np.float64))
+        # qinfo (n, 4): scale, norm term, document to leave out, only documents after this one
+        self.qinfo = cuda.to_device(np.column_stack([scale[lo:hi], qn[lo:hi], local_self.astype(np.float64), local_after]))
         self.dn = shard.dn(code, geom.build_block)
         self.postings = int(seg_off[-1])
         # score rows: zero when allocated, and the selectors re-zero every entry they read; a batch
@@ -278,7 +282,8 @@ def merge_shard_results(parts, k):
     return np.take_along_axis(docs, order, 1), np.take_along_axis(keys, order, 1)
 
 
-def threshold_cuda(index: Index, Q, min_key, code, self_doc, batch_size, quiet, geom, stats: dict | None = None):
+def threshold_cuda(index: Index, Q, min_key, code, self_doc, batch_size, quiet, geom, stats: dict | None = None,
+                   after=None):
     """Host driver of the GPU threshold pipeline; returns CSR parts (indptr int64, docs int32, keys float64)."""
     stats = {} if stats is None else stats
     scale, qn = scoring.query_stats(*csr_arrays(Q), index.term_maxabs, code)
@@ -297,7 +302,7 @@ def threshold_cuda(index: Index, Q, min_key, code, self_doc, batch_size, quiet, 
         with progress(len(batches) if len(batches) > 1 else 0, "scoring (cuda)", quiet) as bar:
             for lo in batches:
                 hi = min(n_q, lo + per_batch)
-                batch = _Batch(Q, lo, hi, shard, scale, qn, self_doc, code, geom)
+                batch = _Batch(Q, lo, hi, shard, scale, qn, self_doc, code, geom, after)
                 d_counts = cuda.device_array((batch.n, n_seg), np.int32)
                 args = (batch.acc, shard.n_docs, batch.qinfo, batch.dn, code, min_key)
                 count[(n_seg, batch.n), block](*args, d_counts)

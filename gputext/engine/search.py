@@ -151,32 +151,41 @@ def min_key_for(threshold: float, code: int) -> float:
 
 def search_threshold(index: Index, Q, threshold: float, metric: str = "cosine",
                      device: str | Backend = "auto", exclude_self=False, batch_size: int | None = None,
-                     quiet: bool = True, geometry: Geometry | None = None, stats: dict | None = None) -> sp.csr_matrix:
+                     quiet: bool = True, geometry: Geometry | None = None, stats: dict | None = None,
+                     after=None) -> sp.csr_matrix:
     """Every document with similarity >= threshold (cosine, dot) or distance <= threshold (l2, l1).
 
     Returns CSR float32 (n_queries, n_docs) of the scores (the values search_topk reports),
     column indices sorted within rows. Documents sharing no term with a query are included when
-    they qualify (e.g. threshold <= 0 for cosine).
+    they qualify (e.g. threshold <= 0 for cosine). after: int array (n_queries,): query i keeps
+    only documents with index > after[i] (-1: all), e.g. the upper triangle of an all-pairs graph
+    (after = the query's own index), which halves what comes back from the device.
     """
     code = _metric_code(metric)
     min_key = min_key_for(threshold, code)
     Q = _queries(index, Q)
     self_doc = _self_docs(index, Q.shape[0], exclude_self)
+    if after is None:
+        after = np.full(Q.shape[0], -1, np.int64)
+    after = np.asarray(after, dtype=np.int64)
+    if after.shape != (Q.shape[0],):
+        raise InputError(f"after must have one entry per query ({Q.shape[0]}), got shape {after.shape}")
     backend = device if isinstance(device, Backend) else resolve(device)
     if stats is not None:
         stats["backend"] = backend.name + (" (simulator)" if backend.simulator else "")
     if backend.is_cuda:
         from .cuda_backend import threshold_cuda
-        indptr, docs, keys = threshold_cuda(index, Q, min_key, code, self_doc, batch_size, quiet, geometry or Geometry(), stats)
+        indptr, docs, keys = threshold_cuda(index, Q, min_key, code, self_doc, batch_size, quiet,
+                                            geometry or Geometry(), stats, after)
     else:
-        indptr, docs, keys = _threshold_cpu(index, Q, min_key, code, self_doc, batch_size, quiet)
+        indptr, docs, keys = _threshold_cpu(index, Q, min_key, code, self_doc, after, batch_size, quiet)
     scores = keys_to_scores(keys, docs, code)
     out = sp.csr_matrix((scores, docs, indptr), shape=(Q.shape[0], index.n_docs))
     out.has_sorted_indices = True
     return out
 
 
-def _threshold_cpu(index, Q, min_key, code, self_doc, batch_size, quiet):
+def _threshold_cpu(index, Q, min_key, code, self_doc, after, batch_size, quiet):
     from ..progress import progress
 
     p = index.cpu()
@@ -190,7 +199,7 @@ def _threshold_cpu(index, Q, min_key, code, self_doc, batch_size, quiet):
     with progress(len(batches) if len(batches) > 1 else 0, "scoring (cpu)", quiet) as bar:
         for lo, hi in batches:
             indptr, indices, data = csr_arrays(Q[lo:hi])
-            args = (indptr, indices, data, scale[lo:hi], qn[lo:hi], self_doc[lo:hi],
+            args = (indptr, indices, data, scale[lo:hi], qn[lo:hi], self_doc[lo:hi], after[lo:hi],
                     p.term_ptr, p.post_doc, p.post_w, dn, order, code, min_key, _cpu_chunks(hi - lo))
             counts = np.zeros(hi - lo, np.int64)
             scoring.threshold_cpu(*args, counts, np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.float64))
