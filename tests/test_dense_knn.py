@@ -224,3 +224,19 @@ def test_keys_kernels_equal_twin_in_simulator():
             got = cuda.device_array((4, 19), np.float32)
             kern[launch](X, Q, 4, rq, rd, half, code, got)
             np.testing.assert_allclose(got.copy_to_host(), want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.cudasim
+def test_cuda_slices_and_zero_scores_in_simulator():
+    """Several document slices per query, and a query whose k-th score is 0 (ties at zero are
+    certified by index, not by the error bound)."""
+    X, _ = quarter_data(100, 8, 1, seed=9, density=0.2)
+    X[:, 7] = 0
+    X[[10, 55, 90], 7] = 0.5  # only three documents share term 7 with the query
+    Q = np.zeros((2, 8), np.float32)
+    Q[0, 7] = 1.0
+    Q[1] = X[20] + X[21]
+    index = DenseIndex(X, "cuda", SIM_GEOMETRY)
+    got = index.search(Q, 5, "cosine")
+    assert_same(got, reference(X, Q, 5, "cosine"))
+    assert got[1][0, 3] == 0 and got[0][0, 3] == 0  # the first zero-score document is the lowest index

@@ -328,7 +328,7 @@ class DenseIndex:
                 return
             n_rows = int(pending.size)
             target = g.select_blocks or 2 * sms
-            n_slices = max(1, min(-(-target // n_rows), g.max_candidates // kprime, n_docs // max(8 * kprime, g.min_docs_per_slice)))
+            n_slices = max(1, min(-(-target // n_rows), g.max_candidates // kprime, n_docs // max(2 * kprime, g.min_docs_per_slice)))
             rows_dev = cuda.to_device(pending)
             cand_idx = cuda.device_array((n_rows, n_slices, kprime), np.int32)
             cand_count = cuda.device_array((n_rows, n_slices), np.int32)
