@@ -305,7 +305,11 @@ def make_gemm_kernel(block_queries: int, block_docs: int, block_terms: int,
     column against bank conflicts, in shared memory (float32 (block_terms, block_queries + 1) and
     (block_terms, block_docs + 1)); each thread then accumulates thread_queries x thread_docs keys in
     scalar registers: query rows ty*thread_queries + i (contiguous, broadcast within a warp) and
-    document columns tx + (block_docs // thread_docs) * j (strided, conflict-free). The finish
+    document columns tx + (block_docs // thread_docs) * j (strided, conflict-free). When both
+    thread tile sides are multiples of 4, the thread owns runs of 4 rows/columns instead
+    (rows ty*4 + r + 4*TY*h, columns tx*4 + c + 4*TX*h) and the tile rows are padded to 16 bytes
+    (+4 floats, still conflict-free for the transposed stores), so the shared loads compile to
+    128-bit ld.shared.v4 (checked in tests/test_dense_knn.py). The finish
     (norms, |d|^2/2) is applied in the epilogue. Out-of-range terms, queries and documents load as
     0 and are never written. The kernel's source is generated with one scalar per accumulator
     (numba keeps a local array of 64 floats in local memory, not in registers).
@@ -317,12 +321,26 @@ def make_gemm_kernel(block_queries: int, block_docs: int, block_terms: int,
     BM, BN, BK, TM, TN, L1 = int(block_queries), int(block_docs), int(block_terms), int(thread_queries), int(thread_docs), bool(is_l1)
     assert BM % TM == 0 and BN % TN == 0
     TX = BN // TN
-    NT = TX * (BM // TM)
+    TY = BM // TM
+    NT = TX * TY
+    # vector layout (thread tiles in runs of 4, rows padded to 16 bytes) lets the compiler use
+    # 128-bit shared loads; otherwise rows ty*TM + i and strided columns tx + TX*j, padding 1
+    VEC = TM % 4 == 0 and TN % 4 == 0
+    PAD = 4 if VEC else 1
+
+    def qrow(i):
+        return f"ty * 4 + {(i // 4) * TY * 4 + i % 4}" if VEC else f"ty * {TM} + {i}"
+
+    def dcol(j):
+        return f"tx * 4 + {(j // 4) * TX * 4 + j % 4}" if VEC else f"tx + {TX * j}"
+
     ind = " " * 4
+    # (the CUDA simulator does not take an alignment, which changes no result)
+    align = ", alignment=16" if VEC and not numba.config.ENABLE_CUDASIM else ""
     src = [
         "def dense_gemm_keys(X, Q, n_queries, rq, rd, half_sqd, metric, keys):",
-        f"{ind}sQ = cuda.shared.array(({BK}, {BM + 1}), float32)",
-        f"{ind}sX = cuda.shared.array(({BK}, {BN + 1}), float32)",
+        f"{ind}sQ = cuda.shared.array(({BK}, {BM + PAD}), float32{align})",
+        f"{ind}sX = cuda.shared.array(({BK}, {BN + PAD}), float32{align})",
         f"{ind}tid = cuda.threadIdx.x",
         f"{ind}tx = tid % {TX}",
         f"{ind}ty = tid // {TX}",
@@ -351,15 +369,15 @@ def make_gemm_kernel(block_queries: int, block_docs: int, block_terms: int,
         f"{ind * 2}cuda.syncthreads()  # both tiles staged",
         f"{ind * 2}for kk in range({BK}):",
     ]
-    src += [f"{ind * 3}a_{i} = sQ[kk, ty * {TM} + {i}]" for i in range(TM)]
-    src += [f"{ind * 3}b_{j} = sX[kk, tx + {TX * j}]" for j in range(TN)]
+    src += [f"{ind * 3}a_{i} = sQ[kk, {qrow(i)}]" for i in range(TM)]
+    src += [f"{ind * 3}b_{j} = sX[kk, {dcol(j)}]" for j in range(TN)]
     op = "abs(a_{i} - b_{j})" if L1 else "a_{i} * b_{j}"
     src += [f"{ind * 3}c_{i}_{j} += " + op.format(i=i, j=j) for i in range(TM) for j in range(TN)]
     src += [f"{ind * 2}cuda.syncthreads()  # tiles consumed before the next staging overwrites them"]
     for i in range(TM):
-        src += [f"{ind}q = q0 + ty * {TM} + {i}", f"{ind}if q < n_queries:"]
+        src += [f"{ind}q = q0 + {qrow(i)}", f"{ind}if q < n_queries:"]
         for j in range(TN):
-            src += [f"{ind * 2}d = d0 + tx + {TX * j}",
+            src += [f"{ind * 2}d = d0 + {dcol(j)}",
                     f"{ind * 2}if d < n_docs:",
                     f"{ind * 3}keys[q, d] = _finish_key_dev(c_{i}_{j}, metric, rq[q], rd[d], half_sqd[d])"]
     namespace = {"cuda": cuda, "float32": float32, "_finish_key_dev": _finish_key_dev, "abs": abs}

@@ -220,7 +220,8 @@ def test_keys_kernels_equal_twin_in_simulator():
         want = np.empty((4, 19), np.float32)
         kd.approx_keys_cpu(X, Q, 4, rq, rd, half, code, want)
         for kern, launch in ((kd.make_matvec_kernel(16, 4, 2, 2, code == 3), (2, 16)),
-                             (kd.make_gemm_kernel(8, 8, 4, 2, 2, code == 3), ((3, 1), 16))):
+                             (kd.make_gemm_kernel(8, 8, 4, 2, 2, code == 3), ((3, 1), 16)),
+                             (kd.make_gemm_kernel(8, 8, 4, 4, 4, code == 3), ((3, 1), 4))):  # vector layout
             got = cuda.device_array((4, 19), np.float32)
             kern[launch](X, Q, 4, rq, rd, half, code, got)
             np.testing.assert_allclose(got.copy_to_host(), want, rtol=1e-6, atol=1e-6)
@@ -240,3 +241,11 @@ def test_cuda_slices_and_zero_scores_in_simulator():
     got = index.search(Q, 5, "cosine")
     assert_same(got, reference(X, Q, 5, "cosine"))
     assert got[1][0, 3] == 0 and got[0][0, 3] == 0  # the first zero-score document is the lowest index
+
+
+def test_gemm_kernel_keeps_accumulators_in_registers_and_uses_vector_loads():
+    """The generated 128x128 GEMM: no local memory (spilled accumulators) and 128-bit shared loads."""
+    from numba import cuda
+    ptx, _ = cuda.compile_ptx(kd.make_gemm_kernel(128, 128, 8, 8, 8, False).py_func, kd._KEYS_SIG, cc=(9, 0))
+    assert "ld.local" not in ptx and "st.local" not in ptx
+    assert ptx.count("ld.shared.v4.f32") >= 4 and ptx.count("fma.rn.f32") >= 64

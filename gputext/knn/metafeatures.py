@@ -103,7 +103,7 @@ def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: in
 
     X_train: CSR (n_train, n_terms); y_train: int codes (n_train,) in [0, n_classes) or -1
     (unlabelled: in no class, still gets meta-features); X_queries: CSR (n_queries, n_terms) or
-    None. method: inverted | dense | auto (dense_fits on the largest class). Returns MetaFeatures.
+    None. method: inverted | dense | auto (dense_fits on the training matrix). Returns MetaFeatures.
     """
     from .classify import choose_method
 
@@ -131,9 +131,9 @@ def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: in
     width = 3 * k + 2
     M = np.empty((n_all, width * n_classes), np.float32)
     rows_of = [np.nonzero(y == c)[0] for c in range(n_classes)]
-    biggest = max((r.size for r in rows_of), default=0)
-    nnz_big = max((int(X_train[r].nnz) for r in rows_of if r.size == biggest), default=0)
-    chosen, reason = choose_method(method, max(1, biggest), X_train.shape[1], nnz_big, backend)
+    # decided on the whole training matrix: per class, the dense method would also densify every
+    # query row once per class and metric
+    chosen, reason = choose_method(method, max(1, n_train), X_train.shape[1], X_train.nnz, backend)
     info = {"method": chosen, "method_reason": reason, "backend": backend.name, "k": int(k),
             "n_train": int(n_train), "n_queries": int(X_queries.shape[0]), "n_classes": int(n_classes)}
     t0 = time.perf_counter()
