@@ -250,15 +250,30 @@ def _untouched(r, metric, norm_order):
     return norm_order[r]
 
 
+@numba.njit(cache=True, inline="always")
+def _accumulate_dense(i, q_indptr, q_indices, q_data, scale, term_ptr, post_doc, post_w, metric, acc):
+    """Add query i's postings into acc (int64 (n_docs,), zero on entry): the same fixed-point
+    contributions as _accumulate_query, without touch bookkeeping."""
+    s = scale[i]
+    for p in range(q_indptr[i], q_indptr[i + 1]):
+        qw = q_data[p]
+        t = q_indices[p]
+        for r in range(term_ptr[t], term_ptr[t + 1]):
+            acc[post_doc[r]] += numba.int64(contribution_cpu(metric, qw, post_w[r]) * s)
+
+
 @numba.njit(parallel=True, cache=True)
 def topk_cpu(q_indptr, q_indices, q_data, scale, qn, self_doc, term_ptr, post_doc, post_w, dn,
              norm_order, metric, k, n_chunks, out_doc, out_key):
     """CPU twin of the GPU pipeline: exact top-k for each query.
 
-    Queries are split into n_chunks contiguous chunks run in parallel; each chunk reuses one
-    accumulator state (int64 (n_docs, 2)). Candidates: the documents the query touches, plus the
-    best untouched ones (an untouched document has acc = 0, so its key depends on its norm term
-    only: walk ``_untouched`` order), kept in a running best-k list (``_offer``).
+    Queries are split into n_chunks contiguous chunks run in parallel; each chunk keeps one
+    accumulator state. A query whose postings cover at least a quarter of the documents is scored
+    densely: a zeroed int64 accumulator, then every document offered to a running best-k list
+    (``_offer``) with its key (an untouched document has acc = 0, which gives exactly its key).
+    A sparser query tracks the documents it touches (``_accumulate_query``), offers those, then
+    the best untouched ones (for dot/cosine their key is 0 and the lowest indices win; for l2/l1
+    the key falls with the norm term, so walk ``norm_order``). Both give the same list.
     scale, qn float64 (Q,) from query_stats; dn float64 (n_docs,) from norm_terms; self_doc int64
     (Q,): a document to leave out per query, or -1. out_doc int32 (Q, k) = -1 and out_key float64
     (Q, k) = -inf where fewer than k documents exist.
@@ -266,32 +281,47 @@ def topk_cpu(q_indptr, q_indices, q_data, scale, qn, self_doc, term_ptr, post_do
     n_q = q_indptr.shape[0] - 1
     n_docs = dn.shape[0]
     for c in prange(n_chunks):
+        acc = np.empty(n_docs, np.int64)
         state = np.empty((n_docs, 2), np.int64)
         state[:, 0] = -1
         touched = np.empty(n_docs, np.int32)
         lo = c * n_q // n_chunks
         hi = (c + 1) * n_q // n_chunks
         for i in range(lo, hi):
-            n = _accumulate_query(i, q_indptr, q_indices, q_data, scale, term_ptr, post_doc, post_w,
-                                  metric, state, touched)
             keys = out_key[i]
             docs = out_doc[i]
             docs[:] = -1
             keys[:] = -np.inf
             filled = 0
+            sc = scale[i]
+            qni = qn[i]
+            me = self_doc[i]
+            postings = 0
+            for p in range(q_indptr[i], q_indptr[i + 1]):
+                postings += term_ptr[q_indices[p] + 1] - term_ptr[q_indices[p]]
+            if 4 * postings >= n_docs:
+                acc[:] = 0
+                _accumulate_dense(i, q_indptr, q_indices, q_data, scale, term_ptr, post_doc, post_w, metric, acc)
+                for d in range(n_docs):
+                    if d != me:
+                        key = score_key_cpu(metric, acc[d], sc, qni, dn[d])
+                        if filled < k or key >= keys[k - 1]:
+                            filled = _offer(key, d, keys, docs, filled, k)
+                continue
+            n = _accumulate_query(i, q_indptr, q_indices, q_data, scale, term_ptr, post_doc, post_w,
+                                  metric, state, touched)
             for j in range(n):
                 d = touched[j]
-                if d != self_doc[i]:
-                    key = score_key_cpu(metric, state[d, 1], scale[i], qn[i], dn[d])
-                    filled = _offer(key, d, keys, docs, filled, k)
+                if d != me:
+                    filled = _offer(score_key_cpu(metric, state[d, 1], sc, qni, dn[d]), d, keys, docs, filled, k)
             offered = 0
             for r in range(n_docs):
                 if offered >= k:
                     break
                 d = _untouched(r, metric, norm_order)
-                if state[d, 0] == i or d == self_doc[i]:
+                if state[d, 0] == i or d == me:
                     continue
-                filled = _offer(score_key_cpu(metric, 0, scale[i], qn[i], dn[d]), d, keys, docs, filled, k)
+                filled = _offer(score_key_cpu(metric, 0, sc, qni, dn[d]), d, keys, docs, filled, k)
                 offered += 1
 
 

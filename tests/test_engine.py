@@ -197,3 +197,16 @@ def test_cuda_threshold_after_in_simulator():
     c = search_threshold(index, X[:4], 0.1, "cosine", device="cpu", after=after)
     g = search_threshold(index, X[:4], 0.1, "cosine", device="cuda", after=after, geometry=TINY)
     assert np.array_equal(c.toarray(), g.toarray()) and c.nnz > 0
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_sparse_and_dense_cpu_paths_agree_with_reference(metric):
+    # queries whose postings cover few documents take the CPU twin's touched-list path, the
+    # others its dense path (kernels.scoring.topk_cpu); both must equal the reference
+    X = random_corpus(3000, 800, 0.003, seed=23, duplicates=((7, 2999),))
+    dense_queries = random_corpus(5, 800, 0.2, seed=24)
+    sparse_queries = sp.csr_matrix((np.ones(6, np.float32), ([0, 1, 2, 3, 4, 5], [0, 5, 9, 13, 400, 799])), shape=(6, 800))
+    Q = sp.vstack([dense_queries, sparse_queries, X[7]]).tocsr()
+    idx, sc = search_topk(Index.from_csr(X), Q, 12, metric, device="cpu")
+    ref_idx, ref_sc = topk(X, Q, 12, metric)
+    assert same_up_to_ties(idx, sc, ref_idx, ref_sc)

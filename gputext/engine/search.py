@@ -72,8 +72,9 @@ def _self_docs(index: Index, n_queries: int, exclude_self) -> np.ndarray:
 
 
 def _cpu_chunks(n_queries: int) -> int:
+    """One chunk of queries per thread: each chunk holds accumulators of 28 bytes a document."""
     import numba
-    return max(1, min(n_queries, numba.get_num_threads() * 4))
+    return max(1, min(n_queries, numba.get_num_threads()))
 
 
 def search_topk(index: Index, Q, k: int, metric: str = "cosine", device: str | Backend = "auto",
