@@ -57,17 +57,24 @@ PROGRESS_MIN_DOCS = 2000  # fewer documents tokenise in well under a second: no 
 # ----------------------------------------------------------------------------- options
 
 
+def int_or_float(value, name: str, expected: str):
+    """A command-line number: '5' -> 5, '0.5' -> 0.5, other values unchanged; anything else is
+    an InputError saying ``name``, the text and what was ``expected``."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            raise InputError(f"{name} {text!r}: expected {expected}") from None
+
+
 def parse_df_bound(value, name: str):
     """'5' -> 5 (documents), '0.5' -> 0.5 (fraction); ints >= 0, floats in [0, 1]."""
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            value = int(text)
-        except ValueError:
-            try:
-                value = float(text)
-            except ValueError:
-                raise InputError(f"{name} {text!r}: expected a number of documents (int) or a fraction in [0, 1]") from None
+    value = int_or_float(value, name, "a number of documents (int) or a fraction in [0, 1]")
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise InputError(f"{name} {value!r}: expected an int or a float")
     if isinstance(value, (int, np.integer)):

@@ -32,19 +32,12 @@ import numpy as np
 from ..errors import InputError
 from ..progress import progress
 from .corpus import Corpus, read_corpus, write_corpus
+from .ingest import int_or_float
 
 
 def parse_test_size(value):
     """'0.2' -> 0.2 (fraction), '100' -> 100 (count)."""
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            value = int(text)
-        except ValueError:
-            try:
-                value = float(text)
-            except ValueError:
-                raise InputError(f"--test-size {text!r}: expected a fraction in (0, 1) or a count >= 1") from None
+    value = int_or_float(value, "--test-size", "a fraction in (0, 1) or a count >= 1")
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         if value < 1:
             raise InputError(f"--test-size {value}: a count must be >= 1")
