@@ -181,7 +181,8 @@ def measure_child(tr_path: str, te_path: str, method: str, device: str, k: int, 
     # warm-up on a slice: JIT compilation and device initialisation are not part of the figure
     sl = keep[: min(200, keep.size)]
     compute_metafeatures(train.X[sl], codes[sl], n_classes, test.X[:50], k=k, method=method, device=device)
-    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    with open("/proc/self/statm") as f:  # resident now (ru_maxrss is a high-water mark, maybe from loading)
+        base_rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     peak = DevicePeak() if device == "cuda" else None
     t = time.perf_counter()
     mf = compute_metafeatures(train.X[keep], codes[keep], n_classes, test.X, k=k, method=method, device=device)
@@ -217,7 +218,7 @@ def efficiency(name, tr_path, te_path, args, has_gpu) -> list[dict]:
         rows.append({"dataset": name, "variant": label, **r})
         dev = f", device peak {r['peak_device_bytes'] / 2**20:.0f} MiB" if r.get("peak_device_bytes") is not None else ""
         print(f"  {name} {label}: {r['seconds']:.2f} s, host peak {r['peak_rss_bytes'] / 2**20:.0f} MiB "
-              f"(before {r['rss_before_bytes'] / 2**20:.0f} MiB){dev}", flush=True)
+              f"(resident before the run {r['rss_before_bytes'] / 2**20:.0f} MiB){dev}", flush=True)
     ref = arrays.get(("inverted", "cpu"))
     for row in rows:
         key = {"GPU engine (inverted index)": ("inverted", "cuda"), "dense GPU brute force": ("dense", "cuda")}.get(row["variant"])
@@ -254,8 +255,8 @@ def write_report(out: Path, eff_rows, time_rows, args, backend_desc):
         lines.append("")
     if time_rows:
         lines += ["## Tables 4/6: meta-feature generation (train leave-one-out + test)", "",
-                  "| dataset | variant | time (s) | speed-up vs CPU twin | host peak (MiB) | device peak (MiB) | equal to CPU |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
+                  "| dataset | variant | time (s) | speed-up vs CPU twin | host peak (MiB) | resident before (MiB) | device peak (MiB) | equal to CPU |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for r in time_rows:
             dev = r.get("peak_device_bytes")
             eq = r.get("identical_to_cpu")
@@ -263,6 +264,7 @@ def write_report(out: Path, eff_rows, time_rows, args, backend_desc):
             lines.append(f"| {r['dataset']} | {r['variant']} | {fmt(r.get('seconds'), '.2f')} | "
                          f"{fmt(r.get('speedup_vs_cpu'), '.1f')} | "
                          f"{fmt(r['peak_rss_bytes'] / 2**20 if r.get('peak_rss_bytes') else None, '.0f')} | "
+                         f"{fmt(r['rss_before_bytes'] / 2**20 if r.get('rss_before_bytes') else None, '.0f')} | "
                          f"{fmt(dev / 2**20 if dev is not None else None, '.0f')} | {eq if r.get('seconds') else r.get('note', '')} |")
         lines += ["", "Host peak = the process's maximum resident set (Python, numba and the corpora included); "
                   "device peak = most device memory in use above the level before the run."]
