@@ -33,7 +33,9 @@ CUDA kernels and the CPU twins produce bit-identical float64 values. Final score
        dot     dot
        l2      sqrt(max(qq + dd - 2 dot, 0))  (qq, dd: canonical sums of squares)
        l1      sum_j |q_j - d_j|
-and the reported score is float32(final).
+and the reported score is float32(final). Lists are ordered by the float64 final score, equal
+float64 scores by lower document index (as the engine orders its keys), so two documents whose
+scores round to the same float32 keep the order of their exact values.
 
 Launch geometry (threads per block, rows per block, tile sizes, copies of the histogram, ...) is a
 factory parameter everywhere; tests shrink it for the CUDA simulator. No warp intrinsics.
@@ -646,7 +648,7 @@ def rescore_cpu(X, Q, row_ids, cand_idx, cand_count, qq, dd, metric, cand_score)
     X (n_docs, n_terms) f32 C; Q (n_alloc, n_terms) f32 C; row_ids (n_rows,) int32 (query row of
     each output row); cand_idx (n_rows, n_slices, kprime) int32; cand_count (n_rows, n_slices)
     int32; qq (n_alloc,) f64 and dd (n_docs,) f64 canonical sums of squares; metric 0..3;
-    cand_score (n_rows, n_slices, kprime) f32: float32(final score) for listed candidates.
+    cand_score (n_rows, n_slices, kprime) f64: the final float64 score of each listed candidate.
     """
     n_rows, n_slices, kprime = cand_idx.shape
     is_l1 = metric == 3
@@ -658,7 +660,7 @@ def rescore_cpu(X, Q, row_ids, cand_idx, cand_count, qq, dd, metric, cand_score)
         for i in range(cand_count[r, sl]):
             d = cand_idx[r, sl, i]
             cross = _canonical_cross(X[d], Q[row], is_l1, p)
-            cand_score[r, sl, i] = np.float32(_final_cpu(metric, cross, qq[row], dd[d]))
+            cand_score[r, sl, i] = _final_cpu(metric, cross, qq[row], dd[d])
 
 
 @lru_cache(maxsize=None)
@@ -670,7 +672,7 @@ def make_rescore_kernel(threads_per_block: int):
     groups strided over the grid): lane l sums terms j = l, l+32, ... in float64 (coalesced loads
     of the document's row), then the 32 partials are combined in shared memory (float64
     (threads_per_block,)) by the canonical tree; lane 0 applies the final formula and writes
-    float32(score). Arguments as rescore_cpu.
+    the float64 score. Arguments as rescore_cpu.
     Synchronisation: syncthreads after the partials are stored, after each tree level, and after
     lane 0 has read the sum (all threads of the block take the same number of rounds).
     """
@@ -725,7 +727,7 @@ def make_rescore_kernel(threads_per_block: int):
                 cuda.syncthreads()  # tree level complete
                 s //= 2
             if active and lane == 0:
-                cand_score[r, sl, i] = float32(_final_dev(metric, part[tid], qq[row], dd[d]))
+                cand_score[r, sl, i] = _final_dev(metric, part[tid], qq[row], dd[d])
             cuda.syncthreads()  # sums read before the next round overwrites them
 
     return dense_rescore
@@ -736,17 +738,17 @@ def make_rescore_kernel(threads_per_block: int):
 
 @numba.njit(parallel=True, cache=True)
 def sort_topk_cpu(cand_idx, cand_count, cand_score, k, larger, out_idx, out_score):
-    """CPU twin of make_sort_kernel: out rows best first (score, then lower index).
+    """CPU twin of make_sort_kernel: out rows best first (float64 score, then lower index).
 
     cand_* as rescore_cpu; k int; larger: True for similarities; out_idx (n_rows, k) int32
-    (-1 padding), out_score (n_rows, k) float32 (NaN padding).
+    (-1 padding), out_score (n_rows, k) float64 (NaN padding; the host rounds to float32).
     """
     n_rows, n_slices, kprime = cand_idx.shape
     for r in numba.prange(n_rows):
         n = 0
         for sl in range(n_slices):
             n += cand_count[r, sl]
-        s = np.empty(n, dtype=np.float32)
+        s = np.empty(n, dtype=np.float64)
         ix = np.empty(n, dtype=np.int32)
         c = 0
         for sl in range(n_slices):
@@ -781,7 +783,7 @@ def make_sort_kernel(threads_per_block: int, max_candidates: int):
     Launch: 1-d grid (any number of blocks), ``threads_per_block`` threads; a block handles rows
     blockIdx.x, blockIdx.x + gridDim.x, ...
     Work: the row's n = sum of cand_count candidates (n <= max_candidates, a power of two) are
-    loaded into shared memory (float32 scores and int32 indices, max_candidates each), padded to
+    loaded into shared memory (float64 scores and int32 indices, max_candidates each), padded to
     the next power of two with (worst score, index 2**31 - 1), and sorted best first (score, then
     lower index) by a bitonic network: each thread handles pairs i = tid, tid + threads_per_block,
     ...; then the first k are written (-1 / NaN beyond n).
@@ -793,12 +795,12 @@ def make_sort_kernel(threads_per_block: int, max_candidates: int):
 
     @cuda.jit
     def dense_sort_topk(cand_idx, cand_count, cand_score, k, larger, out_idx, out_score):
-        ss = cuda.shared.array(MAXC, float32)
+        ss = cuda.shared.array(MAXC, float64)
         si = cuda.shared.array(MAXC, int32)
         tid = cuda.threadIdx.x
         n_rows = cand_idx.shape[0]
         n_slices = cand_idx.shape[1]
-        worst = float32(-np.inf) if larger else float32(np.inf)
+        worst = -np.inf if larger else np.inf
         for r in range(cuda.blockIdx.x, n_rows, cuda.gridDim.x):
             n = 0
             for sl in range(n_slices):
@@ -859,14 +861,15 @@ def exact_topk_cpu(X, Q, n_queries, qq, dd, metric, k, self_doc, out_idx, out_sc
     X (n_docs, n_terms) f32 C; Q (>= n_queries, n_terms) f32 C; qq (>= n_queries,) f64, dd (n_docs,)
     f64 canonical sums of squares; metric 0..3; k; self_doc (>= n_queries,) int64 (-1: none);
     out_idx (>= n_queries, k) int32 (-1 padding), out_score (>= n_queries, k) f32 (NaN padding),
-    best first, ties -> lower index. Identical to the CUDA path's output.
+    best first by the float64 score, equal float64 scores -> lower index (the engine's order);
+    reported as float32. Identical to the CUDA path's output.
     """
     n_docs = X.shape[0]
     larger = metric <= 1
     is_l1 = metric == 3
     for q in numba.prange(n_queries):
         selfcol = self_doc[q]
-        s = np.empty(k, dtype=np.float32)
+        s = np.empty(k, dtype=np.float64)
         ix = np.empty(k, dtype=np.int32)
         p = np.empty(EXACT_LANES, dtype=np.float64)
         n = 0
@@ -874,7 +877,7 @@ def exact_topk_cpu(X, Q, n_queries, qq, dd, metric, k, self_doc, out_idx, out_sc
             if d == selfcol:
                 continue
             cross = _canonical_cross(X[d], Q[q], is_l1, p)
-            v = np.float32(_final_cpu(metric, cross, qq[q], dd[d]))
+            v = _final_cpu(metric, cross, qq[q], dd[d])
             if n == k and not _before_cpu(v, d, s[k - 1], ix[k - 1], larger):
                 continue
             b = n - 1 if n < k else k - 2
@@ -889,7 +892,7 @@ def exact_topk_cpu(X, Q, n_queries, qq, dd, metric, k, self_doc, out_idx, out_sc
         for i in range(k):
             if i < n:
                 out_idx[q, i] = ix[i]
-                out_score[q, i] = s[i]
+                out_score[q, i] = np.float32(s[i])
             else:
                 out_idx[q, i] = -1
                 out_score[q, i] = np.nan
@@ -901,8 +904,8 @@ _F2 = "float32[:, ::1]"
 _F1 = "float32[::1]"
 _KEYS_SIG = f"void({_F2}, {_F2}, int64, {_F1}, {_F1}, {_F1}, int64, {_F2})"
 _SELECT_SIG = "void(uint32[:, ::1], int32[::1], int64, int64[::1], int32[:, :, ::1], int32[:, ::1], int32[:, ::1], int64[:, ::1])"
-_RESCORE_SIG = f"void({_F2}, {_F2}, int32[::1], int32[:, :, ::1], int32[:, ::1], float64[::1], float64[::1], int64, float32[:, :, ::1])"
-_SORT_SIG = "void(int32[:, :, ::1], int32[:, ::1], float32[:, :, ::1], int64, boolean, int32[:, ::1], float32[:, ::1])"
+_RESCORE_SIG = f"void({_F2}, {_F2}, int32[::1], int32[:, :, ::1], int32[:, ::1], float64[::1], float64[::1], int64, float64[:, :, ::1])"
+_SORT_SIG = "void(int32[:, :, ::1], int32[:, ::1], float64[:, :, ::1], int64, boolean, int32[:, ::1], float64[:, ::1])"
 
 
 def ptx_kernels():

@@ -12,17 +12,17 @@ from gputext.knn.classify import category_ranking, knn_classify, select_labels, 
 
 
 def brute_vote(Xtr, ytr, Xte, k, n_classes):
-    """float64 cosine, top k by (float32 score desc, index asc), float64 sum of float32 scores."""
+    """float64 cosine, top k by (float64 score desc, index asc), float64 sum of the float32 scores."""
     A, B = Xtr.toarray().astype(np.float64), Xte.toarray().astype(np.float64)
     na, nb = np.linalg.norm(A, axis=1), np.linalg.norm(B, axis=1)
     den = np.outer(nb, na)
-    S = np.where(den > 0, B @ A.T / np.where(den > 0, den, 1), 0).astype(np.float32)
+    S = np.where(den > 0, B @ A.T / np.where(den > 0, den, 1), 0)
     pred = []
     for i in range(B.shape[0]):
         order = np.lexsort((np.arange(A.shape[0]), -S[i]))[:k]
         votes = np.zeros(n_classes)
         for j in order:
-            votes[ytr[j]] += np.float64(S[i, j])
+            votes[ytr[j]] += np.float64(np.float32(S[i, j]))
         pred.append(int(np.argmax(votes)))
     return np.array(pred)
 
@@ -93,10 +93,10 @@ def test_multilabel_classify_against_definition():
     assert not labelled.all()  # the unlabelled ones must stay out of the neighbours
     Y = Y[labelled]
     A, B = train.X.toarray()[labelled].astype(np.float64), test.X.toarray().astype(np.float64)
-    S = (B @ A.T / np.outer(np.linalg.norm(B, axis=1), np.linalg.norm(A, axis=1))).astype(np.float32)
+    S = B @ A.T / np.outer(np.linalg.norm(B, axis=1), np.linalg.norm(A, axis=1))
     for i in range(B.shape[0]):
         nn = np.lexsort((np.arange(A.shape[0]), -S[i]))[:5]
-        want = np.array([max([S[i, j] for j in nn if Y[j, c]], default=0.0) for c in range(4)], np.float32)
+        want = np.array([max([np.float32(S[i, j]) for j in nn if Y[j, c]], default=0.0) for c in range(4)], np.float32)
         np.testing.assert_array_equal(res.label_scores[i], want)
     assert res.predicted_labels.sum(axis=1).max() <= 2
     assert {"one_error", "coverage", "ranking_loss", "average_precision", "micro_f1"} <= set(res.metrics)

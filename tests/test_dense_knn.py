@@ -15,7 +15,8 @@ METRICS = ["cosine", "dot", "l2", "l1"]
 
 
 def reference(X, Q, k, metric, self_doc=None):
-    """float64 brute force: (indices, float32 scores) best first, ties -> lower index."""
+    """float64 brute force: (indices, float32 scores) best first by the float64 score, equal
+    float64 scores -> lower index (the engine's order)."""
     A = np.asarray(X, np.float64)
     B = np.asarray(Q, np.float64)
     if metric in ("dot", "cosine"):
@@ -38,10 +39,10 @@ def reference(X, Q, k, metric, self_doc=None):
         docs = np.arange(n_docs)
         if self_doc is not None and self_doc[i] >= 0:
             docs = docs[docs != self_doc[i]]
-        vals = S32[i, docs]
+        vals = S[i, docs]
         order = np.lexsort((docs, -vals if larger else vals))[:k]
         idx[i, :order.size] = docs[order]
-        sc[i, :order.size] = vals[order]
+        sc[i, :order.size] = S32[i, docs][order]
     return idx, sc
 
 
@@ -158,10 +159,11 @@ def test_select_rescore_sort_twins_give_reference(metric):
     cp = np.empty((5, n_slices), np.int32); ct = np.empty((5, n_slices), np.int64)
     self_doc = np.array([-1, 4, -1, 0, 69], np.int64)
     kd.select_candidates_cpu(keys.view(np.uint32), rows, kprime, n_slices, self_doc, ci, cc, cp, ct)
-    cs = np.empty(ci.shape, np.float32)
+    cs = np.empty(ci.shape, np.float64)
     kd.rescore_cpu(X, Q, rows, ci, cc, qq, dd, code, cs)
-    oi = np.empty((5, 6), np.int32); os_ = np.empty((5, 6), np.float32)
+    oi = np.empty((5, 6), np.int32); os_ = np.empty((5, 6), np.float64)
     kd.sort_topk_cpu(ci, cc, cs, 6, code <= 1, oi, os_)
+    os_ = os_.astype(np.float32)
     # with exact keys (quarter data), the per-slice top kprime contains the global top 6
     assert_same((oi, os_), reference(X, Q, 6, metric, self_doc=self_doc))
     # the threshold is the kprime-th key of each slice

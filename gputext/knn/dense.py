@@ -334,9 +334,9 @@ class DenseIndex:
             cand_count = cuda.device_array((n_rows, n_slices), np.int32)
             cand_complete = cuda.device_array((n_rows, n_slices), np.int32)
             cand_thr = cuda.device_array((n_rows, n_slices), np.int64)
-            cand_score = cuda.device_array((n_rows, n_slices, kprime), np.float32)
+            cand_score = cuda.device_array((n_rows, n_slices, kprime), np.float64)
             o_idx = cuda.device_array((n_rows, k), np.int32)
-            o_score = cuda.device_array((n_rows, k), np.float32)
+            o_score = cuda.device_array((n_rows, k), np.float64)
             select[(min(n_rows, 65535), n_slices), g.select_threads](
                 key_bits, rows_dev, kprime, sd_dev, cand_idx, cand_count, cand_complete, cand_thr)
             groups = g.rescore_threads // kd.EXACT_LANES
@@ -349,7 +349,7 @@ class DenseIndex:
             ok = _certified(code, bound, pending, idx_h, score_h, complete_h, thr_h, k,
                             lambda: cand_idx.copy_to_host(), n_docs, n_slices, sd_dev)
             out_idx[pending[ok]] = idx_h[ok]
-            out_score[pending[ok]] = score_h[ok]
+            out_score[pending[ok]] = score_h[ok].astype(np.float32)
             pending = pending[~ok]
             if pending.size:
                 self.last_run["escalated"] += int(pending.size)
@@ -372,7 +372,7 @@ class DenseIndex:
             part = rows[s:s + group]
             cand = np.broadcast_to(np.arange(n_docs, dtype=np.int32), (part.size, 1, n_docs)).copy()
             count = np.full((part.size, 1), n_docs, np.int32)
-            scores = cuda.device_array((part.size, 1, n_docs), np.float32)
+            scores = cuda.device_array((part.size, 1, n_docs), np.float64)
             blocks = max(1, min(-(-(part.size * n_docs) // (g.rescore_threads // kd.EXACT_LANES)), 65535))
             rescore[blocks, g.rescore_threads](dev["X"], q_dev, cuda.to_device(part), cuda.to_device(cand),
                                                cuda.to_device(count), qq_dev, dev["dd"], code, scores)
@@ -388,7 +388,7 @@ class DenseIndex:
                 out_idx[row] = -1
                 out_score[row] = np.nan
                 out_idx[row, :order.size] = docs[order]
-                out_score[row, :order.size] = vals[order]
+                out_score[row, :order.size] = vals[order].astype(np.float32)
 
 
 def _multiprocessors() -> int:
@@ -431,7 +431,7 @@ def _certified(code, b: _BoundInputs, rows, idx, score, complete, thr_ord, k, ca
     Non-candidates of an incomplete slice have float32 key <= thr (that slice's k'-th key). The
     float32 key differs from the exact value by at most gamma = (chain + 8) u (relative to the
     score for non-negative data, else to |q| |d|), giving a bound U on any non-candidate's exact
-    score; the row is certified when its k-th score is strictly better than float32(U). For
+    score; the row is certified when its k-th float64 score is strictly better than U. For
     non-negative data with thr = 0, every non-candidate scores exactly 0 and has a higher index than
     the zero-key candidates of its slice, which is checked directly.
     """
@@ -445,7 +445,7 @@ def _certified(code, b: _BoundInputs, rows, idx, score, complete, thr_ord, k, ca
     if ok.all():
         return ok
     thr = np.where(incomplete, ordered_to_float32(thr_ord).astype(np.float64), -np.inf).max(axis=1)
-    s_k = score[:, k - 1].astype(np.float64)
+    s_k = score[:, k - 1]  # float64 from the sort kernel
     q = rows
     gamma = b.gamma
     nonneg = b.nonneg[q]
@@ -454,7 +454,7 @@ def _certified(code, b: _BoundInputs, rows, idx, score, complete, thr_ord, k, ca
         scale = np.ones(n) if code == 0 else b.nq[q] * b.docs.max_norm
         U = np.where(nonneg & (thr > 0), thr / (1 - gamma), thr + gamma * scale) + tiny
         U = U + np.abs(U) * 1e-12
-        ok |= (~all_complete) & (s_k > U.astype(np.float32).astype(np.float64))
+        ok |= (~all_complete) & (s_k > U)
         zero = (~ok) & nonneg & (thr == 0)
         if zero.any():
             cand = cand_idx_fn()
@@ -477,11 +477,11 @@ def _certified(code, b: _BoundInputs, rows, idx, score, complete, thr_ord, k, ca
         E = gamma * (b.nq[q] * b.docs.max_norm + 0.5 * b.docs.max_sq) + tiny
         slack = 1e-12 * (b.qq[q] + b.docs.max_sq + 2 * b.nq[q] * b.docs.max_norm)
         L = np.sqrt(np.maximum(0.0, b.qq[q] - 2 * (thr + E) - slack))
-        ok |= (~all_complete) & (s_k < L.astype(np.float32).astype(np.float64))
+        ok |= (~all_complete) & (s_k < L)
     else:
         L = (-thr) / (1 + gamma)
         L = L - np.abs(L) * 1e-12 - tiny
-        ok |= (~all_complete) & (s_k < L.astype(np.float32).astype(np.float64))
+        ok |= (~all_complete) & (s_k < L)
     return ok
 
 
