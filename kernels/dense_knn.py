@@ -47,7 +47,7 @@ from functools import lru_cache
 
 import numba
 import numpy as np
-from numba import cuda, float32, float64, int32, int64
+from numba import cuda, float32, float64, int32, int64, uint32
 
 EXACT_LANES = 32
 METRICS = ("cosine", "dot", "l2", "l1")
@@ -491,7 +491,7 @@ def _block_exclusive_scan(scan, value, tid, n_threads):
 
 
 @lru_cache(maxsize=None)
-def make_select_kernel(threads_per_block: int, items_per_thread: int, histogram_copies: int):
+def make_select_kernel(threads_per_block: int, items_per_thread: int, histogram_copies: int, histogram_unroll: int = 4):
     """Per (query row, document slice): the kprime largest keys by a 4-pass radix select.
 
     Launch: grid (any number of blocks, n_slices); ``threads_per_block`` threads (a power of two).
@@ -499,7 +499,8 @@ def make_select_kernel(threads_per_block: int, items_per_thread: int, histogram_
     slice blockIdx.y. Keys are mapped to order-preserving integers (``_ordered_py``); four passes
     over the slice build a 256-bin histogram of the next 8 bits among keys matching the prefix
     found so far (``histogram_copies`` copies in shared memory, one per thread % copies, row stride
-    257 against bank conflicts, atomics on shared memory), and thread 0 walks the bins from the top
+    257 against bank conflicts, atomics on shared memory; each thread issues ``histogram_unroll``
+    loads before using any), and thread 0 walks the bins from the top
     to fix the next byte of the kprime-th largest key. A last pass lists the winners in increasing
     document order: the slice is cut into chunks of threads_per_block * items_per_thread
     documents, thread t owning items_per_thread consecutive ones; a chunk with no winner costs one
@@ -510,7 +511,7 @@ def make_select_kernel(threads_per_block: int, items_per_thread: int, histogram_
     the scans, and at the end of each row.
     Outputs exactly as select_candidates_cpu (its docstring gives shapes and dtypes).
     """
-    TPB, IPT, NC = int(threads_per_block), int(items_per_thread), int(histogram_copies)
+    TPB, IPT, NC, HU = int(threads_per_block), int(items_per_thread), int(histogram_copies), int(histogram_unroll)
     assert TPB & (TPB - 1) == 0 and 1 <= NC <= TPB
     HS = 257
     CHUNK = TPB * IPT
@@ -521,6 +522,7 @@ def make_select_kernel(threads_per_block: int, items_per_thread: int, histogram_
                                 cand_idx, cand_count, cand_complete, cand_thr):
         hist = cuda.shared.array(HIST, int32)
         scan = cuda.shared.array(TPB, int32)
+        loaded = cuda.local.array(HU, uint32)
         state = cuda.shared.array(3, int64)
         tid = cuda.threadIdx.x
         sl = cuda.blockIdx.y
@@ -564,11 +566,16 @@ def make_select_kernel(threads_per_block: int, items_per_thread: int, histogram_
                 cuda.syncthreads()  # histogram cleared, state visible
                 prefix = state[0]
                 mask = state[1]
-                for j in range(lo + tid, hi, TPB):
-                    if j != selfcol:
-                        u = _ordered_dev(key_bits[row, j])
-                        if (u & mask) == prefix:
-                            cuda.atomic.add(hist, copy * HS + ((u >> shift) & 255), 1)
+                for j0 in range(lo + tid, hi, TPB * HU):
+                    for h in range(HU):  # HU independent loads in flight before any is used
+                        j = j0 + h * TPB
+                        loaded[h] = key_bits[row, j] if j < hi else 0
+                    for h in range(HU):
+                        j = j0 + h * TPB
+                        if j < hi and j != selfcol:
+                            u = _ordered_dev(loaded[h])
+                            if (u & mask) == prefix:
+                                cuda.atomic.add(hist, copy * HS + ((u >> shift) & 255), 1)
                 cuda.syncthreads()  # histogram complete
                 for b in range(tid, 256, TPB):
                     total = 0

@@ -64,11 +64,15 @@ class DenseGeometry:
     rescore_threads: int = 256
     rescore_blocks: int = 0
     sort_threads: int = 256
-    max_candidates: int = 1024
+    max_candidates: int = 2048  # per query, over all slices (shared memory of the sort: 12 bytes each)
     extra_candidates: int = 16
     min_docs_per_slice: int = 2048  # slices (blocks per query in the selection) when there are few queries
     keys_bytes: int = 1 << 30  # float32 key buffer per batch of queries
     query_bytes: int = 256 << 20  # dense query rows per batch (host and device)
+    # "numba": our matvec/GEMM kernels make the float32 keys; "cublas": CuPy's matmul (cuBLAS
+    # SGEMM/GEMV, TF32 off) makes them for cosine/dot/l2, and the rest of the pipeline (select,
+    # float64 rescoring, certificate) is unchanged, so answers stay exact. Needs CuPy.
+    key_backend: str = "numba"
 
 
 def dense_fits(n_docs: int, n_terms: int, device_free_bytes: int | None, nnz: int | None = None) -> tuple[bool, str]:
@@ -197,6 +201,7 @@ class DenseIndex:
         self.n_docs, self.n_terms = self.X.shape
         self.stats = _stats(self.X)
         self._dev = None
+        self._bufs: dict = {}
         self.last_run: dict = {}
 
     @property
@@ -209,6 +214,23 @@ class DenseIndex:
             self._dev = {"X": cuda.to_device(self.X), "rd": cuda.to_device(self.stats.rd),
                          "half": cuda.to_device(self.stats.half_sqd), "dd": cuda.to_device(self.stats.dd)}
         return self._dev
+
+    def _buffer(self, name: str, shape: tuple, dtype):
+        """A device array of ``shape`` reused across calls (numba allocates and frees device memory
+        synchronously, which cost more than the small kernels); its first dimension is a capacity."""
+        from numba import cuda
+        key = (name, tuple(shape[1:]), np.dtype(dtype).str)
+        buf = self._bufs.get(key)
+        if buf is None or buf.shape[0] < shape[0]:
+            self._bufs = {k_: v for k_, v in self._bufs.items() if k_[0] != name}
+            buf = cuda.device_array((max(1, shape[0]),) + tuple(shape[1:]), dtype)
+            self._bufs[key] = buf
+        return buf[: shape[0]]
+
+    def _upload(self, name: str, array: np.ndarray):
+        buf = self._buffer(name, array.shape, array.dtype)
+        buf.copy_to_device(np.ascontiguousarray(array))
+        return buf
 
     def search(self, Q, k: int, metric: str = "cosine", exclude_self=False, quiet: bool = True):
         """(indices int32 (n_queries, k), scores float32 (n_queries, k)); see the module doc."""
@@ -283,22 +305,26 @@ class DenseIndex:
                     rq = np.where(qq > 0, 1.0 / np.sqrt(qq), 0.0).astype(np.float32)
                 sd = np.full(n_alloc, -1, np.int64)
                 sd[:nb] = self_doc[lo:hi]
-                q_dev = cuda.to_device(Qb)
-                qq_dev = cuda.to_device(qq)
-                sd_dev = cuda.to_device(sd)
-                keys = cuda.device_array((n_alloc, n_docs), np.float32)
+                q_dev = self._upload("Q", Qb)
+                qq_dev = self._upload("qq", qq)
+                sd_dev = self._upload("self", sd)
+                rq_dev = self._upload("rq", rq)
+                keys = self._buffer("keys", (n_alloc, n_docs), np.float32)
                 is_l1 = code == 3
-                if nb < g.gemm_min_queries:
+                if g.key_backend == "cublas" and not is_l1 and _cublas_keys(dev, q_dev, nb, rq_dev, code, keys):
+                    chain = kd.chain_length("gemm", n_terms)
+                    self.last_run["kernel"] = "cublas"
+                elif nb < g.gemm_min_queries:
                     kern = kd.make_matvec_kernel(g.matvec_threads, g.threads_per_row, qpp, g.unroll, is_l1)
                     blocks = g.matvec_blocks or min(-(-n_docs // (g.matvec_threads // g.threads_per_row)), 8 * sms)
-                    kern[blocks, g.matvec_threads](dev["X"], q_dev, nb, cuda.to_device(rq), dev["rd"], dev["half"], code, keys)
+                    kern[blocks, g.matvec_threads](dev["X"], q_dev, nb, rq_dev, dev["rd"], dev["half"], code, keys)
                     chain = kd.chain_length("matvec", n_terms, g.threads_per_row)
                     self.last_run["kernel"] = "matvec"
                 else:
                     bm, bn, bk, tm, tn = g.gemm_tile
                     kern = kd.make_gemm_kernel(bm, bn, bk, tm, tn, is_l1)
                     grid = (-(-n_docs // bn), -(-nb // bm))
-                    kern[grid, (bm // tm) * (bn // tn)](dev["X"], q_dev, nb, cuda.to_device(rq), dev["rd"], dev["half"], code, keys)
+                    kern[grid, (bm // tm) * (bn // tn)](dev["X"], q_dev, nb, rq_dev, dev["rd"], dev["half"], code, keys)
                     chain = kd.chain_length("gemm", n_terms)
                     self.last_run["kernel"] = "gemm"
                 bound = _BoundInputs(code, chain, Qb[:nb], qq[:nb], self.stats, n_terms)
@@ -329,14 +355,14 @@ class DenseIndex:
             n_rows = int(pending.size)
             target = g.select_blocks or 2 * sms
             n_slices = max(1, min(-(-target // n_rows), g.max_candidates // kprime, n_docs // max(2 * kprime, g.min_docs_per_slice)))
-            rows_dev = cuda.to_device(pending)
-            cand_idx = cuda.device_array((n_rows, n_slices, kprime), np.int32)
-            cand_count = cuda.device_array((n_rows, n_slices), np.int32)
-            cand_complete = cuda.device_array((n_rows, n_slices), np.int32)
-            cand_thr = cuda.device_array((n_rows, n_slices), np.int64)
-            cand_score = cuda.device_array((n_rows, n_slices, kprime), np.float64)
-            o_idx = cuda.device_array((n_rows, k), np.int32)
-            o_score = cuda.device_array((n_rows, k), np.float64)
+            rows_dev = self._upload("rows", pending)
+            cand_idx = self._buffer("cand_idx", (n_rows, n_slices, kprime), np.int32)
+            cand_count = self._buffer("cand_count", (n_rows, n_slices), np.int32)
+            cand_complete = self._buffer("cand_complete", (n_rows, n_slices), np.int32)
+            cand_thr = self._buffer("cand_thr", (n_rows, n_slices), np.int64)
+            cand_score = self._buffer("cand_score", (n_rows, n_slices, kprime), np.float64)
+            o_idx = self._buffer("o_idx", (n_rows, k), np.int32)
+            o_score = self._buffer("o_score", (n_rows, k), np.float64)
             select[(min(n_rows, 65535), n_slices), g.select_threads](
                 key_bits, rows_dev, kprime, sd_dev, cand_idx, cand_count, cand_complete, cand_thr)
             groups = g.rescore_threads // kd.EXACT_LANES
@@ -389,6 +415,29 @@ class DenseIndex:
                 out_score[row] = np.nan
                 out_idx[row, :order.size] = docs[order]
                 out_score[row, :order.size] = vals[order].astype(np.float32)
+
+
+def _cublas_keys(dev, q_dev, nb, rq_dev, code, keys) -> bool:
+    """float32 keys by CuPy (cuBLAS) into ``keys``; False when CuPy is missing or TF32 is on
+    (TF32 rounds the inputs to 10 bits, outside the certificate's float32 error bound)."""
+    import os
+    if os.environ.get("CUPY_TF32", "0") not in ("", "0"):
+        return False
+    try:
+        import cupy as cp
+    except ImportError:
+        return False
+    X = cp.asarray(dev["X"])
+    Q = cp.asarray(q_dev)[:nb]
+    out = cp.asarray(keys)[:nb]
+    cp.matmul(Q, X.T, out=out)
+    if code == 0:
+        out *= cp.asarray(rq_dev)[:nb, None]
+        out *= cp.asarray(dev["rd"])[None, :]
+    elif code == 2:
+        out -= cp.asarray(dev["half"])[None, :]
+    out += cp.float32(0.0)  # -0.0 -> +0.0, as the numba kernels do
+    return True
 
 
 def _multiprocessors() -> int:
