@@ -114,12 +114,25 @@ def _better(sim, row, best_sim, best_row):
     return sim > best_sim or (sim == best_sim and row < best_row)
 
 
+def _slot(term, n, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base):
+    """Score slot n of ``row`` (its term ``term`` >= 0) against the batch: probe the hash table and,
+    on a hit only, read the slot's weight and add weight * posting weight into acc[base + doc]."""
+    h = probe_dev(ibuf, o_key, mask, term)
+    if h >= 0:
+        w = numba.float64(ell_weights[n, row])
+        u = ibuf[o_val + h]
+        for p in range(ibuf[o_first + u], ibuf[o_first + u + 1]):
+            acc[base + ibuf[o_pdoc + p]] += w * numba.float64(fbuf[o_pw + p])
+
+
 probe_dev = cuda.jit(device=True, inline=True)(_probe)
 lower_bound_dev = cuda.jit(device=True, inline=True)(_lower_bound)
 better_dev = cuda.jit(device=True, inline=True)(_better)
 probe_cpu = numba.njit(inline="always")(_probe)
 lower_bound_cpu = numba.njit(inline="always")(_lower_bound)
 better_cpu = numba.njit(inline="always")(_better)
+slot_dev = cuda.jit(device=True, inline=True)(_slot)
+SCAN_UNROLL = 8  # term loads a scanning thread issues at once (the kernel's straight-line t0..t7)
 
 
 # ----------------------------------------------------------------------------- CUDA kernels
@@ -146,8 +159,8 @@ def score_kernel(threads_per_block: int, max_docs: int):
     1. zero ``acc`` (strided over the block). syncthreads: acc zeroed.
     2. each thread binary-searches its row in the sorted update rows (a few cached loads: the
        warp's threads read the same entries). If r is there: write its K slots into the ELL matrix
-       and score them; else read slot n = 0, 1, ... until term -1 (the next slot's term is loaded
-       before the current one is probed, so two loads are in flight): probe the term in the hash
+       and score them; else read slot n = 0, 1, ... until term -1 (SCAN_UNROLL = 8 slots' terms
+       are loaded at once before the first is probed, so eight loads are in flight): probe the term in the hash
        table; only on a hit read the (coalesced) weight and add weight * posting weight into
        acc[tx][doc] for each posting. Sums run in slot (= term id) order: exact and
        backend-independent.
@@ -209,18 +222,44 @@ def score_kernel(threads_per_block: int, max_docs: int):
                             for p in range(ibuf[o_first + u], ibuf[o_first + u + 1]):
                                 acc[base + ibuf[o_pdoc + p]] += numba.float64(w) * numba.float64(fbuf[o_pw + p])
             else:
-                term = ell_terms[0, row]
+                # SCAN_UNROLL independent term loads are issued before the first is probed, so a
+                # thread keeps 8 loads in flight instead of 1 (the scan is latency-bound: with one
+                # load at a time every slot waits a full DRAM round trip).
                 n = 0
-                while term >= 0:
-                    nxt = ell_terms[n + 1, row] if n + 1 < K else EMPTY  # in flight while term is probed
-                    h = probe_dev(ibuf, o_key, mask, term)
-                    if h >= 0:
-                        w = numba.float64(ell_weights[n, row])
-                        u = ibuf[o_val + h]
-                        for p in range(ibuf[o_first + u], ibuf[o_first + u + 1]):
-                            acc[base + ibuf[o_pdoc + p]] += w * numba.float64(fbuf[o_pw + p])
-                    term = nxt
-                    n += 1
+                while n < K:
+                    t0 = ell_terms[n, row]
+                    t1 = ell_terms[n + 1, row] if n + 1 < K else EMPTY
+                    t2 = ell_terms[n + 2, row] if n + 2 < K else EMPTY
+                    t3 = ell_terms[n + 3, row] if n + 3 < K else EMPTY
+                    t4 = ell_terms[n + 4, row] if n + 4 < K else EMPTY
+                    t5 = ell_terms[n + 5, row] if n + 5 < K else EMPTY
+                    t6 = ell_terms[n + 6, row] if n + 6 < K else EMPTY
+                    t7 = ell_terms[n + 7, row] if n + 7 < K else EMPTY
+                    if t0 < 0:
+                        break
+                    slot_dev(t0, n, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
+                    if t1 < 0:
+                        break
+                    slot_dev(t1, n + 1, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
+                    if t2 < 0:
+                        break
+                    slot_dev(t2, n + 2, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
+                    if t3 < 0:
+                        break
+                    slot_dev(t3, n + 3, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
+                    if t4 < 0:
+                        break
+                    slot_dev(t4, n + 4, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
+                    if t5 < 0:
+                        break
+                    slot_dev(t5, n + 5, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
+                    if t6 < 0:
+                        break
+                    slot_dev(t6, n + 6, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
+                    if t7 < 0:
+                        break
+                    slot_dev(t7, n + 7, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
+                    n += SCAN_UNROLL
         cuda.syncthreads()  # every row of the block has its similarities in acc
 
         g = tx // mdocs

@@ -445,6 +445,8 @@ def main(argv=None):
     ap.add_argument("--time-budget", type=float, default=None,
                     help="seconds for the throughput section before it stops and extrapolates (default 200; quick 20)")
     ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--threads-per-block", type=int, default=None, help="scan kernel rows per block (default: the clusterer's)")
+    ap.add_argument("--latency-sizes", default=None, help="comma list of cluster counts for the latency section")
     ap.add_argument("--sections", default="env,exactness,latency,throughput")
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # CUDA-simulator smoke test of this script
     args = ap.parse_args(argv)
@@ -452,6 +454,10 @@ def main(argv=None):
     if args.tiny:
         GEOMETRY.update(threads_per_block=16, reduce_threads=8)
         args.batch_size = min(args.batch_size, 8)
+    if args.threads_per_block:
+        GEOMETRY.update(threads_per_block=args.threads_per_block)
+    if args.latency_sizes:
+        SIZES[mode]["latency"] = ([int(float(x)) for x in args.latency_sizes.split(",")],) + SIZES[mode]["latency"][1:]
     backend = resolve(args.device)
     log(f"backend: {backend.describe()}")
     results = {"args": vars(args), "date": time.strftime("%Y-%m-%d %H:%M:%S")}

@@ -22,10 +22,10 @@ def _setup(n_rows=21, K=4, n_terms=10, n_docs=3, seed=0):
     host_t = np.ascontiguousarray(terms.T)
     host_w = np.ascontiguousarray(weights.T)
     upd = np.array([3, n_rows - 1], np.int32)
-    host_t[3] = [1, 4, -1, -1]
-    host_w[3] = [0.5, 0.5, 0, 0]
-    host_t[n_rows - 1] = [0, 2, 4, 9]
-    host_w[n_rows - 1] = [0.25, 0.25, 0.25, 0.25]
+    host_t[3] = [1, 4] + [-1] * (K - 2)
+    host_w[3] = [0.5, 0.5] + [0] * (K - 2)
+    host_t[n_rows - 1] = np.arange(K) * (n_terms // K)
+    host_w[n_rows - 1] = 0.25
     docs = sp.csr_matrix((rng.integers(0, 4, (n_docs, n_terms)) * (rng.random((n_docs, n_terms)) < 0.5)) / 4)
     ibuf = np.zeros(2048, np.int32)
     fbuf = np.zeros(2048, np.float32)
@@ -35,10 +35,11 @@ def _setup(n_rows=21, K=4, n_terms=10, n_docs=3, seed=0):
     return E, terms, weights, ibuf, fbuf, upd, table, n_post, n_docs, n_rows
 
 
-@pytest.mark.parametrize("tpb,max_docs", [(8, 4), (16, 3)])
-def test_score_and_reduce_kernels_equal_twins(tpb, max_docs):
+@pytest.mark.parametrize("tpb,max_docs,K", [(8, 4, 4), (16, 3, 4), (16, 4, 19)])
+def test_score_and_reduce_kernels_equal_twins(tpb, max_docs, K):
+    """K = 19 crosses the scan's 8-slot load groups twice and ends inside the third one."""
     from numba import cuda
-    E, terms, weights, ibuf, fbuf, upd, table, n_post, n_docs, n_rows = _setup()
+    E, terms, weights, ibuf, fbuf, upd, table, n_post, n_docs, n_rows = _setup(K=K, n_terms=10 if K < 10 else 40)
     n_blocks = (n_rows + tpb - 1) // tpb
     part_sim, part_row = np.zeros(n_docs * n_blocks), np.zeros(n_docs * n_blocks, np.int32)
     t_cpu, w_cpu = terms.copy(), weights.copy()
