@@ -1,0 +1,349 @@
+#!/usr/bin/env python3
+"""GPU round for DClustR / CUDA-DClus updates (issue 5: an update at most a fifth of a full recluster).
+
+One run, on the GPU host, with the peer (a full OClustR recluster of the union, written the same
+way) measured in the same run:
+
+  1. a Reu-50K-shaped synthetic corpus (``gputext corpus synth`` preset, seed 2, as in
+     scripts/gpu_star.py) of --base + max(--adds) documents; the first --base documents are
+     clustered and written (no compression, like the benchmark of gpu_star.py);
+  2. for every N in --adds: ``dclus.update`` adding the next N documents (end to end: reading the
+     added corpus, update, writing the result file) against a full recluster of the union (end to
+     end: reading the union corpus, cluster_star, write_result); medians of --repeats runs after a
+     warm-up, alternating update and recluster;
+  3. a per-stage breakdown of both: for the update the stage timers of ``dclus.update`` (read,
+     scoring, PCC assignment, load, local graph, relevance, cover, improvement, membership,
+     write), for the recluster scoring, assembly, relevance, cover and write.  The device work of
+     each stage ends with a device-to-host copy, so host timers include it; the relevance stage is
+     additionally timed with CUDA events (kernel only) on the update's local graph;
+  4. exactness at size: the update on --device equals the update by the CPU twin bit for bit
+     (centers, memberships, every stored graph array) -- skipped with --skip-cpu; the graph stored
+     after the update equals the union's graph built by the full recluster (indptr, indices,
+     weights); agreement (FBcubed, overlapping NMI) of the update with the full recluster.
+
+  python scripts/gpu_dclus.py --quick --device cpu   # smoke test anywhere (< 1 minute)
+  python scripts/gpu_dclus.py --quick                 # small, on the GPU
+  python scripts/gpu_dclus.py --out out/gpu           # full (about 4-6 minutes on an H100)
+
+Prints a markdown table last and writes gpu_dclus.json into --out (default $OUT or out/).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+
+warnings.filterwarnings("ignore")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small sizes (under a minute)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--out", default=os.environ.get("OUT", "out"))
+    p.add_argument("--beta", type=float, default=0.25)
+    p.add_argument("--preset", default="reu-50k", help="synthetic corpus shape (gputext corpus synth preset)")
+    p.add_argument("--base", type=int, help="documents clustered before the additions (default 50000; quick 3000)")
+    p.add_argument("--adds", help="additions, comma-separated (default 5000,10000; quick 500,1000)")
+    p.add_argument("--repeats", type=int, help="timed runs of each (default 3; quick 2)")
+    p.add_argument("--skip-cpu", action="store_true", help="no CPU-twin update (no device == CPU check)")
+    args = p.parse_args()
+    q = args.quick
+    args.base = args.base or (3000 if q else 50000)
+    args.adds = [int(x) for x in (args.adds or ("500,1000" if q else "5000,10000")).split(",")]
+    args.repeats = args.repeats or (2 if q else 3)
+    return args
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return float(statistics.median(xs)) if xs else None
+
+
+def device_info(backend):
+    import numba
+    info = {"backend": backend.describe(), "host": platform.node(), "cpu_threads": numba.get_num_threads(), "gpu": None}
+    if backend.is_cuda and not backend.simulator:
+        from numba import cuda
+        dev = cuda.get_current_device()
+        info["gpu"] = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+    return info
+
+
+def corpus(n_docs, preset, seed=2):
+    from gputext.datasets.presets import resolve
+    from gputext.datasets.synth import make_corpus
+    _, params = resolve(preset, n_docs=n_docs)
+    return make_corpus(seed=seed, **params)
+
+
+def read_result(path):
+    """(centers int64, membership CSR) of a result file, selectively."""
+    import h5py
+    from gputext.cluster import metrics
+    c = metrics.load_clustering(path, "clusters")
+    with h5py.File(path, "r") as f:
+        centers = f["uns/gputext/star/centers"][()]
+    return centers, c.membership
+
+
+def graph_arrays(path):
+    """Every dataset of the stored graph group (for bitwise comparison of two result files)."""
+    import h5py
+    from gputext.cluster import dclus
+    out = {}
+    with h5py.File(path, "r") as f:
+        g = f[dclus.GRAPH_KEY]
+        for k in g.keys():
+            if isinstance(g[k], h5py.Dataset):
+                out[k] = g[k][()]
+    return out
+
+
+def same_files(a, b):
+    ca, ma = read_result(a)
+    cb, mb = read_result(b)
+    checks = {"centers": np.array_equal(ca, cb),
+              "membership": ma.shape == mb.shape and (ma != mb).nnz == 0}
+    ga, gb = graph_arrays(a), graph_arrays(b)
+    checks["graph"] = ga.keys() == gb.keys() and all(np.array_equal(ga[k], gb[k]) for k in ga)
+    return all(checks.values()), checks
+
+
+def same_graph(update_path, full_path):
+    """The graph stored after the update equals the union's graph of the full recluster."""
+    from gputext.cluster import dclus
+    g1, _ = dclus.read_stored_graph(update_path)
+    g2, _ = dclus.read_stored_graph(full_path)
+    return bool(np.array_equal(g1.indptr, g2.indptr) and np.array_equal(g1.indices, g2.indices)
+                and np.array_equal(g1.weights, g2.weights)), int(g2.n_edges)
+
+
+def relevance_events(graph, repeats=5):
+    """Relevance kernel alone on a graph, CUDA events, median (seconds)."""
+    from numba import cuda
+    from gputext.kernels import star as kstar
+    kernel = kstar.relevance_kernel(32, 8)
+    d = [cuda.to_device(a) for a in (graph.indptr, graph.indices if len(graph.indices) else np.zeros(1, np.int32),
+                                     graph.degree, graph.ais)]
+    cnt = cuda.device_array(graph.n, np.int32)
+    rel = cuda.device_array(graph.n, np.float64)
+    blocks = max(1, min(65536, (graph.n + 7) // 8))
+    times = []
+    for _ in range(repeats + 1):
+        start, stop = cuda.event(), cuda.event()
+        start.record()
+        kernel[blocks, (32, 8)](*d, cnt, rel)
+        stop.record()
+        stop.synchronize()
+        times.append(cuda.event_elapsed_time(start, stop) / 1e3)
+    return median(times[1:])
+
+
+UPDATE_STAGES = ("read", "scoring", "pcc", "load", "local_graph", "relevance", "cover", "improve", "membership",
+                 "write_corpus", "write_graph")
+
+
+def update_stages(stats):
+    out = {s: stats.get(f"seconds_{s}") for s in UPDATE_STAGES}
+    if out["write_corpus"] is None and out["write_graph"] is None:
+        out["write_graph"] = stats.get("seconds_write")
+    return out
+
+
+def run(args, backend, cpu, tmp):
+    from gputext.cluster import dclus
+    from gputext.cluster.star import cluster_star
+    from gputext.io import read_corpus, write_corpus
+
+    rows = []
+    total = args.base + max(args.adds)
+    t = time.perf_counter()
+    whole = corpus(total, args.preset)
+    log(f"corpus: {total} docs, {whole.X.nnz} nnz ({time.perf_counter() - t:.1f} s)")
+    base = whole.take(np.arange(args.base))
+    base_path = os.path.join(tmp, "base.h5")
+    t = time.perf_counter()
+    res = cluster_star(base.X, args.beta, backend)
+    dclus.write_result(base, res, base_path, args.beta, backend.name, compression=None)
+    base_info = {"docs": args.base, "edges": res.graph.n_edges, "clusters": res.n_clusters,
+                 "seconds": time.perf_counter() - t, "file_bytes": os.path.getsize(base_path)}
+    log(f"base: {base_info}")
+    del res
+    for n_add in args.adds:
+        add = whole.take(np.arange(args.base, args.base + n_add))
+        union = whole.take(np.arange(args.base + n_add))
+        add_path, union_path = os.path.join(tmp, f"add{n_add}.h5"), os.path.join(tmp, f"union{n_add}.h5")
+        write_corpus(add, add_path, compression=None)
+        write_corpus(union, union_path, compression=None)
+        upd_path, full_path = os.path.join(tmp, "updated.h5"), os.path.join(tmp, "full.h5")
+        upd_runs, full_runs = [], []
+        report = None
+        for rep in range(args.repeats + 1):  # run 0 is the warm-up
+            t0 = time.perf_counter()
+            added = read_corpus(add_path)
+            t_read_add = time.perf_counter() - t0
+            report = dclus.update(base_path, added, upd_path, backend, compression=None)
+            t1 = time.perf_counter()
+            st = report.stats
+            stages = update_stages(st)
+            stages["read_added"] = t_read_add
+            upd_runs.append({"total": t1 - t0, "compute": sum(v for k, v in stages.items() if v is not None
+                                                              and k not in ("read", "read_added", "write_corpus", "write_graph")),
+                             **stages})
+            t0 = time.perf_counter()
+            u = read_corpus(union_path)
+            t_read = time.perf_counter() - t0
+            full = cluster_star(u.X, args.beta, backend)
+            t_cl = time.perf_counter()
+            dclus.write_result(u, full, full_path, args.beta, backend.name, compression=None)
+            t2 = time.perf_counter()
+            fs = full.stats
+            full_runs.append({"total": t2 - t0, "compute": fs["seconds_total"], "read": t_read,
+                              "scoring": fs.get("graph_seconds_scoring"), "assembly": fs.get("graph_seconds_assembly"),
+                              "relevance": fs.get("seconds_relevance"), "cover": fs.get("seconds_cover"),
+                              "write": t2 - t_cl})
+            log(f"+{n_add} run {rep}: update {upd_runs[-1]['total']:.2f} s, full {full_runs[-1]['total']:.2f} s")
+        upd = {k: median([r[k] for r in upd_runs[1:]]) for k in upd_runs[0]}
+        fl = {k: median([r[k] for r in full_runs[1:]]) for k in full_runs[0]}
+        row = {"n_base": args.base, "n_add": n_add, "update": upd, "full": fl,
+               "ratio_total": upd["total"] / fl["total"], "ratio_compute": upd["compute"] / fl["compute"],
+               "components_touched": report.components_touched, "components_total": report.components_total,
+               "pccs_loaded": report.pccs_loaded, "pccs_total": report.pccs_total,
+               "vertices_loaded": report.vertices_loaded, "entries_loaded": report.entries_loaded,
+               "affected_vertices": report.stats.get("affected_vertices"), "new_edges": report.n_new_edges,
+               "clusters_update": report.n_clusters, "clusters_full": full.n_clusters, "edges_full": full.graph.n_edges,
+               "file_bytes_update": os.path.getsize(upd_path), "file_bytes_full": os.path.getsize(full_path)}
+        # exactness: graph after the update == union graph; agreement with the recluster
+        row["graph_equals_union"], _ = same_graph(upd_path, full_path)
+        from gputext.cluster import metrics
+        cu, mu = read_result(upd_path)
+        cf, mf = read_result(full_path)
+        row["agreement_fbcubed"] = metrics.fbcubed(mu, mf)["f"]
+        row["agreement_onmi_max"] = metrics.onmi(mu, mf)["max"]
+        row["same_clusters_as_full"] = bool(np.array_equal(cu, cf) and mu.shape == mf.shape and (mu != mf).nnz == 0)
+        if backend.is_cuda and not backend.simulator:
+            from gputext.cluster.graph import StarGraph  # noqa: F401 (the local graph is rebuilt below)
+            try:
+                g, _ = dclus.read_stored_graph(upd_path)
+                row["relevance_kernel_union_s"] = relevance_events(g)
+                del g
+            except Exception as exc:  # informative only
+                row["relevance_kernel_union_s"] = f"{type(exc).__name__}: {exc}"[:200]
+        if backend.name != "cpu" and not args.skip_cpu and n_add == max(args.adds):
+            t = time.perf_counter()
+            cpu_path = os.path.join(tmp, "updated_cpu.h5")
+            dclus.update(base_path, read_corpus(add_path), cpu_path, cpu, compression=None)
+            row["cpu_update_seconds"] = time.perf_counter() - t
+            row["device_equals_cpu"], row["device_equals_cpu_checks"] = same_files(upd_path, cpu_path)
+            os.remove(cpu_path)
+        log(f"+{n_add}: ratio {row['ratio_total']:.3f} (compute {row['ratio_compute']:.3f}); "
+            f"touched {row['components_touched']}/{row['components_total']}; graph == union: {row['graph_equals_union']}")
+        rows.append(row)
+        for pth in (add_path, union_path, upd_path, full_path):
+            os.remove(pth)
+    return base_info, rows
+
+
+def fmt(x, digits=3):
+    return "n/a" if not isinstance(x, (int, float)) else f"{x:.{digits}f}"
+
+
+def markdown(r):
+    env = r["env"]
+    lines = [f"### gputext DClustR update vs full recluster ({env.get('gpu') or env['backend']}, "
+             f"{env['cpu_threads']} CPU threads, {r['preset']}, beta {r['beta']}, {r['date']})", ""]
+    b = r["base"]
+    lines.append(f"Base: {b['docs']:,} documents, {b['edges']:,} edges, {b['clusters']:,} clusters, "
+                 f"file {b['file_bytes'] / 2**20:.0f} MiB, clustered + written in {b['seconds']:.2f} s")
+    lines += ["", "| added | update s (compute) | full s (compute) | ratio end to end (compute) | components touched | "
+              "PCCs loaded | vertices in touched components | new edges | union edges | graph == union | "
+              "same clusters as full / F | device == CPU twin |",
+              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"]
+    for u in r["update"]:
+        lines.append(f"| {u['n_add']:,} | {fmt(u['update']['total'], 2)} ({fmt(u['update']['compute'], 2)}) | "
+                     f"{fmt(u['full']['total'], 2)} ({fmt(u['full']['compute'], 2)}) | {u['ratio_total']:.3f} "
+                     f"({u['ratio_compute']:.3f}) | {u['components_touched']:,} / {u['components_total']:,} | "
+                     f"{u['pccs_loaded']:,} / {u['pccs_total']:,} | {u.get('affected_vertices') or 0:,} | "
+                     f"{u['new_edges']:,} | {u['edges_full']:,} | {u['graph_equals_union']} | "
+                     f"{u['same_clusters_as_full']} / {u['agreement_fbcubed']:.3f} | {u.get('device_equals_cpu', 'n/a')} |")
+    lines += ["", "Update stages (median seconds): " + ", ".join(["read added corpus"] + [s.replace("_", " ") for s in UPDATE_STAGES]),
+              "", "| added | read added | " + " | ".join(s.replace("_", " ") for s in UPDATE_STAGES) + " | total |",
+              "| ---: " * (len(UPDATE_STAGES) + 3) + "|"]
+    for u in r["update"]:
+        s = u["update"]
+        lines.append(f"| {u['n_add']:,} | {fmt(s.get('read_added'))} | " + " | ".join(fmt(s.get(k)) for k in UPDATE_STAGES)
+                     + f" | {fmt(s['total'])} |")
+    lines += ["", "| full recluster of | read | scoring | assembly | relevance | cover | write | total |",
+              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for u in r["update"]:
+        s = u["full"]
+        lines.append(f"| {u['n_base'] + u['n_add']:,} | " + " | ".join(fmt(s.get(k)) for k in
+                                                                  ("read", "scoring", "assembly", "relevance", "cover", "write"))
+                     + f" | {fmt(s['total'])} |")
+    if any("relevance_kernel_union_s" in u for u in r["update"]):
+        lines.append("")
+        for u in r["update"]:
+            k = u.get("relevance_kernel_union_s")
+            if isinstance(k, float):
+                lines.append(f"Relevance kernel on the union graph (+{u['n_add']:,}, CUDA events): {k * 1e3:.2f} ms")
+    lines += ["", "| goal | target | measured | met |", "| --- | --- | --- | --- |"]
+    for u in r["update"]:
+        if u["n_add"] == 10000 and u["n_base"] == 50000:
+            lines.append(f"| add 10,000 to 50,000 vs full recluster (end to end) | <= 0.20 | {u['ratio_total']:.3f} "
+                         f"(compute {u['ratio_compute']:.3f}) | {'yes' if u['ratio_total'] <= 0.2 else 'NO'} |")
+    for u in r["update"]:
+        ok = u["graph_equals_union"] and u.get("device_equals_cpu", True)
+        lines.append(f"| +{u['n_add']:,}: stored graph == union graph; device == CPU twin | identical | "
+                     f"{u['graph_equals_union']} / {u.get('device_equals_cpu', 'not run')} | {'yes' if ok else 'NO'} |")
+    return "\n".join(lines)
+
+
+def main():
+    args = parse_args()
+    from gputext.backend import resolve
+    from gputext.cluster import dclus
+    from gputext.cluster.star import cluster_star
+
+    backend = resolve(args.device)
+    cpu = resolve("cpu")
+    t_start = time.perf_counter()
+    results = {"script": "scripts/gpu_dclus.py", "argv": sys.argv[1:],
+               "date": datetime.datetime.now().isoformat(timespec="seconds"), "quick": args.quick, "beta": args.beta,
+               "preset": args.preset, "env": device_info(backend),
+               "graph_format": getattr(dclus, "GRAPH_FORMAT_VERSION", 1)}
+    log(f"device: {results['env']}")
+    # warm-up: compile every kernel and jitted helper of both paths
+    with tempfile.TemporaryDirectory(prefix="gpu_dclus_warm_") as tmp:
+        small = corpus(700, args.preset, seed=9)
+        for be in dict.fromkeys([backend, cpu]):
+            a, b = small.take(np.arange(500)), small.take(np.arange(500, 700))
+            res = cluster_star(a.X, args.beta, be)
+            dclus.write_result(a, res, os.path.join(tmp, "w.h5"), args.beta, be.name, compression=None)
+            dclus.update(os.path.join(tmp, "w.h5"), b, os.path.join(tmp, "w2.h5"), be, compression=None)
+    with tempfile.TemporaryDirectory(prefix="gpu_dclus_") as tmp:
+        results["base"], results["update"] = run(args, backend, cpu, tmp)
+    results["seconds"] = time.perf_counter() - t_start
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "gpu_dclus.json")
+    with open(path, "w") as fh:
+        json.dump(results, fh, indent=2, default=lambda o: o.item() if hasattr(o, "item") else str(o))
+    log(f"wrote {path} ({results['seconds']:.0f} s)")
+    print(markdown(results))
+
+
+if __name__ == "__main__":
+    main()
