@@ -329,3 +329,181 @@ def threshold_cuda(index: Index, Q, min_key, code, self_doc, batch_size, quiet, 
     indptr = np.zeros(n_q + 1, np.int64)
     np.cumsum(np.bincount(rows, minlength=n_q), out=indptr[1:])
     return indptr, docs, keys
+
+
+# ----------------------------------------------------------------------------- grouped top-k
+
+
+class _Workspace:
+    """Device buffers kept across batches and calls (numba's allocations are synchronous)."""
+
+    def __init__(self):
+        self.buffers: dict = {}
+
+    def get(self, name: str, shape: tuple, dtype):
+        size = int(np.prod(shape))
+        arr = self.buffers.get(name)
+        if arr is None or arr.size < size or arr.dtype != np.dtype(dtype):
+            arr = cuda.device_array(max(size, 1), dtype)
+            self.buffers[name] = arr
+        return arr[:size].reshape(shape)
+
+
+@dataclass
+class SortedIndex:
+    """The index's postings as the CPU twin builds them (lists sorted by document), on the
+    device: the grouped selector finds each segment's part of a list by binary search."""
+
+    term_ptr: object
+    post_doc: object
+    post_w: object
+    nbytes: int
+    dn: dict  # tuple of metric codes -> device float64 (n_metrics, n_docs)
+    work: _Workspace
+
+
+def sorted_index(index: Index) -> SortedIndex:
+    cached = index.device_cache.get("sorted")
+    if cached is None:
+        p = index.cpu()
+        cached = SortedIndex(cuda.to_device(p.term_ptr), cuda.to_device(p.post_doc if p.post_doc.size else np.zeros(1, np.int32)),
+                             cuda.to_device(p.post_w if p.post_w.size else np.zeros(1, np.float32)),
+                             p.term_ptr.nbytes + p.post_doc.nbytes + p.post_w.nbytes, {}, _Workspace())
+        index.device_cache["sorted"] = cached
+    return cached
+
+
+def merge_plan(lists_per_group: np.ndarray, fan: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Levels of a within-group merge: each level maps output list j to input lists
+    [in_lo[j], in_hi[j]) (at most ``fan``, all of one group). Returns [(in_lo, in_hi, counts)]
+    until every group has one list (counts: lists per group after the level)."""
+    levels = []
+    counts = lists_per_group.astype(np.int64)
+    while counts.max(initial=1) > 1:
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        new = (counts + fan - 1) // fan
+        lo, hi = [], []
+        for g in range(counts.size):
+            for j in range(new[g]):
+                a = starts[g] + j * fan
+                lo.append(a)
+                hi.append(min(a + fan, starts[g] + counts[g]))
+        levels.append((np.array(lo, np.int64), np.array(hi, np.int64), new))
+        counts = new
+    return levels
+
+
+def topk_grouped_cuda(index: Index, Q, k, codes, group_ptr, self_doc, pad_last, out, docs, batch_size, quiet, geom,
+                      stats: dict | None = None):
+    """Host driver of the grouped GPU pipeline: one upload of the queries, per batch one fused
+    accumulate+select launch (grid: segments x queries), merge launches only for groups spanning
+    several segments, one finishing launch, one copy of the batch's scores into ``out`` (and of
+    the documents when wanted). Stage times (CUDA events) go to stats["stages"] in ms."""
+    from .search import grouped_query_info
+
+    stats = {} if stats is None else stats
+    events = []  # (stage, start event, end event)
+
+    def mark(stage):
+        e = cuda.event()
+        e.record()
+        events.append((stage, e))
+
+    t0 = time.perf_counter()
+    n_q, n_groups, width = out.shape
+    n_m = codes.size
+    mark("start")
+    fresh = "sorted" not in index.device_cache
+    dev = sorted_index(index)
+    mark("index_upload")
+    scale, qn, dn = grouped_query_info(index, Q, codes, self_doc)
+    qinfo = np.empty((n_q, 3 + n_m), np.float64)
+    qinfo[:, 0:2] = scale.T
+    qinfo[:, 2] = self_doc
+    qinfo[:, 3:] = qn.T
+    key = tuple(int(c) for c in codes)
+    if key not in dev.dn:
+        dev.dn[key] = cuda.to_device(dn)
+    d_dn = dev.dn[key]
+    indptr, indices, data = csr_arrays(Q)
+    d_qptr = cuda.to_device(indptr)
+    d_qind = cuda.to_device(indices if indices.size else np.zeros(1, np.int32))
+    d_qdat = cuda.to_device(data if data.size else np.zeros(1, np.float32))
+    d_qinfo = cuda.to_device(qinfo)
+    d_codes = cuda.to_device(codes.astype(np.int64))
+    sizes = np.diff(group_ptr)
+    block, items, cap = scoring.grouped_geometry(k, int(sizes.max(initial=1)), geom.group_block, geom.group_items)
+    seg_len = block * items
+    per_group = np.maximum(1, (sizes + seg_len - 1) // seg_len)
+    seg_range = np.empty((int(per_group.sum()), 2), np.int64)
+    at = 0
+    for g in range(n_groups):
+        for j in range(per_group[g]):
+            lo = group_ptr[g] + j * seg_len
+            seg_range[at] = (lo, min(lo + seg_len, group_ptr[g + 1]))
+            at += 1
+    n_seg = seg_range.shape[0]
+    d_seg = cuda.to_device(seg_range)
+    fan = max(2, geom.merge_width // _next_pow2(k))
+    plan = merge_plan(per_group, fan)
+    d_plan = [(cuda.to_device(lo), cuda.to_device(hi), lo.size) for lo, hi, _ in plan]
+    merge_width = _next_pow2(fan * k)
+    select = scoring.grouped_topk_kernel(block, items, cap)
+    merge = scoring.merge_lists_kernel(geom.merge_block, merge_width) if plan else None
+    mark("query_upload")
+    host_prep = time.perf_counter() - t0
+    want_docs = docs.shape[0] > 0
+    # device memory per query: segment lists (+ merge levels) 2 x 12 B, scores 4 B, documents 8 B
+    per_query = 24 * n_seg * n_m * k + 4 * n_groups * width + (8 * n_groups * n_m * k if want_docs else 0)
+    if batch_size:
+        rows = max(1, min(int(batch_size), n_q, 65535))
+    else:
+        mem = device_memory()
+        rows = n_q if mem is None else int(ROWS_SHARE * mem[0] // max(per_query, 1))
+        rows = max(1, min(n_q, 65535, rows if mem is not None else SIM_BATCH))
+    stats.update(batch_size=rows, segments=n_seg, geometry=(block, items), merge_levels=len(plan),
+                 index_bytes=dev.nbytes, rows_bytes=rows * per_query)
+    work = dev.work
+    fb = geom.finish_block
+    batches = range(0, n_q, rows)
+    with progress(len(batches) if len(batches) > 1 else 0, "scoring (cuda)", quiet) as bar:
+        for lo in batches:
+            hi = min(n_q, lo + rows)
+            nb = hi - lo
+            l_doc = work.get("seg_doc", (nb, n_seg, n_m, k), np.int32)
+            l_key = work.get("seg_key", (nb, n_seg, n_m, k), np.float64)
+            select[(n_seg, nb), block](d_qptr, d_qind, d_qdat, lo, d_qinfo, dev.term_ptr, dev.post_doc, dev.post_w,
+                                       d_dn, d_seg, d_codes, k, l_doc, l_key)
+            mark("score_select")
+            for level, (d_lo, d_hi, n_out) in enumerate(d_plan):
+                o_doc = work.get(f"merge_doc{level % 2}", (nb, n_out, n_m, k), np.int32)
+                o_key = work.get(f"merge_key{level % 2}", (nb, n_out, n_m, k), np.float64)
+                merge[(n_out, nb, n_m), geom.merge_block](l_doc, l_key, d_lo, d_hi, k, o_doc, o_key)
+                l_doc, l_key = o_doc, o_key
+            mark("merge")
+            d_out = work.get("out", (nb, n_groups, width), np.float32)
+            d_docs = work.get("docs", (nb, n_groups, n_m, k) if want_docs else (1, 1, 1, 1), np.int64)
+            n_el = nb * n_groups * width
+            scoring.grouped_finish[min(_blocks(n_el, fb), 65535 * 4), fb](l_doc, l_key, d_qinfo, lo, d_codes,
+                                                                          int(pad_last), int(want_docs), d_out, d_docs)
+            mark("finish")
+            d_out.copy_to_host(out[lo:hi])
+            if want_docs:
+                d_docs.copy_to_host(docs[lo:hi])
+            mark("copy_back")
+            bar.update(1)
+    cuda.synchronize()
+    stages = {"host_prep_ms": 1e3 * host_prep}
+    for (_, a), (stage, b) in zip(events[:-1], events[1:]):
+        if stage == "index_upload" and not fresh:
+            continue
+        stages[stage + "_ms"] = stages.get(stage + "_ms", 0.0) + _elapsed_ms(a, b)
+    stats["stages"] = stages
+    stats["seconds"] = time.perf_counter() - t0
+
+
+def _elapsed_ms(a, b) -> float:
+    try:
+        return float(a.elapsed_time(b))
+    except Exception:  # the simulator's events do not time
+        return 0.0

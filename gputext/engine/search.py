@@ -37,6 +37,9 @@ class Geometry:
     build_block: int = 256
     scan_block: int = 256
     scan_items: int = 8
+    group_block: int | None = None  # grouped selector: None = max(128, next pow2 of k)
+    group_items: int | None = None  # None: fewest (<= 16) covering the largest group
+    finish_block: int = 256
 
 
 def _metric_code(metric: str) -> int:
@@ -216,3 +219,125 @@ def _threshold_cpu(index, Q, min_key, code, self_doc, after, batch_size, quiet):
             bar.update(1)
     return (np.concatenate(parts_ptr), np.concatenate(parts_doc) if parts_doc else np.empty(0, np.int32),
             np.concatenate(parts_key) if parts_key else np.empty(0, np.float64))
+
+
+# ----------------------------------------------------------------------------- grouped top-k
+
+
+def _group_ptr(index: Index, groups) -> np.ndarray:
+    g = np.asarray(groups)
+    if g.ndim != 1 or g.size < 2 or not np.issubdtype(g.dtype, np.integer):
+        raise InputError(f"groups must be an integer array of group offsets (n_groups+1,), got shape {g.shape} "
+                         f"and dtype {g.dtype}")
+    g = g.astype(np.int64)
+    if g[0] != 0 or g[-1] != index.n_docs or np.any(np.diff(g) < 0):
+        raise InputError(f"groups must be non-decreasing offsets from 0 to the number of indexed documents "
+                         f"({index.n_docs}), got {g[0]} .. {g[-1]}")
+    return np.ascontiguousarray(g)
+
+
+def grouped_query_info(index: Index, Q: sp.csr_matrix, codes: np.ndarray, self_doc: np.ndarray) -> tuple:
+    """Host side, shared by both backends: scale float64 (2, Q) (dot and l1 accumulators), qn
+    float64 (n_metrics, Q), dn float64 (n_metrics, n_docs)."""
+    arrays = csr_arrays(Q)
+    n_q = Q.shape[0]
+    scale = np.ones((2, n_q), np.float64)
+    qn = np.empty((len(codes), n_q), np.float64)
+    stats = {}
+    for code in {int(c) for c in codes} | ({scoring.DOT} if any(c != scoring.L1 for c in codes) else set()):
+        stats[code] = scoring.query_stats(*arrays, index.term_maxabs, code)
+    if scoring.DOT in stats:
+        scale[0] = stats[scoring.DOT][0]
+    if scoring.L1 in stats:
+        scale[1] = stats[scoring.L1][0]
+    for m, code in enumerate(codes):
+        qn[m] = stats[int(code)][1]
+    dn = np.ascontiguousarray(np.stack([index.norm_terms(int(c)) for c in codes]))
+    return scale, qn, dn
+
+
+def search_topk_grouped(index: Index, Q, k: int, groups, metrics=("cosine",), device: str | Backend = "auto",
+                        exclude_self=False, pad: str = "nan", out: np.ndarray | None = None,
+                        return_docs: bool = True, batch_size: int | None = None, quiet: bool = True,
+                        geometry: Geometry | None = None, stats: dict | None = None):
+    """Exact k best documents of every group, for every query and several metrics in one pass.
+
+    groups: int64 offsets (n_groups+1,) from 0 to index.n_docs: group g is the documents
+    [groups[g], groups[g+1]) of the index (build the index over a corpus permuted so that each
+    group is contiguous; empty groups allowed). metrics: names from METRICS; cosine, dot and l2
+    share one accumulation (the dot product), l1 has its own, both made in the same pass.
+    exclude_self: as search_topk (an int array gives, per query, an index document to leave out).
+    pad: "nan" (scores NaN where fewer than k documents exist) or "last" (repeat the last found
+    score; an empty list gets the score of an all-zero document: cosine/dot 0, l2 |q|_2, l1 |q|_1).
+    out: optional float32 array (n_queries, n_groups, width), C-contiguous, width >= n_metrics*k,
+    filled in place: metric m's scores in columns [m*k, (m+1)*k), columns from n_metrics*k on set
+    to 0 (callers fill them afterwards, e.g. meta-features' centroid columns).
+
+    Returns (scores, docs): scores = out, or float32 (n_queries, n_groups, n_metrics, k) when out
+    is None; docs int64 (n_queries, n_groups, n_metrics, k) of index documents, -1 where none (None
+    unless return_docs). Best first, ties broken by lower document index; values identical on cpu
+    and cuda and to search_topk's within a group's documents.
+    """
+    codes = np.array([_metric_code(m) for m in ((metrics,) if isinstance(metrics, str) else metrics)], np.int64)
+    if codes.size == 0:
+        raise InputError("metrics must name at least one metric")
+    if not isinstance(k, (int, np.integer)) or k < 1:
+        raise InputError(f"k must be a positive integer, got {k!r}")
+    if pad not in ("nan", "last"):
+        raise InputError(f"pad must be 'nan' or 'last', got {pad!r}")
+    group_ptr = _group_ptr(index, groups)
+    n_groups = group_ptr.size - 1
+    Q = _queries(index, Q)
+    n_q = Q.shape[0]
+    self_doc = _self_docs(index, n_q, exclude_self)
+    n_m = codes.size
+    if out is None:
+        target = np.empty((n_q, n_groups, n_m * k), np.float32)
+    else:
+        if (not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.ndim != 3 or not out.flags.c_contiguous
+                or out.shape[:2] != (n_q, n_groups) or out.shape[2] < n_m * k):
+            raise InputError(f"out must be a C-contiguous float32 array ({n_q}, {n_groups}, >= {n_m * k}), got "
+                             f"{getattr(out, 'dtype', type(out))} {getattr(out, 'shape', '')}")
+        target = out
+    docs = np.empty((n_q, n_groups, n_m, k), np.int64) if return_docs else np.empty((0, 0, 0, 0), np.int64)
+    backend = device if isinstance(device, Backend) else resolve(device)
+    if stats is not None:
+        stats["backend"] = backend.name + (" (simulator)" if backend.simulator else "")
+    if n_q and n_groups:
+        if backend.is_cuda:
+            if k > MAX_CUDA_K:
+                raise InputError(f"k = {k} is more than the CUDA selector holds (at most {MAX_CUDA_K}); use --device cpu")
+            from .cuda_backend import topk_grouped_cuda
+            topk_grouped_cuda(index, Q, int(k), codes, group_ptr, self_doc, pad == "last", target, docs, batch_size,
+                              quiet, geometry or Geometry(), stats)
+        else:
+            _topk_grouped_cpu(index, Q, int(k), codes, group_ptr, self_doc, pad == "last", target, docs, batch_size,
+                              quiet, stats)
+    scores = target if out is not None else target.reshape(n_q, n_groups, n_m, k)
+    return scores, (docs if return_docs else None)
+
+
+def _topk_grouped_cpu(index, Q, k, codes, group_ptr, self_doc, pad_last, out, docs, batch_size, quiet, stats):
+    import time
+
+    from ..progress import progress
+
+    t0 = time.perf_counter()
+    p = index.cpu()
+    scale, qn, dn = grouped_query_info(index, Q, codes, self_doc)
+    t1 = time.perf_counter()
+    n_q = Q.shape[0]
+    want = docs.shape[0] > 0
+    batches = _batches(n_q, batch_size, 1 << 16)
+    with progress(len(batches) if len(batches) > 1 else 0, "scoring (cpu)", quiet) as bar:
+        for lo, hi in batches:
+            indptr, indices, data = csr_arrays(Q[lo:hi]) if (lo, hi) != (0, n_q) else csr_arrays(Q)
+            scoring.topk_grouped_cpu(indptr, indices, data, np.ascontiguousarray(scale[:, lo:hi]),
+                                     np.ascontiguousarray(qn[:, lo:hi]), self_doc[lo:hi], p.term_ptr, p.post_doc,
+                                     p.post_w, dn, group_ptr, codes, k, int(pad_last), _cpu_chunks(hi - lo),
+                                     out[lo:hi], docs[lo:hi] if want else docs)
+            bar.update(1)
+    if stats is not None:
+        stats.setdefault("stages", {})
+        stats["stages"]["host_prep_ms"] = 1e3 * (t1 - t0)
+        stats["stages"]["score_select_ms"] = 1e3 * (time.perf_counter() - t1)
