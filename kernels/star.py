@@ -288,6 +288,15 @@ def relevance_kernel(lanes: int, vertices: int):
     return relevance
 
 
+class RelevanceLaunch:
+    """Default launch geometry of ``relevance_kernel`` (gputext.cluster.star.RelevanceGeometry
+    is the public one): ``lanes`` threads per vertex, ``vertices`` per block, ``max_blocks``."""
+
+    lanes = 32
+    vertices = 8
+    max_blocks = 65536
+
+
 def relevance_device(indptr, indices, degree, ais, lanes: int = 32, vertices: int = 8, max_blocks: int = 65536):
     """Host wrapper: copy the graph to the device, run ``relevance_kernel``, copy back.
 
@@ -313,9 +322,290 @@ def relevance_device(indptr, indices, degree, ais, lanes: int = 32, vertices: in
     return count, rel
 
 
+# ----------------------------------------------------------------------------- graph on the device
+# The device graph build (gputext.cluster.graph_cuda) keeps every edge on the device:
+#   1. the engine scores a batch of queries into dense fixed-point rows (gputext.engine);
+#      the engine's ``count_threshold`` counts each (segment, query) block's upper-triangle hits;
+#      ``exclusive_scan_device`` turns the counts into write offsets;
+#   2. ``edge_write_kernel`` writes the hits (int32 column, float32 weight) at those offsets in
+#      the device edge buffer, in (query, document) order, and adds both endpoints' degree and
+#      fixed-point weight to the AIS sums by atomics (exact int64 sums: order-free);
+#      ``row_lengths`` records each query's number of upper-triangle edges;
+#   3. ``split_upper`` copies every upper edge (i, j) into row i of the symmetric CSR and
+#      scatters (i, w) into a scratch area of row j (atomic cursor: arbitrary order);
+#      ``lower_sort_kernel`` writes each row's scratch entries into place in ascending order
+#      (ranks: the entries are distinct vertex ids, so a rank is a count, never a tie);
+#   4. ``ais_kernel`` and ``relevance_kernel`` on the device arrays.
+# Every step is deterministic: positions never depend on the order of atomics.
+
+@cuda.jit(device=True, inline=True)
+def _fixed_weight_dev(w):
+    """float32 weight -> int64 w * 2**40 (as ``fixed_weight``)."""
+    return numba.int64(numba.float64(w) * FIX_SCALE)
+
+
+@cuda.jit(device=True, inline=True)
+def _block_exclusive_scan(flags, tid, block):
+    """In-place exclusive scan of shared int32 flags[block]; returns the total (Hillis-Steele,
+    a syncthreads around every round: read, then write; as kernels/scoring.py's)."""
+    own = flags[tid]
+    cuda.syncthreads()  # every flag written by the caller
+    offset = 1
+    while offset < block:
+        add = 0
+        if tid >= offset:
+            add = flags[tid - offset]
+        cuda.syncthreads()  # all reads of this round done
+        flags[tid] += add
+        cuda.syncthreads()  # all writes of this round done
+        offset *= 2
+    total = flags[block - 1]
+    cuda.syncthreads()  # everyone read the total before flags become exclusive
+    flags[tid] -= own
+    cuda.syncthreads()
+    return total
+
+
+@kernel_cache
+def edge_write_kernel(block: int, items: int):
+    """Write a batch's upper-triangle edges into the device edge buffer; AIS sums by atomics.
+
+    Launch (n_seg, n_queries) blocks of ``block`` threads (a power of two), n_seg =
+    ceil(n_docs / (block * items)), the geometry of the engine's ``count_threshold`` whose counts
+    (scanned) give ``offsets`` int64 (n_queries * n_seg + 1,).  Block (s, q) covers documents
+    d = s*block*items + i*block + tid (i < items) of query q's score row acc[q * n_docs + d]
+    (int64 fixed point, kernels/scoring.py): a hit is d != qinfo[q, 2], d > qinfo[q, 3] with
+    key = score_key(...) >= min_key.  Hits are written in document order (a block scan over hit
+    flags per round of ``block`` documents) at base + offsets[q * n_seg + s]:
+    out_col int32 = col0 + d, out_w float32 = float32(key).  Every acc entry of the block is set
+    back to 0 (the engine's rows stay clean for the next batch).  degree int32 (n,) and
+    weight_sum int64 (n,) receive, for the column side, one atomic add per hit, and for the row
+    side (vertex row0 + q) one atomic add per block of the block's totals (shared int64 sums,
+    filled by shared atomics after the last round).  Shared: int32 flags[block], int64 sums[2].
+    Synchronisation: the block scan's, one syncthreads after each round (flags reused) and one
+    before thread 0 reads the block totals.
+    """
+    seg_len = block * items
+    from . import scoring
+
+    score_key_dev = scoring.score_key_dev
+
+    @cuda.jit
+    def write_edges(acc, n_docs, qinfo, dn, metric, min_key, offsets, base, row0, col0,
+                    out_col, out_w, degree, weight_sum):
+        flags = cuda.shared.array(block, numba.int32)
+        sums = cuda.shared.array(2, numba.int64)
+        tid = cuda.threadIdx.x
+        seg = cuda.blockIdx.x
+        q = cuda.blockIdx.y
+        n_seg = cuda.gridDim.x
+        if tid == 0:
+            sums[0] = 0
+            sums[1] = 0
+        row = numba.int64(q) * n_docs
+        at = base + offsets[numba.int64(q) * n_seg + seg]
+        me = numba.int64(qinfo[q, 2])
+        after = numba.int64(qinfo[q, 3])
+        my_count = numba.int64(0)
+        my_sum = numba.int64(0)
+        for i in range(items):
+            d = numba.int64(seg) * seg_len + i * block + tid
+            hit = 0
+            w = numba.float32(0.0)
+            if d < n_docs:
+                if d != me and d > after:
+                    key = score_key_dev(metric, acc[row + d], qinfo[q, 0], qinfo[q, 1], dn[d])
+                    if key >= min_key:
+                        hit = 1
+                        w = numba.float32(key)
+                acc[row + d] = 0  # leave the rows zeroed for the next batch
+            flags[tid] = hit
+            total = _block_exclusive_scan(flags, tid, block)
+            if hit:
+                pos = at + flags[tid]
+                col = col0 + d
+                out_col[pos] = numba.int32(col)
+                out_w[pos] = w
+                f = _fixed_weight_dev(w)
+                cuda.atomic.add(degree, col, 1)
+                cuda.atomic.add(weight_sum, col, f)
+                my_count += 1
+                my_sum += f
+            at += total
+            cuda.syncthreads()  # flags reused next round
+        if my_count > 0:
+            cuda.atomic.add(sums, 0, my_count)
+            cuda.atomic.add(sums, 1, my_sum)
+        cuda.syncthreads()  # every thread's totals are in sums
+        if tid == 0 and sums[0] > 0:
+            cuda.atomic.add(degree, row0 + q, numba.int32(sums[0]))
+            cuda.atomic.add(weight_sum, row0 + q, sums[1])
+
+    return write_edges
+
+
+@cuda.jit
+def row_lengths(offsets, n_seg, n_queries, row0, up_len):
+    """Thread q < n_queries: up_len[row0 + q] = offsets[(q+1) n_seg] - offsets[q n_seg] (int64):
+    query q's number of upper-triangle edges (its n_seg counts, scanned)."""
+    q = cuda.grid(1)
+    if q < n_queries:
+        up_len[row0 + q] = offsets[(q + 1) * n_seg] - offsets[q * n_seg]
+
+
+@cuda.jit
+def ais_kernel(degree, weight_sum, ais):
+    """Thread v: ais[v] = float64(weight_sum[v]) * 2**-40 / degree[v], 0 when isolated (float64;
+    one correctly rounded conversion and division: equal to ``ais_from_sums``)."""
+    v = cuda.grid(1)
+    if v < ais.shape[0]:
+        if degree[v] > 0:
+            ais[v] = (numba.float64(weight_sum[v]) * FIX_INV) / numba.float64(degree[v])
+        else:
+            ais[v] = 0.0
+
+
+@cuda.jit
+def split_upper(up_ptr, up_col, up_w, n_edges, indptr, cursor, out_idx, out_w, tmp_row, tmp_w):
+    """Upper-triangle CSR -> the upper parts of the symmetric CSR, and the lower parts unsorted.
+
+    Grid-stride over upper edges e < n_edges: row i by binary search in up_ptr int64 (n+1,)
+    (largest i with up_ptr[i] <= e), column j = up_col[e] (> i).  (j, w) goes to row i's upper
+    part, out_idx/out_w[e + indptr[i+1] - up_ptr[i+1]] (the upper part ends each row, already
+    ascending); (i, w) goes to row j's scratch slot tmp_row/tmp_w[indptr[j] - up_ptr[j] +
+    atomic cursor[j]++] (cursor int32 (n,) zero on entry; order within a row arbitrary, fixed by
+    ``lower_sort_kernel``).  indptr int64 (n+1,) = exclusive scan of the full degrees.
+    """
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    n = up_ptr.shape[0] - 1
+    for e in range(start, n_edges, stride):
+        lo = 0
+        hi = n
+        while hi - lo > 1:  # largest i with up_ptr[i] <= e
+            mid = (lo + hi) // 2
+            if up_ptr[mid] <= e:
+                lo = mid
+            else:
+                hi = mid
+        i = lo
+        j = up_col[e]
+        w = up_w[e]
+        p = e + indptr[i + 1] - up_ptr[i + 1]
+        out_idx[p] = j
+        out_w[p] = w
+        slot = cuda.atomic.add(cursor, j, 1)
+        t = indptr[j] - up_ptr[j] + slot
+        tmp_row[t] = i
+        tmp_w[t] = w
+
+
+@kernel_cache
+def lower_sort_kernel(block: int, words: int):
+    """Each row's lower part (neighbours below it) written into place in ascending order.
+
+    One block per row j (grid-stride over rows).  Row j's lower part has
+    L = (indptr[j+1] - indptr[j]) - (up_ptr[j+1] - up_ptr[j]) entries, distinct vertex ids < j,
+    in tmp_row/tmp_w[indptr[j] - up_ptr[j] ...] (``split_upper``); entry x goes to
+    out_idx/out_w[indptr[j] + rank(x)], rank(x) = #{entries < x} (distinct ids: no ties).
+    L <= block: thread t loads entry t into shared vals[block], and after a syncthreads counts the
+    smaller ones (O(L) per thread).  L > block: the id range [0, j) in tiles of 32*words ids: a
+    shared bitmap bits[words] (uint32) is cleared, every entry in the tile sets its bit (shared
+    atomic or), the words' popcounts are scanned (each thread owns ceil(words/block) consecutive
+    words, a block scan of the thread totals) into shared int32
+    prefix[words]; rank = (entries in earlier tiles) + prefix[word] + popc(bits below x).
+    Shared: 4*block (vals) + 4*block (flags) + 8*words bytes.  Syncthreads: after the loads, after
+    the bitmap is cleared, after it is set, in the scan, after the prefixes, and at the end of every
+    tile and row (shared arrays reused); L and j are the same for the whole block, so every
+    thread reaches each one.
+    """
+    if block < 1 or block & (block - 1):
+        raise ValueError(f"block must be a power of two, got {block}")
+    if words < 1:
+        raise ValueError(f"words must be positive, got {words}")
+    per_thread = (words + block - 1) // block
+    tile = 32 * words
+
+    @cuda.jit
+    def lower_sort(indptr, up_ptr, tmp_row, tmp_w, out_idx, out_w):
+        vals = cuda.shared.array(block, numba.int32)
+        flags = cuda.shared.array(block, numba.int32)
+        bits = cuda.shared.array(words, numba.uint32)
+        prefix = cuda.shared.array(words, numba.int32)
+        tid = cuda.threadIdx.x
+        n = indptr.shape[0] - 1
+        j = cuda.blockIdx.x
+        while j < n:  # uniform across the block
+            start = indptr[j]
+            tb = indptr[j] - up_ptr[j]
+            m = (indptr[j + 1] - indptr[j]) - (up_ptr[j + 1] - up_ptr[j])
+            if m <= block:
+                v = numba.int32(-1)
+                w = numba.float32(0.0)
+                if tid < m:
+                    v = tmp_row[tb + tid]
+                    w = tmp_w[tb + tid]
+                vals[tid] = v
+                cuda.syncthreads()  # the row's entries are in shared memory
+                if tid < m:
+                    r = 0
+                    for k in range(m):
+                        if vals[k] < v:
+                            r += 1
+                    out_idx[start + r] = v
+                    out_w[start + r] = w
+                cuda.syncthreads()  # vals reused by the next row
+            else:
+                done = numba.int64(0)
+                t0 = numba.int64(0)
+                while t0 < j:
+                    for k in range(tid, words, block):
+                        bits[k] = numba.uint32(0)
+                    cuda.syncthreads()  # bitmap cleared
+                    for p in range(tid, m, block):
+                        o = numba.int64(tmp_row[tb + p]) - t0
+                        if o >= 0 and o < tile:
+                            cuda.atomic.or_(bits, o >> 5, numba.uint32(1) << numba.uint32(o & 31))
+                    cuda.syncthreads()  # bitmap complete
+                    c = 0
+                    for k in range(tid * per_thread, min(words, (tid + 1) * per_thread)):
+                        c += cuda.popc(bits[k])
+                    flags[tid] = c
+                    total = _block_exclusive_scan(flags, tid, block)
+                    run = flags[tid]
+                    for k in range(tid * per_thread, min(words, (tid + 1) * per_thread)):
+                        prefix[k] = run
+                        run += cuda.popc(bits[k])
+                    cuda.syncthreads()  # prefixes written
+                    for p in range(tid, m, block):
+                        x = tmp_row[tb + p]
+                        o = numba.int64(x) - t0
+                        if o >= 0 and o < tile:
+                            wd = o >> 5
+                            below = bits[wd] & ((numba.uint32(1) << numba.uint32(o & 31)) - numba.uint32(1))
+                            r = done + prefix[wd] + cuda.popc(below)
+                            out_idx[start + r] = x
+                            out_w[start + r] = tmp_w[tb + p]
+                    done += total
+                    t0 += tile
+                    cuda.syncthreads()  # bits and prefix reused by the next tile
+            j += cuda.gridDim.x
+
+    return lower_sort
+
+
 def ptx_kernels():
     """Every kernel with a representative geometry, for tests/test_ptx.py."""
     return [
         ("relevance", relevance_kernel(32, 8),
          "void(int64[::1], int32[::1], int32[::1], float64[::1], int32[::1], float64[::1])"),
+        ("write_edges", edge_write_kernel(256, 16),
+         "void(int64[::1], int64, float64[:, ::1], float64[::1], int64, float64, int64[::1], int64, int64, int64, "
+         "int32[::1], float32[::1], int32[::1], int64[::1])"),
+        ("row_lengths", row_lengths, "void(int64[::1], int64, int64, int64, int64[::1])"),
+        ("ais_kernel", ais_kernel, "void(int32[::1], int64[::1], float64[::1])"),
+        ("split_upper", split_upper,
+         "void(int64[::1], int32[::1], float32[::1], int64, int64[::1], int32[::1], int32[::1], float32[::1], "
+         "int32[::1], float32[::1])"),
+        ("lower_sort", lower_sort_kernel(256, 2048),
+         "void(int64[::1], int64[::1], int32[::1], float32[::1], int32[::1], float32[::1])"),
     ]

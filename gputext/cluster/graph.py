@@ -53,6 +53,8 @@ class StarGraph:
 
     indptr int64 (n+1,), indices int32 (2E,) sorted within rows, weights float32 (2E,);
     degree int32 (n,); weight_sum int64 (n,) fixed-point sums of each row's weights (2**40 units).
+    relevance_count / relevance: the relevance numerators and values when the graph was built on
+    a CUDA device (computed there before the graph came to the host), else None.
     """
 
     n: int
@@ -62,6 +64,8 @@ class StarGraph:
     degree: np.ndarray
     weight_sum: np.ndarray
     stats: dict = field(default_factory=dict)
+    relevance_count: np.ndarray | None = None  # int32 (n,), when the device build computed it
+    relevance: np.ndarray | None = None  # float64 (n,), idem (gputext.kernels.star.relevance_kernel)
 
     @property
     def n_edges(self) -> int:
@@ -137,25 +141,61 @@ def shard_bounds(n_docs: int, shards: int) -> np.ndarray:
 
 
 def build_graph(X, beta: float, device: str | Backend = "auto", batch_size: int | None = None,
-                shards: int | None = None, quiet: bool = True, engine_geometry=None) -> StarGraph:
+                shards: int | None = None, quiet: bool = True, engine_geometry=None, graph_geometry=None,
+                relevance_geometry=None, edge_capacity: int | None = None, device_graph: bool = True) -> StarGraph:
     """G_beta of the rows of X (CSR (n_docs, n_terms)) under cosine similarity.
 
-    beta in [1e-4, 1].  ``batch_size`` query rows per engine call (default 8192; bounds the host
-    memory of one call's results), ``shards`` row shards (default ``default_shards``).  Returns a
-    StarGraph; ``stats`` has n_edges, shards and the seconds spent scoring.
+    beta in [1e-4, 1].  ``shards`` row shards (default ``default_shards``).  On the CPU,
+    ``batch_size`` query rows per engine call (default 8192; bounds the host memory of one call's
+    results).  On a CUDA device (``device_graph``, the default) the edges never leave the device
+    until the symmetric CSR and the relevance are made (gputext.cluster.graph_cuda; the graph
+    then carries ``relevance_count``/``relevance``): ``batch_size`` query rows per device batch
+    (default: as many as 30% of the free memory holds), ``graph_geometry`` the launch geometry
+    of its kernels (graph_cuda.DeviceGraphGeometry), ``relevance_geometry`` the relevance
+    kernel's (lanes, vertices, max_blocks), ``edge_capacity`` the device edge buffer's size in
+    edges (default 60% of the free memory; smaller values exercise the host fallback).
+    ``device_graph=False`` takes the engine's threshold selector and assembles on the host (the
+    path of the CPU twin).  Returns a StarGraph, identical whichever path; ``stats`` has
+    n_edges, shards and the seconds of each stage.
     """
     import time
-
-    from ..engine import Index, search_threshold
 
     beta = check_beta(beta)
     X = canonical_csr(X)
     backend = device if isinstance(device, Backend) else resolve(device)
     n = X.shape[0]
-    batch = int(batch_size or 8192)
-    if batch < 1:
+    if batch_size is not None and int(batch_size) < 1:
         raise InputError(f"batch_size must be a positive integer, got {batch_size}")
     bounds = shard_bounds(n, shards if shards is not None else default_shards(n))
+    if backend.is_cuda and device_graph and n >= 2:
+        from .graph_cuda import build_graph_cuda
+
+        t0 = time.perf_counter()
+        out = build_graph_cuda(X, beta, bounds, batch_size, quiet, engine_geometry, graph_geometry,
+                               relevance_geometry, edge_capacity, backend.simulator)
+        if out is not None:
+            up_ptr, indptr, indices, weights, degree, weight_sum, count, rel, dstats = out
+            if up_ptr is None:
+                graph = StarGraph(n, indptr, indices, weights, degree, weight_sum, relevance_count=count,
+                                  relevance=rel)
+            else:  # host assembly (edges spilled or the CSR does not fit on the device)
+                t1 = time.perf_counter()
+                graph = _assemble(up_ptr, indices, weights, degree, weight_sum)
+                dstats["host_seconds"]["host_assembly"] = time.perf_counter() - t1
+            graph.stats = {"n_edges": graph.n_edges, "shards": len(bounds) - 1, "batch_size": batch_size,
+                           "seconds_total": time.perf_counter() - t0, **dstats}
+            return graph
+    return _build_graph_engine(X, beta, backend, bounds, int(batch_size or 8192), quiet, engine_geometry)
+
+
+def _build_graph_engine(X, beta, backend, bounds, batch, quiet, engine_geometry) -> StarGraph:
+    """The engine's threshold selector in batches, edges accumulated and assembled on the host
+    (the CPU twin; also the CUDA fallback when the index does not fit on the device)."""
+    import time
+
+    from ..engine import Index, search_threshold
+
+    n = X.shape[0]
     degree = np.zeros(n, np.int32)
     weight_sum = np.zeros(n, np.int64)
     up_len = np.zeros(n, np.int64)
@@ -187,6 +227,7 @@ def build_graph(X, beta: float, device: str | Backend = "auto", batch_size: int 
     np.cumsum(up_len, out=up_ptr[1:])
     graph = _assemble(up_ptr, cols, weights, degree, weight_sum)
     graph.stats = {"n_edges": graph.n_edges, "shards": len(bounds) - 1, "batch_size": batch,
+                   "device_graph": False, "assembly": "host",
                    "seconds_scoring": t_score, "seconds_assembly": time.perf_counter() - t0 - t_score}
     return graph
 

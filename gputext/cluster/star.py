@@ -264,7 +264,11 @@ def oclustr_graph(graph: StarGraph, device: str | Backend = "cpu", geometry: Rel
     """OClustR on a given graph (stages 2-4): relevance on ``device``, cover and improvement on
     the host."""
     t0 = time.perf_counter()
-    _, rel = compute_relevance(graph, device, geometry)
+    backend = device if isinstance(device, Backend) else resolve(device)
+    if backend.is_cuda and graph.relevance is not None:
+        rel = graph.relevance  # computed on the device by the graph build, before the transfer
+    else:
+        _, rel = compute_relevance(graph, backend, geometry)
     t1 = time.perf_counter()
     is_center = initial_cover(graph, rel)
     n_initial = int(is_center.sum())
@@ -282,11 +286,14 @@ def oclustr_graph(graph: StarGraph, device: str | Backend = "cpu", geometry: Rel
 
 def cluster_star(X, beta: float = 0.25, device: str | Backend = "auto", batch_size: int | None = None,
                  shards: int | None = None, quiet: bool = True, geometry: RelevanceGeometry | None = None,
-                 engine_geometry=None) -> StarResult:
+                 engine_geometry=None, graph_geometry=None) -> StarResult:
     """OClustR / CUDA-OClus on the rows of X (CSR (n_docs, n_terms), or a gputext Corpus).
 
     beta: cosine threshold in [1e-4, 1].  device: "auto" | "cpu" | "cuda" or a Backend: the graph
-    (engine) and the relevance run there; the cover and the improvement on the host.
+    (engine) and the relevance run there; the cover and the improvement on the host.  On cuda the
+    graph's edges, its symmetric CSR and the relevance are made on the device and come to the host
+    once (gputext.cluster.graph_cuda; ``graph_geometry`` its launch geometry); seconds_graph then
+    includes that transfer and seconds_relevance is ~0 (graph_device_seconds has the stages).
     Returns a StarResult whose stats include the seconds of each stage.
     """
     from ..io.corpus import Corpus
@@ -299,7 +306,8 @@ def cluster_star(X, beta: float = 0.25, device: str | Backend = "auto", batch_si
     backend = device if isinstance(device, Backend) else resolve(device)
     t0 = time.perf_counter()
     graph = build_graph(X, beta, backend, batch_size=batch_size, shards=shards, quiet=quiet,
-                        engine_geometry=engine_geometry)
+                        engine_geometry=engine_geometry, graph_geometry=graph_geometry,
+                        relevance_geometry=geometry or RelevanceGeometry())
     t1 = time.perf_counter()
     result = oclustr_graph(graph, backend, geometry)
     result.stats.update({"beta": beta, "backend": backend.name, "seconds_graph": t1 - t0,

@@ -1,0 +1,333 @@
+"""The star graph built on a CUDA device: edges, AIS sums, symmetric CSR and relevance stay there.
+
+Host driver of the kernels in gputext.kernels.star ("graph on the device"); called by
+gputext.cluster.graph.build_graph when the backend is cuda.  Per row shard s (rows [b_s,
+b_{s+1}), an index of the documents from b_s on, as the CPU path) and per batch of queries:
+
+  scoring    the engine's dense fixed-point score rows (gputext.engine.cuda_backend._Batch:
+             upload of the batch's segments, ``accumulate``)
+  counting   the engine's ``count_threshold`` (upper-triangle hits per (segment, query) block),
+             ``exclusive_scan_device`` of the counts, one 8-byte copy of the total to the host
+             (to know whether the edge buffer holds the batch)
+  writing    ``edge_write_kernel``: int32 column + float32 weight per edge into the device edge
+             buffer (rows in order, columns ascending), degree and fixed-point weight sums by
+             atomics; ``row_lengths``
+
+then once: ``csr``  (scan of the degrees and of the row lengths, ``split_upper``,
+``lower_sort_kernel``), ``relevance`` (``ais_kernel``, ``relevance_kernel``) and ``transfer`` (one
+copy of indptr, indices, weights, degree, sums, counts and relevance to the host).  Each stage
+is timed with CUDA events (stats ``device_seconds``) and by the host clock.
+
+Memory (real device): score rows take ``ROWS_SHARE`` of the free memory (as the engine), the edge
+buffer (8 bytes an edge) up to ``EDGE_SHARE`` of what is free after them; building the symmetric
+CSR needs 24 more bytes an edge (scratch 8 + result 16) and the edge buffer is first trimmed to
+its size.  When a batch's edges do not fit in the buffer, the buffer's edges go to the host and
+the buffer is reused (``spills`` in stats); after any spill, or when the CSR does not fit, the
+symmetric CSR is assembled on the host exactly as the CPU path does (``assembly: host``), from
+the device's degrees and sums; the relevance then runs on the device from the host graph.  The
+result is identical either way (and identical to the CPU twin: same fixed-point keys, same
+float32 rounding, rows sorted).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from numba import cuda
+
+from ..backend import device_memory
+from ..engine.cuda_backend import _Batch, _blocks, build_shard, plan_shards
+from ..engine.index import Index
+from ..engine.search import Geometry
+from ..io.corpus import csr_arrays
+from ..kernels import scan, scoring
+from ..kernels import star as kstar
+from ..progress import progress
+
+ROWS_SHARE = 0.30
+EDGE_SHARE = 0.60
+SIM_BATCH = 16  # query rows per batch in the simulator
+SIM_EDGE_CAPACITY = 1 << 16
+
+
+class DeviceGraphGeometry:
+    """Launch geometry of the device graph kernels (tests shrink it for the simulator).
+
+    write_block/write_items: ``edge_write_kernel`` and the engine's ``count_threshold``
+    (block threads x items documents per (segment, query) block); split_block: ``split_upper``
+    threads per block (grid-stride, at most split_max_blocks blocks); sort_block/sort_words:
+    ``lower_sort_kernel`` threads per row and bitmap words per tile (a multiple of sort_block),
+    at most sort_max_blocks blocks; small_block: the 1-d kernels (row_lengths, ais)."""
+
+    def __init__(self, write_block=256, write_items=16, split_block=256, split_max_blocks=65536,
+                 sort_block=256, sort_words=2048, sort_max_blocks=65536, small_block=256):
+        self.write_block = write_block
+        self.write_items = write_items
+        self.split_block = split_block
+        self.split_max_blocks = split_max_blocks
+        self.sort_block = sort_block
+        self.sort_words = sort_words
+        self.sort_max_blocks = sort_max_blocks
+        self.small_block = small_block
+
+
+class _Clock:
+    """CUDA-event stage timer: ``mark(stage)`` closes the running interval into ``stage``;
+    event pairs are read once at the end (no sync per mark).  Host seconds kept alongside."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.pairs: list[tuple[str, object, object]] = []
+        self.host: dict[str, float] = {}
+        self._event = self._new()
+        self._t = time.perf_counter()
+
+    def _new(self):
+        if not self.enabled:
+            return None
+        ev = cuda.event()
+        ev.record()
+        return ev
+
+    def mark(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.host[stage] = self.host.get(stage, 0.0) + now - self._t
+        self._t = now
+        ev = self._new()
+        if self.enabled:
+            self.pairs.append((stage, self._event, ev))
+        self._event = ev
+
+    def device_seconds(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        if not self.enabled:
+            return out
+        self._event.synchronize()
+        for stage, a, b in self.pairs:
+            out[stage] = out.get(stage, 0.0) + a.elapsed_time(b) / 1e3
+        return out
+
+
+def _free_device_memory() -> None:
+    """Run numba's deferred frees now (large buffers must be gone before the next allocation)."""
+    try:
+        cuda.current_context().deallocations.clear()
+    except Exception:  # the simulator has no deallocation queue
+        pass
+
+
+class _EdgeBuffer:
+    """The device edge buffer (int32 columns, float32 weights) with host spill."""
+
+    def __init__(self, capacity: int):
+        self.capacity = max(1, int(capacity))
+        self.cols = cuda.device_array(self.capacity, np.int32)
+        self.weights = cuda.device_array(self.capacity, np.float32)
+        self.fill = 0
+        self.spilled_cols: list[np.ndarray] = []
+        self.spilled_weights: list[np.ndarray] = []
+
+    def make_room(self, extra: int) -> None:
+        if self.fill + extra <= self.capacity:
+            return
+        self.spill()
+        if extra > self.capacity:  # one batch alone is larger: a buffer of its size
+            self.cols = self.weights = None
+            _free_device_memory()
+            self.capacity = int(extra)
+            self.cols = cuda.device_array(self.capacity, np.int32)
+            self.weights = cuda.device_array(self.capacity, np.float32)
+
+    def spill(self) -> None:
+        if self.fill:
+            self.spilled_cols.append(self.cols[:self.fill].copy_to_host())
+            self.spilled_weights.append(self.weights[:self.fill].copy_to_host())
+        self.fill = 0
+
+    @property
+    def spills(self) -> int:
+        return len(self.spilled_cols)
+
+
+def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None, quiet: bool,
+                     engine_geometry: Geometry | None, geometry: DeviceGraphGeometry | None,
+                     relevance_geometry, edge_capacity: int | None, simulator: bool):
+    """G_beta of the rows of X (canonical CSR) on the device; see the module docstring.
+
+    bounds: row-shard boundaries (gputext.cluster.graph.shard_bounds).  Returns (up_ptr,
+    indptr, indices, weights, degree, weight_sum, count, relevance, stats): up_ptr is None
+    when the symmetric CSR was assembled on the device (then indptr.. relevance are host arrays),
+    else (host assembly) indptr/indices/weights are the upper-triangle CSR (up_ptr, cols, weights)
+    to be assembled by the caller and count/relevance are None.
+    """
+    geom = geometry or DeviceGraphGeometry()
+    egeom = engine_geometry or Geometry()
+    n = X.shape[0]
+    code = scoring.COSINE
+    min_key = float(beta)
+    clock = _Clock(not simulator)
+    stats: dict = {"device_graph": True, "spills": 0, "batches": 0}
+    d_degree = cuda.to_device(np.zeros(max(n, 1), np.int32))
+    d_wsum = cuda.to_device(np.zeros(max(n, 1), np.int64))
+    d_up_len = cuda.to_device(np.zeros(max(n, 1), np.int64))
+    count_kernel, _ = scoring.threshold_kernels(geom.write_block, geom.write_items)
+    write_kernel = kstar.edge_write_kernel(geom.write_block, geom.write_items)
+    seg_len = geom.write_block * geom.write_items
+    acc = None  # the score rows, handed from shard to shard (left zeroed by the write kernel)
+    edges: _EdgeBuffer | None = None
+    clock.mark("setup")
+    with progress(n if len(bounds) > 2 else 0, "similarity graph (cuda)", quiet) as bar:
+        for s in range(len(bounds) - 1):
+            start, stop = int(bounds[s]), int(bounds[s + 1])
+            index = Index.from_csr(X[start:])
+            if len(plan_shards(index)) > 1:
+                return None  # the index itself does not fit: the caller takes the engine's path
+            shard = build_shard(index.X, 0, index.n_docs, egeom)
+            if acc is not None:
+                shard.buffers = {"acc": acc}
+            Q = X[start:stop]
+            scale, qn = scoring.query_stats(*csr_arrays(Q), index.term_maxabs, code)
+            self_doc = np.full(stop - start, -1, np.int64)
+            after = np.arange(stop - start, dtype=np.int64)
+            n_docs = index.n_docs
+            n_seg = _blocks(n_docs, seg_len)
+            rows = _rows_per_batch(n_docs, stop - start, batch_size, simulator, acc)
+            if edges is None:
+                shard.buffer("acc", (rows * n_docs,), np.int64, zeroed=True)
+                edges = _EdgeBuffer(edge_capacity or _edge_capacity(simulator))
+                stats["edge_capacity"] = edges.capacity
+            clock.mark("index")
+            for lo in range(0, stop - start, rows):
+                hi = min(stop - start, lo + rows)
+                batch = _Batch(Q, lo, hi, shard, scale, qn, self_doc, code, egeom, after)
+                clock.mark("scoring")
+                d_counts = cuda.device_array((batch.n, n_seg), np.int32)
+                args = (batch.acc, n_docs, batch.qinfo, batch.dn, code, min_key)
+                count_kernel[(n_seg, batch.n), geom.write_block](*args, d_counts)
+                d_offsets = scan.exclusive_scan_device(d_counts.reshape(batch.n * n_seg))
+                total = int(d_offsets[batch.n * n_seg])
+                clock.mark("counting")
+                edges.make_room(total)
+                write_kernel[(n_seg, batch.n), geom.write_block](
+                    *args, d_offsets, edges.fill, start + lo, start, edges.cols, edges.weights, d_degree, d_wsum)
+                shard.rows_dirty = False
+                kstar.row_lengths[_blocks(batch.n, geom.small_block), geom.small_block](
+                    d_offsets, n_seg, batch.n, start + lo, d_up_len)
+                edges.fill += total
+                stats["batches"] += 1
+                clock.mark("writing")
+                bar.update(hi - lo)
+            acc = shard.buffers["acc"]  # (device array, views): the engine's workspace entry
+            shard.buffers = None
+            del shard, index
+            _free_device_memory()
+    acc = None
+    _free_device_memory()
+    n_edges = edges.fill + sum(len(c) for c in edges.spilled_cols)
+    stats["n_upper_edges"] = n_edges
+    clock.mark("release")
+    slack = 16 * (n + 1) + (64 << 20)
+    fits = edges.spills == 0
+    up_col, up_w = edges.cols, edges.weights
+    if fits:
+        mem = device_memory()
+        if mem is None or mem[0] >= 8 * n_edges + slack:
+            # trim the buffer to its edges: frees the reserve before the CSR's 24 bytes an edge
+            up_col = cuda.device_array(max(n_edges, 1), np.int32)
+            up_w = cuda.device_array(max(n_edges, 1), np.float32)
+            if n_edges:
+                up_col[:n_edges].copy_to_device(edges.cols[:n_edges])
+                up_w[:n_edges].copy_to_device(edges.weights[:n_edges])
+            edges.cols = edges.weights = None
+            _free_device_memory()
+        mem = device_memory()
+        fits = mem is None or mem[0] >= 24 * n_edges + slack
+    if not fits:
+        if edges.cols is None:
+            edges.cols, edges.weights = up_col, up_w
+        up_col = up_w = None
+        stats["assembly"] = "host"
+        edges.spill()
+        stats["spills"] = edges.spills
+        cols = np.concatenate(edges.spilled_cols) if edges.spilled_cols else np.empty(0, np.int32)
+        weights = np.concatenate(edges.spilled_weights) if edges.spilled_weights else np.empty(0, np.float32)
+        edges = None
+        up_len = d_up_len.copy_to_host()[:n]
+        degree = d_degree.copy_to_host()[:n]
+        wsum = d_wsum.copy_to_host()[:n]
+        clock.mark("transfer")
+        up_ptr = np.zeros(n + 1, np.int64)
+        np.cumsum(up_len, out=up_ptr[1:])
+        stats["device_seconds"] = clock.device_seconds()
+        stats["host_seconds"] = clock.host
+        return up_ptr, None, cols, weights, degree, wsum, None, None, stats
+    stats["assembly"] = "device"
+    edges = None
+    d_up_ptr = scan.exclusive_scan_device(d_up_len[:n]) if n else cuda.to_device(np.zeros(1, np.int64))
+    d_indptr = scan.exclusive_scan_device(d_degree[:n]) if n else cuda.to_device(np.zeros(1, np.int64))
+    nnz = 2 * n_edges
+    d_idx = cuda.device_array(max(nnz, 1), np.int32)
+    d_w = cuda.device_array(max(nnz, 1), np.float32)
+    if n_edges:
+        d_cursor = cuda.to_device(np.zeros(n, np.int32))
+        tmp_row = cuda.device_array(n_edges, np.int32)
+        tmp_w = cuda.device_array(n_edges, np.float32)
+        blocks = max(1, min(geom.split_max_blocks, _blocks(n_edges, geom.split_block)))
+        kstar.split_upper[blocks, geom.split_block](d_up_ptr, up_col, up_w, n_edges, d_indptr, d_cursor,
+                                                    d_idx, d_w, tmp_row, tmp_w)
+        up_col = up_w = d_cursor = None
+        sort = kstar.lower_sort_kernel(geom.sort_block, geom.sort_words)
+        sort[max(1, min(geom.sort_max_blocks, n)), geom.sort_block](d_indptr, d_up_ptr, tmp_row, tmp_w, d_idx, d_w)
+        tmp_row = tmp_w = None
+    clock.mark("csr")
+    count = np.zeros(n, np.int32)
+    rel = np.zeros(n, np.float64)
+    d_ais = cuda.device_array(max(n, 1), np.float64)
+    d_count = cuda.device_array(max(n, 1), np.int32)
+    d_rel = cuda.device_array(max(n, 1), np.float64)
+    if n:
+        kstar.ais_kernel[_blocks(n, geom.small_block), geom.small_block](d_degree[:n], d_wsum[:n], d_ais[:n])
+        rg = relevance_geometry or kstar.RelevanceLaunch()
+        kernel = kstar.relevance_kernel(int(rg.lanes), int(rg.vertices))
+        blocks = max(1, min(int(rg.max_blocks), _blocks(n, rg.vertices)))
+        kernel[blocks, (rg.lanes, rg.vertices)](d_indptr, d_idx, d_degree[:n], d_ais[:n], d_count[:n], d_rel[:n])
+    clock.mark("relevance")
+    indptr = d_indptr.copy_to_host()
+    indices = np.empty(nnz, np.int32)
+    weights = np.empty(nnz, np.float32)
+    if nnz:
+        d_idx[:nnz].copy_to_host(indices)
+        d_w[:nnz].copy_to_host(weights)
+    degree = d_degree.copy_to_host()[:n]
+    wsum = d_wsum.copy_to_host()[:n]
+    if n:
+        d_count[:n].copy_to_host(count)
+        d_rel[:n].copy_to_host(rel)
+    clock.mark("transfer")
+    stats["device_seconds"] = clock.device_seconds()
+    stats["host_seconds"] = clock.host
+    return None, indptr, indices, weights, degree, wsum, count, rel, stats
+
+
+def _edge_capacity(simulator: bool) -> int:
+    mem = device_memory()
+    if simulator or mem is None:
+        return SIM_EDGE_CAPACITY
+    return max(1 << 20, int(EDGE_SHARE * mem[0]) // 8)
+
+
+def _rows_per_batch(n_docs: int, n_queries: int, batch_size: int | None, simulator: bool, acc) -> int:
+    """Query rows per batch: given, or as many as ROWS_SHARE of the free memory holds (at most
+    65,535: the grid's y dimension); with score rows handed over from an earlier shard, as many
+    as they hold (the later shards index fewer documents)."""
+    if batch_size:
+        rows = int(batch_size)
+    elif acc is not None:
+        rows = acc[0].size // max(1, n_docs)
+    elif simulator or device_memory() is None:
+        rows = SIM_BATCH
+    else:
+        rows = int(ROWS_SHARE * device_memory()[0]) // (8 * max(1, n_docs))
+    if acc is not None:
+        rows = min(rows, acc[0].size // max(1, n_docs))
+    return max(1, min(rows, n_queries, 65535))
