@@ -188,16 +188,58 @@ def test_additions_without_edges_touch_only_new_components(tmp_path):
     assert label.categories.tolist() == ["x", "y", "z", "w"] and label.codes[-3:].tolist() == [1, 3, 1]
 
 
-def test_streamed_copy_is_window_independent(tmp_path, monkeypatch):
+def test_stored_graph_is_chunk_size_independent_and_append_only(tmp_path, monkeypatch):
+    """The update copies the old edge datasets raw and appends: the old prefix is unchanged, and
+    tiny HDF5 chunks (many chunks, partial last chunks) give the same file contents."""
     X = random_corpus(80, 40, 6, seed=8)
     old, new, _ = split_corpus(X, 65)
     cluster_file(old, 0.3, str(tmp_path / "old.h5"))
     dclus.update(str(tmp_path / "old.h5"), new, str(tmp_path / "big.h5"), device="cpu")
-    monkeypatch.setattr(dclus, "COPY_WINDOW", 7)
-    dclus.update(str(tmp_path / "old.h5"), new, str(tmp_path / "small.h5"), device="cpu")
-    with h5py.File(tmp_path / "big.h5") as a, h5py.File(tmp_path / "small.h5") as b:
-        for key in ("order", "pcc_indptr", "adj_indptr", "adj_indices", "adj_weights", "links", "pcc_of_doc"):
+    monkeypatch.setattr(dclus, "CHUNK_ENTRIES", 7)
+    cluster_file(old, 0.3, str(tmp_path / "old7.h5"))
+    dclus.update(str(tmp_path / "old7.h5"), new, str(tmp_path / "small.h5"), device="cpu")
+    keys = ("order", "pcc_indptr", "adj_indptr", "adj_indices", "adj_weights", "links", "pcc_of_doc", "degree",
+            "weight_sum")
+    with h5py.File(tmp_path / "big.h5") as a, h5py.File(tmp_path / "small.h5") as b, h5py.File(tmp_path / "old.h5") as o:
+        for key in keys:
             assert np.array_equal(a[f"uns/gputext/star/graph/{key}"][()], b[f"uns/gputext/star/graph/{key}"][()]), key
+        assert b["uns/gputext/star/graph/adj_indices"].chunks == (7,)
+        n_old_entries = o["uns/gputext/star/graph/adj_indptr"][-1]
+        for key in ("adj_indices", "adj_weights", "order", "pcc_indptr"):
+            before = o[f"uns/gputext/star/graph/{key}"][()]
+            assert np.array_equal(a[f"uns/gputext/star/graph/{key}"][:len(before)], before), key
+        assert np.array_equal(a["uns/gputext/star/graph/adj_indptr"][:66], o["uns/gputext/star/graph/adj_indptr"][()])
+        assert a["uns/gputext/star/graph/adj_indices"].shape[0] > n_old_entries
+
+
+def test_stored_degree_and_weight_sums_equal_the_union_graph(tmp_path):
+    """Per-document degree and fixed-point weight sums (what the update reads instead of edge
+    weights) equal row_stats of the union's graph built from scratch."""
+    from gputext.kernels import star as kstar
+    X = random_corpus(90, 40, 6, seed=21)
+    old, new, whole = split_corpus(X, 60)
+    cluster_file(old, 0.3, str(tmp_path / "old.h5"))
+    dclus.update(str(tmp_path / "old.h5"), new, str(tmp_path / "new.h5"), device="cpu")
+    scratch = build_graph(whole.X, 0.3, "cpu")
+    degree, weight_sum = kstar.row_stats(scratch.indptr, scratch.weights)
+    with h5py.File(tmp_path / "new.h5") as f:
+        g = f["uns/gputext/star/graph"]
+        assert np.array_equal(g["degree"][()], degree) and np.array_equal(g["weight_sum"][()], weight_sum)
+        assert g["n_edges"][()] == scratch.n_edges == g["adj_indices"].shape[0]
+        assert g["format_version"][()] == dclus.GRAPH_FORMAT_VERSION
+
+
+def test_old_graph_format_is_refused_with_a_clear_error(tmp_path):
+    X = random_corpus(30, 20, 5, seed=13)
+    old, new, _ = split_corpus(X, 25)
+    path = str(tmp_path / "c.h5")
+    cluster_file(old, 0.3, path)
+    with h5py.File(path, "a") as f:  # what a format-1 file looks like: no format_version, no degree/weight_sum
+        for key in ("format_version", "degree", "weight_sum"):
+            del f[f"uns/gputext/star/graph/{key}"]
+    with pytest.raises(InputError, match="graph format version 1.*recluster"):
+        dclus.update(path, new, str(tmp_path / "o.h5"), device="cpu")
+    assert not (tmp_path / "o.h5").exists()
 
 
 def test_update_in_place_replaces_the_file(tmp_path):

@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 
 import h5py
 import numba
+from numba import prange
 import numpy as np
 import scipy.sparse as sp
 
@@ -84,7 +85,8 @@ from .star import (RelevanceGeometry, StarResult, candidate_order, compute_relev
 
 GRAPH_KEY = "uns/gputext/star/graph"
 STAR_KEY = "uns/gputext/star"
-COPY_WINDOW = 1 << 22  # adjacency entries per read/write when streaming untouched PCCs
+GRAPH_FORMAT_VERSION = 2  # 1: symmetric rows rewritten on every update (refused with a clear error)
+CHUNK_ENTRIES = 1 << 20  # entries per HDF5 chunk of the two growable edge datasets (4 MiB, no compression)
 
 
 # ----------------------------------------------------------------------------- PCCs
@@ -240,6 +242,129 @@ def gather_rows(indptr, indices, weights, rows):
     return ptr, out_idx, out_w
 
 
+
+# ----------------------------------------------------------------------------- symmetric rows from owner rows
+
+@numba.njit(parallel=True, cache=True)
+def _upper_owner_rows(indptr, indices, weights, rows):
+    """Owner rows of a full build: for each vertex of ``rows`` (int64) its neighbours u > v
+    (the suffix of its sorted symmetric row).  Returns (ptr int64 (len+1,), indices, weights)."""
+    m = rows.shape[0]
+    first = np.empty(m, np.int64)
+    for k in prange(m):
+        v = rows[k]
+        lo = indptr[v]
+        hi = indptr[v + 1]
+        while lo < hi:  # binary search of the first neighbour > v
+            mid = (lo + hi) // 2
+            if indices[mid] > v:
+                hi = mid
+            else:
+                lo = mid + 1
+        first[k] = lo
+    ptr = np.zeros(m + 1, np.int64)
+    for k in range(m):
+        ptr[k + 1] = ptr[k] + indptr[rows[k] + 1] - first[k]
+    out_idx = np.empty(ptr[m], np.int32)
+    out_w = np.empty(ptr[m], np.float32)
+    for k in prange(m):
+        d = ptr[k]
+        for p in range(first[k], indptr[rows[k] + 1]):
+            out_idx[d] = indices[p]
+            out_w[d] = weights[p]
+            d += 1
+    return ptr, out_idx, out_w
+
+
+@numba.njit(parallel=True, cache=True)
+def symmetric_from_owner(row_start, row_len, idx, w, local_of, n_chunks, with_weights):
+    """Symmetric CSR (rows sorted) of a vertex set from its owner rows, in local ids.
+
+    Every edge of the set is stored once, in the owner row of one endpoint.  Local row k's owner
+    row is idx[row_start[k]:row_start[k] + row_len[k]] (int64 starts and lengths, (m,)): global
+    ids, ascending; w float32 alongside (read only when ``with_weights``).  local_of int32 maps
+    a global id to its local row (ascending with the global id, so sorted rows stay sorted).
+    Returns indptr int64 (m+1,), indices int32 (2E,), weights float32 (2E, or 0 without weights).
+    Row k = merge of its owner row and the rows owning an edge to k ("transposed" part).
+    Parallel: the transposed parts are a counting sort by target over ``n_chunks`` contiguous
+    ranges of owner rows (per-chunk counts, per-target offsets, then each chunk scatters its
+    entries in owner order), so each transposed part comes out ascending; then one row per prange
+    iteration merges its two ascending parts.  Scratch: int32 (n_chunks, m) and the transposed
+    entries (E).
+    """
+    m = row_start.shape[0]
+    n_chunks = max(1, min(n_chunks, m))
+    step = (m + n_chunks - 1) // n_chunks
+    cnt = np.zeros((n_chunks, m), np.int32)
+    for t in prange(n_chunks):
+        for k in range(t * step, min(m, (t + 1) * step)):
+            s = row_start[k]
+            for p in range(s, s + row_len[k]):
+                cnt[t, local_of[idx[p]]] += 1
+    tlen = np.zeros(m, np.int64)
+    for j in prange(m):
+        running = 0
+        for t in range(n_chunks):
+            c = cnt[t, j]
+            cnt[t, j] = running
+            running += c
+        tlen[j] = running
+    tptr = np.zeros(m + 1, np.int64)
+    indptr = np.zeros(m + 1, np.int64)
+    for j in range(m):
+        tptr[j + 1] = tptr[j] + tlen[j]
+        indptr[j + 1] = indptr[j] + tlen[j] + row_len[j]
+    t_idx = np.empty(tptr[m], np.int32)
+    t_w = np.empty(tptr[m] if with_weights else 0, np.float32)
+    for t in prange(n_chunks):
+        for k in range(t * step, min(m, (t + 1) * step)):
+            s = row_start[k]
+            for p in range(s, s + row_len[k]):
+                j = local_of[idx[p]]
+                pos = tptr[j] + cnt[t, j]
+                t_idx[pos] = k
+                if with_weights:
+                    t_w[pos] = w[p]
+                cnt[t, j] += 1
+    out_idx = np.empty(indptr[m], np.int32)
+    out_w = np.empty(indptr[m] if with_weights else 0, np.float32)
+    for k in prange(m):
+        a = row_start[k]
+        a_end = a + row_len[k]
+        b = tptr[k]
+        b_end = tptr[k + 1]
+        d = indptr[k]
+        while a < a_end or b < b_end:
+            if b >= b_end or (a < a_end and local_of[idx[a]] < t_idx[b]):
+                out_idx[d] = local_of[idx[a]]
+                if with_weights:
+                    out_w[d] = w[a]
+                a += 1
+            else:
+                out_idx[d] = t_idx[b]
+                if with_weights:
+                    out_w[d] = t_w[b]
+                b += 1
+            d += 1
+    return indptr, out_idx, out_w
+
+
+@numba.njit(cache=True)
+def _add_edge_stats(a, b, w, degree, weight_sum):
+    """Add undirected edges (a[e], b[e], w[e]) to both endpoints' degree (int32) and fixed-point
+    weight sum (int64, 2**FIX_BITS units: exact, order-free).  Sequential scatter."""
+    for e in range(a.shape[0]):
+        f = kstar.fixed_weight(w[e])
+        degree[a[e]] += 1
+        degree[b[e]] += 1
+        weight_sum[a[e]] += f
+        weight_sum[b[e]] += f
+
+
+def _n_chunks() -> int:
+    return int(numba.get_num_threads())
+
+
 # ----------------------------------------------------------------------------- file: graph group
 
 def _set_enc(obj, kind: str) -> None:
@@ -247,8 +372,9 @@ def _set_enc(obj, kind: str) -> None:
     obj.attrs["encoding-version"] = "0.1.0" if kind == "dict" else "0.2.0"
 
 
-def _dataset(group: h5py.Group, name: str, data=None, shape=None, dtype=None):
-    ds = group.create_dataset(name, data=data, shape=shape, dtype=dtype)
+def _dataset(group: h5py.Group, name: str, data=None, shape=None, dtype=None, growable: bool = False):
+    kw = {"chunks": (CHUNK_ENTRIES,), "maxshape": (None,)} if growable else {}
+    ds = group.create_dataset(name, data=data, shape=shape, dtype=dtype, **kw)
     _set_enc(ds, "array")
     return ds
 
@@ -266,22 +392,32 @@ def _graph_group(f: h5py.File) -> h5py.Group:
     return g
 
 
-def write_graph(f: h5py.File, graph: StarGraph, pccs: PCCs, beta: float) -> None:
-    """Write a whole graph as PCC-grouped adjacency into an open result file."""
-    g = _graph_group(f)
-    ptr, idx, w = gather_rows(graph.indptr, graph.indices, graph.weights, pccs.order)
-    _dataset(g, "pcc_of_doc", pccs.pcc_of.astype(np.int32))
-    _dataset(g, "order", pccs.order.astype(np.int32))
-    _dataset(g, "pcc_indptr", pccs.pcc_indptr.astype(np.int64))
-    _dataset(g, "adj_indptr", ptr)
-    _dataset(g, "adj_indices", idx.astype(np.int32))
-    _dataset(g, "adj_weights", w.astype(np.float32))
-    _dataset(g, "links", pccs.links.astype(np.int32).reshape(-1, 2))
-    _scalar(g, "n_docs", int(graph.n))
-    _scalar(g, "n_pcc", int(pccs.n_pcc))
-    _scalar(g, "n_edges", int(graph.n_edges))
+def _write_small(g: h5py.Group, pcc_of, order, pcc_indptr, adj_indptr, degree, weight_sum, links, n_pcc: int,
+                 beta: float) -> None:
+    """Everything of the graph group except the two growable edge datasets."""
+    _dataset(g, "pcc_of_doc", np.asarray(pcc_of, np.int32))
+    _dataset(g, "order", np.asarray(order, np.int32))
+    _dataset(g, "pcc_indptr", np.asarray(pcc_indptr, np.int64))
+    _dataset(g, "adj_indptr", np.asarray(adj_indptr, np.int64))
+    _dataset(g, "degree", np.asarray(degree, np.int32))
+    _dataset(g, "weight_sum", np.asarray(weight_sum, np.int64))
+    _dataset(g, "links", np.asarray(links, np.int32).reshape(-1, 2))
+    _scalar(g, "n_docs", int(len(pcc_of)))
+    _scalar(g, "n_pcc", int(n_pcc))
+    _scalar(g, "n_edges", int(adj_indptr[-1]))
     _scalar(g, "beta", float(beta))
     _scalar(g, "fix_bits", int(kstar.FIX_BITS))
+    _scalar(g, "format_version", GRAPH_FORMAT_VERSION)
+
+
+def write_graph(f: h5py.File, graph: StarGraph, pccs: PCCs, beta: float) -> None:
+    """Write a whole graph as PCC-grouped owner rows (each edge once) into an open result file."""
+    g = _graph_group(f)
+    ptr, idx, w = _upper_owner_rows(graph.indptr, graph.indices, graph.weights, pccs.order.astype(np.int64))
+    _write_small(g, pccs.pcc_of, pccs.order, pccs.pcc_indptr, ptr, graph.degree, graph.weight_sum, pccs.links,
+                 pccs.n_pcc, beta)
+    _dataset(g, "adj_indices", idx, growable=True)
+    _dataset(g, "adj_weights", w, growable=True)
 
 
 @dataclass
@@ -296,6 +432,8 @@ class GraphOnDisk:
     pcc_indptr: np.ndarray
     adj_indptr: np.ndarray
     links: np.ndarray
+    degree: np.ndarray
+    weight_sum: np.ndarray
 
     @property
     def n_pcc(self) -> int:
@@ -311,7 +449,13 @@ def read_graph_meta(f: h5py.File, path: str, n_docs: int) -> GraphOnDisk:
         raise InputError(f"{path}: /{GRAPH_KEY} is missing: the file was not written by `gputext cluster star` "
                          "(only its output can be updated with --update)")
     g = f[GRAPH_KEY]
-    need = ("pcc_of_doc", "order", "pcc_indptr", "adj_indptr", "adj_indices", "adj_weights", "links", "beta")
+    version = int(g["format_version"][()]) if "format_version" in g else 1
+    if version != GRAPH_FORMAT_VERSION:
+        raise InputError(f"{path}: /{GRAPH_KEY} has graph format version {version}, this gputext reads version "
+                         f"{GRAPH_FORMAT_VERSION} (each edge stored once, per-document degree and weight sums): "
+                         "recluster the corpus with `gputext cluster star` to update it")
+    need = ("pcc_of_doc", "order", "pcc_indptr", "adj_indptr", "adj_indices", "adj_weights", "links", "beta",
+            "degree", "weight_sum")
     for key in need:
         if key not in g:
             raise FormatError(f"{path}: /{GRAPH_KEY}/{key} is missing")
@@ -320,11 +464,16 @@ def read_graph_meta(f: h5py.File, path: str, n_docs: int) -> GraphOnDisk:
     pcc_indptr = g["pcc_indptr"][()].astype(np.int64)
     adj_indptr = g["adj_indptr"][()].astype(np.int64)
     links = g["links"][()].astype(np.int32).reshape(-1, 2)
+    degree = g["degree"][()].astype(np.int32)
+    weight_sum = g["weight_sum"][()].astype(np.int64)
     beta = float(g["beta"][()])
     n_pcc = len(pcc_indptr) - 1
     if pcc_of.shape != (n_docs,) or order.shape != (n_docs,):
         raise FormatError(f"{path}: /{GRAPH_KEY}/pcc_of_doc and order must have n_docs = {n_docs} entries, "
                           f"got {pcc_of.shape[0]} and {order.shape[0]}")
+    if degree.shape != (n_docs,) or weight_sum.shape != (n_docs,):
+        raise FormatError(f"{path}: /{GRAPH_KEY}/degree and weight_sum must have n_docs = {n_docs} entries, "
+                          f"got {degree.shape[0]} and {weight_sum.shape[0]}")
     if n_docs and (pcc_of.min() < 0 or pcc_of.max() >= n_pcc):
         raise FormatError(f"{path}: /{GRAPH_KEY}/pcc_of_doc has a PCC outside [0, {n_pcc})")
     if pcc_indptr[0] != 0 or pcc_indptr[-1] != n_docs or np.any(np.diff(pcc_indptr) < 0):
@@ -333,35 +482,67 @@ def read_graph_meta(f: h5py.File, path: str, n_docs: int) -> GraphOnDisk:
         raise FormatError(f"{path}: /{GRAPH_KEY}/adj_indptr must be {n_docs + 1} non-decreasing offsets from 0")
     if g["adj_indices"].shape != (adj_indptr[-1],) or g["adj_weights"].shape != (adj_indptr[-1],):
         raise FormatError(f"{path}: /{GRAPH_KEY}/adj_indices and adj_weights must have adj_indptr[-1] = {adj_indptr[-1]} entries")
+    if int(degree.sum(dtype=np.int64)) != 2 * int(adj_indptr[-1]):
+        raise FormatError(f"{path}: /{GRAPH_KEY}/degree sums to {int(degree.sum(dtype=np.int64))}, expected twice the "
+                          f"{int(adj_indptr[-1])} stored edges")
     if len(links) and (links.min() < 0 or links.max() >= n_pcc):
         raise FormatError(f"{path}: /{GRAPH_KEY}/links has a PCC outside [0, {n_pcc})")
-    return GraphOnDisk(path, n_docs, beta, pcc_of, order, pcc_indptr, adj_indptr, links)
+    return GraphOnDisk(path, n_docs, beta, pcc_of, order, pcc_indptr, adj_indptr, links, degree, weight_sum)
 
 
-def load_pcc_rows(f: h5py.File, meta: GraphOnDisk, pccs: np.ndarray):
-    """Read the adjacency of the given PCCs (sorted PCC ids) from disk, one read per run of
-    consecutive PCCs.  Returns (vertices int32 (m,) in storage order, ptr int64 (m+1,),
-    indices int32, weights float32)."""
-    g = f[GRAPH_KEY]
+def load_pcc_rows(f: h5py.File, meta: GraphOnDisk, pccs: np.ndarray, extra: int = 0):
+    """Read the owner rows of the given PCCs (sorted PCC ids) from disk: one read per run of
+    consecutive PCCs, straight into one buffer (``extra`` free entries left at its end).
+    Returns (positions int64 (m,) in storage order, row_start int64 (m,), row_len int64 (m,),
+    indices int32 (entries + extra,)); only adj_indices is read (the update needs no weights:
+    degrees and fixed-point weight sums are stored per document)."""
+    ds = f[GRAPH_KEY]["adj_indices"]
     pccs = np.asarray(pccs, np.int64)
     if len(pccs) == 0:
-        return np.empty(0, np.int32), np.zeros(1, np.int64), np.empty(0, np.int32), np.empty(0, np.float32)
+        e = np.zeros(0, np.int64)
+        return e, e, e, np.empty(extra, np.int32)
     breaks = np.flatnonzero(np.diff(pccs) != 1) + 1
     starts = np.concatenate([[0], breaks])
     ends = np.concatenate([breaks, [len(pccs)]])
-    verts, ptrs, idxs, ws = [], [], [], []
-    total = 0
-    for a, b in zip(starts, ends):
-        r0 = int(meta.pcc_indptr[pccs[a]])
-        r1 = int(meta.pcc_indptr[pccs[b - 1] + 1])
-        e0, e1 = int(meta.adj_indptr[r0]), int(meta.adj_indptr[r1])
-        verts.append(meta.order[r0:r1])
-        ptrs.append(meta.adj_indptr[r0 + 1:r1 + 1] - e0 + total)
-        idxs.append(g["adj_indices"][e0:e1].astype(np.int32))
-        ws.append(g["adj_weights"][e0:e1].astype(np.float32))
-        total += e1 - e0
-    return (np.concatenate(verts), np.concatenate([np.zeros(1, np.int64)] + ptrs),
-            np.concatenate(idxs), np.concatenate(ws))
+    r0 = meta.pcc_indptr[pccs[starts]]
+    r1 = meta.pcc_indptr[pccs[ends - 1] + 1]
+    lengths = r1 - r0
+    positions = np.repeat(r1 - np.cumsum(lengths), lengths) + np.arange(int(lengths.sum()))
+    row_len = meta.adj_indptr[positions + 1] - meta.adj_indptr[positions]
+    row_start = np.zeros(len(positions), np.int64)
+    np.cumsum(row_len[:-1], out=row_start[1:])
+    buf = np.empty(int(row_len.sum()) + extra, np.int32)
+    d = 0
+    for a, b in zip(r0, r1):
+        e0, e1 = int(meta.adj_indptr[a]), int(meta.adj_indptr[b])
+        if e1 > e0:
+            ds.read_direct(buf, np.s_[e0:e1], np.s_[d:d + e1 - e0])
+        d += e1 - e0
+    return positions, row_start, row_len, buf
+
+
+def read_stored_graph(path: str) -> tuple[StarGraph, PCCs]:
+    """The whole stored graph of a cluster file (for tests and inspection), in document order,
+    with its stored degree and weight sums checked against the edges."""
+    from ..io.corpus import corpus_shape
+
+    n_docs = corpus_shape(path)[0]
+    with h5py.File(path, "r") as f:
+        meta = read_graph_meta(f, path, n_docs)
+        idx = f[GRAPH_KEY]["adj_indices"][()].astype(np.int32)
+        w = f[GRAPH_KEY]["adj_weights"][()].astype(np.float32)
+    pos = np.empty(n_docs, np.int64)
+    pos[meta.order] = np.arange(n_docs)
+    start = meta.adj_indptr[pos]
+    length = meta.adj_indptr[pos + 1] - start
+    ptr, indices, weights = symmetric_from_owner(start, length, idx, w, np.arange(n_docs, dtype=np.int32),
+                                                 _n_chunks(), True)
+    degree, weight_sum = kstar.row_stats(ptr, weights)
+    if not (np.array_equal(degree, meta.degree) and np.array_equal(weight_sum, meta.weight_sum)):
+        raise FormatError(f"{path}: /{GRAPH_KEY}/degree or weight_sum disagree with the stored edges")
+    graph = StarGraph(n_docs, ptr, indices, weights, degree, weight_sum)
+    return graph, PCCs(meta.pcc_of, meta.links, meta.order, meta.pcc_indptr)
+
 
 
 # ----------------------------------------------------------------------------- DClustR cover
@@ -460,15 +641,20 @@ def dclustr_graph(graph: StarGraph, old_center: np.ndarray, device: str | Backen
     _, rel = compute_relevance(graph, device, geometry)
     t1 = time.perf_counter()
     is_center, stats = dclustr_cover(graph, rel, old_center, vertex_ids)
+    t2 = time.perf_counter()
     n_initial = int(is_center.sum())
     linked_to = np.full(graph.n, -1, np.int32)
     order = degree_order(graph.degree, np.flatnonzero(is_center), vertex_ids)
     removed = improve_centers(graph.indptr, graph.indices, order, is_center, linked_to)
     centers = np.flatnonzero(is_center).astype(np.int32)
+    t3 = time.perf_counter()
     membership = membership_matrix(graph, centers, linked_to)
+    t4 = time.perf_counter()
     stats.update({"n_initial_clusters": n_initial, "n_removed": int(removed), "n_clusters": int(len(centers)),
-                  "seconds_relevance": t1 - t0, "seconds_cover": time.perf_counter() - t1})
+                  "seconds_relevance": t1 - t0, "seconds_cover": t2 - t1, "seconds_improve": t3 - t2,
+                  "seconds_membership": t4 - t3})
     return StarResult(graph.n, centers, membership, rel, linked_to, graph, stats)
+
 
 
 # ----------------------------------------------------------------------------- reading a cluster file
@@ -551,46 +737,30 @@ class UpdateReport:
                 f"{self.n_clusters} clusters")
 
 
-def _new_adjacency(n_old: int, n_new: int, new_old, new_new):
-    """CSR (n_new rows, global column ids) of the new vertices' edges, sorted within rows."""
+
+# ----------------------------------------------------------------------------- the update
+
+def _new_owner_rows(n_old: int, n_new: int, new_old, new_new):
+    """Owner rows of the new vertices (vertex order, global ids, ascending within a row): each
+    new vertex owns its edges to old vertices and to the new vertices after it (the neighbours
+    CUDA-DClus examines when it processes the vertex: Suc_v U (V \\ M)).
+    Returns (ptr int64 (n_new+1,), indices int32, weights float32)."""
     o_old, o_new, o_w = new_old
     a, b, w = new_new
-    rows = np.concatenate([o_new.astype(np.int64) - n_old, a.astype(np.int64) - n_old, b.astype(np.int64) - n_old])
-    cols = np.concatenate([o_old, b, a]).astype(np.int64)
-    vals = np.concatenate([o_w, w, w]).astype(np.float32)
-    M = sp.csr_matrix((vals, (rows, cols)), shape=(n_new, n_old + n_new))
-    M.sort_indices()
-    return M.indptr.astype(np.int64), M.indices.astype(np.int32), M.data.astype(np.float32)
-
-
-@numba.njit(cache=True)
-def _local_rows(vertices, loaded_ptr, loaded_idx, loaded_w, extra_ptr, extra_idx, extra_w, local_of):
-    """Merge each vertex's loaded row with its extra (new) edges, in local ids, sorted.
-
-    vertices int64 (m,) global ids in local order; loaded_* / extra_* CSR (m rows) of global ids,
-    each sorted; local_of: global id -> local id (searchsorted table built by the caller).
-    """
-    m = vertices.shape[0]
-    indptr = np.zeros(m + 1, np.int64)
-    for k in range(m):
-        indptr[k + 1] = indptr[k] + (loaded_ptr[k + 1] - loaded_ptr[k]) + (extra_ptr[k + 1] - extra_ptr[k])
-    out_idx = np.empty(indptr[m], np.int32)
-    out_w = np.empty(indptr[m], np.float32)
-    for k in range(m):
-        a, a_end = loaded_ptr[k], loaded_ptr[k + 1]
-        b, b_end = extra_ptr[k], extra_ptr[k + 1]
-        d = indptr[k]
-        while a < a_end or b < b_end:
-            if b >= b_end or (a < a_end and loaded_idx[a] < extra_idx[b]):
-                out_idx[d] = local_of[loaded_idx[a]]
-                out_w[d] = loaded_w[a]
-                a += 1
-            else:
-                out_idx[d] = local_of[extra_idx[b]]
-                out_w[d] = extra_w[b]
-                b += 1
-            d += 1
-    return indptr, out_idx, out_w
+    rows = np.concatenate([np.asarray(o_new, np.int64), np.asarray(a, np.int64)]) - n_old
+    cols = np.concatenate([np.asarray(o_old, np.int64), np.asarray(b, np.int64)])
+    vals = np.concatenate([np.asarray(o_w, np.float32), np.asarray(w, np.float32)])
+    if len(rows) and (rows.min() < 0 or rows.max() >= n_new):
+        raise AssertionError("an added edge has no new endpoint")
+    key = rows * (n_old + n_new) + cols
+    if len(key) > 1 and not np.all(key[1:] > key[:-1]):  # the engine's output is already in order
+        order = np.argsort(key, kind="stable")
+        rows, cols, vals, key = rows[order], cols[order], vals[order], key[order]
+        if np.any(key[1:] == key[:-1]):
+            raise AssertionError("an added edge is given twice")
+    ptr = np.zeros(n_new + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=n_new), out=ptr[1:])
+    return ptr, cols.astype(np.int32), vals
 
 
 def _local_lookup(vertices: np.ndarray, n_total: int) -> np.ndarray:
@@ -607,8 +777,9 @@ def update(clusters_path: str, added: Corpus, output: str, device: str | Backend
     """DClustR / CUDA-DClus: add the documents of ``added`` to the clustering in ``clusters_path``
     (a file written by ``cluster star``) and write the updated clustering of the union to
     ``output`` (may equal clusters_path: the file is replaced atomically).  Returns the report
-    (components touched, PCCs loaded, seconds).  ``edges`` = (new_old, new_new) as returned by
-    ``score_additions`` replaces the scoring (tests feed the paper's hand-made similarities)."""
+    (components touched, PCCs loaded, seconds per stage).  ``edges`` = (new_old, new_new) as
+    returned by ``score_additions`` replaces the scoring (tests feed the paper's hand-made
+    similarities)."""
     if clusters_path == "-":
         raise InputError("--update needs a cluster file on disk (random access to its graph), not stdin")
     backend = device if isinstance(device, Backend) else resolve(device)
@@ -637,14 +808,19 @@ def update(clusters_path: str, added: Corpus, output: str, device: str | Backend
     t_score = time.perf_counter()
     n_new_edges = len(new_old[0]) + len(new_new[0])
 
-    # 2. PCCs of the new vertices
-    new_ptr, new_idx, new_w = _new_adjacency(n_old, n_new, new_old, new_new)
+    # 2. PCCs of the new vertices (their owner rows are what CUDA-DClus examines)
+    own_ptr, own_idx, own_w = _new_owner_rows(n_old, n_new, new_old, new_new)
     pcc_of = np.concatenate([meta.pcc_of, np.full(n_new, -1, np.int32)])
     parent = np.empty(meta.n_pcc + n_new, np.int32)
     parent[:meta.n_pcc] = np.arange(meta.n_pcc, dtype=np.int32)
     _union_links(parent, meta.links)
-    n_pcc, new_links = assign_pcc(new_ptr, new_idx, pcc_of, n_old, meta.n_pcc, parent)
+    n_pcc, new_links = assign_pcc(own_ptr, own_idx, pcc_of, n_old, meta.n_pcc, parent)
     links = sort_links(np.concatenate([meta.links, new_links]))
+    # degree and fixed-point weight sums of the union (old vertices gain only the new edges)
+    degree = np.concatenate([meta.degree, np.zeros(n_new, np.int32)])
+    weight_sum = np.concatenate([meta.weight_sum, np.zeros(n_new, np.int64)])
+    new_rows = np.repeat(np.arange(n_old, n_total, dtype=np.int32), np.diff(own_ptr))
+    _add_edge_stats(new_rows, own_idx, own_w, degree, weight_sum)
 
     # 3. affected connected components and their old PCCs
     comp = components_of_pccs(n_pcc, links)
@@ -654,27 +830,35 @@ def update(clusters_path: str, added: Corpus, output: str, device: str | Backend
     old_affected = np.flatnonzero(affected_pcc[:meta.n_pcc])
     components_total = int(len(np.unique(comp)))
     components_touched = int(affected_comp.sum())
+    t_pcc = time.perf_counter()
     with h5py.File(clusters_path, "r") as f:
-        old_vertices, old_ptr, old_idx, old_w = load_pcc_rows(f, meta, old_affected)
+        positions, row_start, row_len, buf = load_pcc_rows(f, meta, old_affected, extra=len(own_idx))
+    n_loaded_entries = int(row_len.sum())
+    buf[n_loaded_entries:] = own_idx  # the new owner rows after the loaded ones: one index array
     t_load = time.perf_counter()
 
     # the local graph of the affected components (vertices in ascending global id)
-    vertices = np.sort(np.concatenate([old_vertices.astype(np.int64), np.arange(n_old, n_total, dtype=np.int64)]))
+    old_vertices = meta.order[positions].astype(np.int64)
+    vertices = np.concatenate([np.sort(old_vertices), np.arange(n_old, n_total, dtype=np.int64)])
     local_of = _local_lookup(vertices, n_total)
-    # loaded rows, in local order
-    pos_in_loaded = np.full(n_total, -1, np.int64)
-    pos_in_loaded[old_vertices] = np.arange(len(old_vertices))
-    is_old = vertices < n_old
-    loaded_rows = np.where(is_old, pos_in_loaded[vertices], -1)
-    la_ptr, la_idx, la_w = _rows_or_empty(old_ptr, old_idx, old_w, loaded_rows)
-    # extra rows: new edges of each vertex (old vertices: their new neighbours; new: all)
-    ex_ptr, ex_idx, ex_w = _extra_rows(vertices, n_old, new_ptr, new_idx, new_w, new_old)
-    indptr, indices, weights = _local_rows(vertices, la_ptr, la_idx, la_w, ex_ptr, ex_idx, ex_w, local_of)
-    degree, weight_sum = kstar.row_stats(indptr, weights)
-    local = StarGraph(len(vertices), indptr, indices, weights, degree, weight_sum)
+    m = len(vertices)
+    start = np.empty(m, np.int64)
+    length = np.empty(m, np.int64)
+    lo = local_of[old_vertices]
+    start[lo] = row_start
+    length[lo] = row_len
+    start[m - n_new:] = n_loaded_entries + own_ptr[:-1]
+    length[m - n_new:] = np.diff(own_ptr)
+    indptr, indices, _ = symmetric_from_owner(start, length, buf, np.empty(0, np.float32), local_of, _n_chunks(), False)
+    local_degree = np.diff(indptr).astype(np.int32)
+    if not np.array_equal(local_degree, degree[vertices]):
+        raise AssertionError("the loaded components disagree with the stored degrees")
+    # weights are not needed: relevance reads degree and the fixed-point sums, the cover the structure
+    local = StarGraph(m, indptr, indices, np.empty(0, np.float32), local_degree, weight_sum[vertices])
+    t_local = time.perf_counter()
 
     # 4-6. relevance, DClustR cover update and improvement on the affected components
-    old_center = np.zeros(len(vertices), bool)
+    old_center = np.zeros(m, bool)
     in_local = old_centers[local_of[old_centers] >= 0] if len(old_centers) else old_centers
     old_center[local_of[in_local]] = True
     res = dclustr_graph(local, old_center, backend, geometry, vertex_ids=vertices)
@@ -688,22 +872,26 @@ def update(clusters_path: str, added: Corpus, output: str, device: str | Backend
     new_centers_global = vertices[res.centers]
     new_coo = res.membership.tocoo()
     centers = np.concatenate([kept_centers, new_centers_global]).astype(np.int64)
-    order = np.argsort(centers, kind="stable")
+    corder = np.argsort(centers, kind="stable")
     rank = np.empty(len(centers), np.int64)
-    rank[order] = np.arange(len(centers))
+    rank[corder] = np.arange(len(centers))
     docs = np.concatenate([kept.row.astype(np.int64), vertices[new_coo.row]])
     cols = np.concatenate([rank[kept.col], rank[len(kept_centers) + new_coo.col]])
     M = sp.csr_matrix((np.ones(len(docs), np.float32), (docs, cols)), shape=(n_total, len(centers)))
     M.sort_indices()
-    centers = centers[order].astype(np.int32)
+    centers = centers[corder].astype(np.int32)
+    t_members = time.perf_counter()
 
     report = UpdateReport(n_old, n_new, n_new_edges, components_total, components_touched, meta.n_pcc,
-                          int(len(old_affected)), int(len(old_vertices)), int(len(old_idx)), int(len(centers)))
+                          int(len(old_affected)), int(len(old_vertices)), n_loaded_entries, int(len(centers)))
     report.stats = {**res.stats, "seconds_read": t_read - t0, "seconds_scoring": t_score - t_read,
-                    "seconds_load": t_load - t_score, "seconds_cluster": t_cluster - t_load,
-                    "affected_vertices": int(len(vertices)), "backend": backend.name}
+                    "seconds_pcc": t_pcc - t_score, "seconds_load": t_load - t_pcc,
+                    "seconds_local_graph": t_local - t_load, "seconds_cluster": t_cluster - t_local,
+                    "seconds_union_clusters": t_members - t_cluster,
+                    "affected_vertices": int(m), "affected_entries": int(indptr[-1]), "backend": backend.name,
+                    "graph_format": GRAPH_FORMAT_VERSION}
 
-    # 7. the output file
+    # 7. the output file: the union corpus, then the graph (old edges copied raw, new ones appended)
     obs, dropped = _merge_obs(old.obs, added.obs, n_old, n_new)
     if dropped and not quiet:
         info(f"obs columns not in both corpora (dropped from the output): {', '.join(dropped)}", quiet)
@@ -718,132 +906,58 @@ def update(clusters_path: str, added: Corpus, output: str, device: str | Backend
     uns = dict(old.uns)
     gp = dict(uns.get("gputext", {}))
     prev = gp.get("star_updates", 0)
+    t_write0 = time.perf_counter()
+    stats_out = {k: v for k, v in report.stats.items() if isinstance(v, (int, float, str))}
     gp["star"] = star_params(stored_beta, backend.name, centers, extra={
-        "update": {k: v for k, v in report.__dict__.items() if k != "stats"} | {
-            k: v for k, v in report.stats.items() if isinstance(v, (int, float, str))}})
+        "update": {k: v for k, v in report.__dict__.items() if k != "stats"} | stats_out})
     gp["star_updates"] = int(prev) + 1
     uns["gputext"] = gp
     corpus = Corpus(X, np.concatenate([old.doc_ids, added.doc_ids]), old.terms, obs, dict(old.var), obsm, uns)
     with atomic_output(output) as tmp:
         write_corpus(corpus, tmp, compression=compression)
+        t_write1 = time.perf_counter()
         with h5py.File(clusters_path, "r") as src, h5py.File(tmp, "a") as dst:
-            _write_updated_graph(src, dst, meta, pcc_of, n_pcc, links, affected_pcc, local, vertices, stored_beta)
-    report.stats["seconds_write"] = time.perf_counter() - t_cluster
-    report.stats["seconds_total"] = time.perf_counter() - t0
+            _write_updated_graph(src, dst, meta, pcc_of, n_pcc, links, degree, weight_sum, own_ptr, own_idx, own_w,
+                                 stored_beta)
+    t_end = time.perf_counter()
+    report.stats["seconds_write_corpus"] = t_write1 - t_write0
+    report.stats["seconds_write_graph"] = t_end - t_write1
+    report.stats["seconds_write"] = t_end - t_members
+    report.stats["seconds_total"] = t_end - t0
     return report
 
 
-def _rows_or_empty(ptr, idx, w, rows):
-    """Rows of a CSR for rows >= 0, empty rows where rows < 0."""
-    rows = np.asarray(rows, np.int64)
-    ptr2 = np.concatenate([ptr, ptr[-1:]])  # one extra, empty row
-    return gather_rows(ptr2, idx, w, np.where(rows >= 0, rows, len(ptr) - 1))
-
-
-def _extra_rows(vertices, n_old, new_ptr, new_idx, new_w, new_old):
-    """The new edges of each local vertex as CSR (local rows, global ids, sorted)."""
-    m = len(vertices)
-    o_old, o_new, o_w = new_old
-    local_row = np.searchsorted(vertices, o_old.astype(np.int64))
-    rows_old = local_row
-    # new vertices' rows: their whole new adjacency
-    first_new = np.searchsorted(vertices, n_old)
-    lens_new = np.diff(new_ptr)
-    rows_new = np.repeat(np.arange(first_new, m, dtype=np.int64), lens_new)
-    rows = np.concatenate([rows_old, rows_new])
-    cols = np.concatenate([o_new.astype(np.int64), new_idx.astype(np.int64)])
-    vals = np.concatenate([o_w, new_w]).astype(np.float32)
-    E = sp.csr_matrix((vals, (rows, cols)), shape=(m, int(vertices[-1]) + 1 if m else 0))
-    E.sort_indices()
-    return E.indptr.astype(np.int64), E.indices.astype(np.int32), E.data.astype(np.float32)
-
-
-@numba.njit(cache=True)
-def _patch_window(positions_local, old_ptr, old_idx, old_w, loc_ptr, loc_idx_global, loc_w, out_ptr, out_idx, out_w):
-    """Rows of a window: the stored row, or (positions_local[r] >= 0) the updated local row."""
-    for r in range(positions_local.shape[0]):
-        d = out_ptr[r]
-        k = positions_local[r]
-        if k < 0:
-            s = old_ptr[r]
-            for p in range(old_ptr[r + 1] - s):
-                out_idx[d + p] = old_idx[s + p]
-                out_w[d + p] = old_w[s + p]
-        else:
-            s = loc_ptr[k]
-            for p in range(loc_ptr[k + 1] - s):
-                out_idx[d + p] = loc_idx_global[s + p]
-                out_w[d + p] = loc_w[s + p]
-
-
 def _write_updated_graph(src: h5py.File, dst: h5py.File, meta: GraphOnDisk, pcc_of: np.ndarray, n_pcc: int,
-                         links: np.ndarray, affected_pcc: np.ndarray, local: StarGraph, vertices: np.ndarray,
-                         beta: float) -> None:
-    """The graph of the union: untouched PCC rows streamed from ``src`` window by window, affected
-    rows replaced by their updated adjacency, new PCCs appended."""
+                         links: np.ndarray, degree: np.ndarray, weight_sum: np.ndarray, own_ptr: np.ndarray,
+                         own_idx: np.ndarray, own_w: np.ndarray, beta: float) -> None:
+    """The graph of the union.  Old PCCs never gain vertices and every new edge is owned by a new
+    vertex, which sits in a new PCC: the stored rows of the old positions are unchanged, so the
+    two edge datasets are copied raw (H5Ocopy, nothing decoded) and the new vertices' owner rows,
+    grouped by their new PCCs, are appended.  The small arrays are rewritten."""
     n_old = meta.n_docs
-    n_total = len(pcc_of)
     order, pcc_indptr = pcc_layout(pcc_of, n_pcc)
     if not np.array_equal(order[:n_old], meta.order):
         raise AssertionError("old PCCs changed their vertices")
-    local_of = _local_lookup(vertices, n_total)
-    pos_local = local_of[order].astype(np.int64)  # local row of each stored position, -1 if untouched
-    loc_idx_global = vertices[local.indices].astype(np.int32)
-    lengths = np.where(pos_local >= 0, local.degree[np.maximum(pos_local, 0)], 0).astype(np.int64)
-    old_lengths = np.diff(meta.adj_indptr)
-    lengths[:n_old] = np.where(pos_local[:n_old] >= 0, lengths[:n_old], old_lengths)
-    adj_indptr = np.zeros(n_total + 1, np.int64)
-    np.cumsum(lengths, out=adj_indptr[1:])
+    new_rows = order[n_old:].astype(np.int64) - n_old
+    ptr, idx, w = gather_rows(own_ptr, own_idx, own_w, new_rows)
+    adj_indptr = np.concatenate([meta.adj_indptr, meta.adj_indptr[-1] + ptr[1:]])
     g = _graph_group(dst)
-    _dataset(g, "pcc_of_doc", pcc_of.astype(np.int32))
-    _dataset(g, "order", order)
-    _dataset(g, "pcc_indptr", pcc_indptr)
-    _dataset(g, "adj_indptr", adj_indptr)
-    out_idx = _dataset(g, "adj_indices", shape=(int(adj_indptr[-1]),), dtype=np.int32)
-    out_w = _dataset(g, "adj_weights", shape=(int(adj_indptr[-1]),), dtype=np.float32)
-    _dataset(g, "links", links.astype(np.int32).reshape(-1, 2))
-    _scalar(g, "n_docs", int(n_total))
-    _scalar(g, "n_pcc", int(n_pcc))
-    _scalar(g, "n_edges", int(adj_indptr[-1] // 2))
-    _scalar(g, "beta", float(beta))
-    _scalar(g, "fix_bits", int(kstar.FIX_BITS))
-    s_idx, s_w = src[GRAPH_KEY]["adj_indices"], src[GRAPH_KEY]["adj_weights"]
-    r = 0
-    while r < n_total:
-        # a window of positions holding about COPY_WINDOW stored entries (at least one row)
-        if r < n_old:
-            limit = meta.adj_indptr[r] + COPY_WINDOW
-            r_end = int(np.searchsorted(meta.adj_indptr, limit, side="right")) - 1
-            r_end = min(max(r_end, r + 1), n_old)
-            e0, e1 = int(meta.adj_indptr[r]), int(meta.adj_indptr[r_end])
-            untouched = pos_local[r:r_end] < 0
-            if untouched.all():
-                o_idx, o_w = s_idx[e0:e1], s_w[e0:e1]  # plain copy
-            else:
-                o_idx = np.empty(e1 - e0, np.int32)
-                o_w = np.empty(e1 - e0, np.float32)
-                if untouched.any() and e1 > e0:
-                    o_idx = s_idx[e0:e1].astype(np.int32)
-                    o_w = s_w[e0:e1].astype(np.float32)
-            old_ptr = meta.adj_indptr[r:r_end + 1] - e0
-        else:
-            r_end = n_total
-            old_ptr = np.zeros(r_end - r + 1, np.int64)
-            o_idx = np.empty(0, np.int32)
-            o_w = np.empty(0, np.float32)
-        w_ptr = adj_indptr[r:r_end + 1] - adj_indptr[r]
-        if r < n_old and (pos_local[r:r_end] < 0).all():
-            buf_idx, buf_w = o_idx, o_w
-        else:
-            buf_idx = np.empty(int(w_ptr[-1]), np.int32)
-            buf_w = np.empty(int(w_ptr[-1]), np.float32)
-            _patch_window(pos_local[r:r_end], old_ptr, o_idx, o_w, local.indptr, loc_idx_global, local.weights,
-                          w_ptr, buf_idx, buf_w)
-        a, b = int(adj_indptr[r]), int(adj_indptr[r_end])
-        if b > a:
-            out_idx[a:b] = buf_idx
-            out_w[a:b] = buf_w
-        r = r_end
+    _write_small(g, pcc_of, order, pcc_indptr, adj_indptr, degree, weight_sum, links, n_pcc, beta)
+    e_old, e_new = int(meta.adj_indptr[-1]), int(adj_indptr[-1])
+    for name, values in (("adj_indices", idx), ("adj_weights", w)):
+        s = src[GRAPH_KEY][name]
+        if s.chunks is not None and s.maxshape == (None,):
+            src.copy(s, g, name)
+            ds = g[name]
+            ds.resize((e_new,))
+        else:  # not growable: copy through memory
+            ds = _dataset(g, name, shape=(e_new,), dtype=s.dtype, growable=True)
+            step = 1 << 24
+            for a in range(0, e_old, step):
+                ds[a:min(e_old, a + step)] = s[a:min(e_old, a + step)]
+        if e_new > e_old:
+            ds.write_direct(np.ascontiguousarray(values), np.s_[0:e_new - e_old], np.s_[e_old:e_new])
+
 
 
 # ----------------------------------------------------------------------------- writing a fresh result
@@ -876,18 +990,3 @@ def write_result(corpus: Corpus, result: StarResult, output: str, beta: float, b
     return pccs
 
 
-def read_stored_graph(path: str) -> tuple[StarGraph, PCCs]:
-    """The whole stored graph of a cluster file (for tests and inspection), in document order."""
-    from ..io.corpus import corpus_shape
-
-    n_docs = corpus_shape(path)[0]
-    with h5py.File(path, "r") as f:
-        meta = read_graph_meta(f, path, n_docs)
-        idx = f[GRAPH_KEY]["adj_indices"][()].astype(np.int32)
-        w = f[GRAPH_KEY]["adj_weights"][()].astype(np.float32)
-    pos = np.empty(n_docs, np.int64)
-    pos[meta.order] = np.arange(n_docs)
-    ptr, indices, weights = gather_rows(meta.adj_indptr, idx, w, pos)
-    degree, weight_sum = kstar.row_stats(ptr, weights)
-    graph = StarGraph(n_docs, ptr, indices, weights, degree, weight_sum)
-    return graph, PCCs(meta.pcc_of, meta.links, meta.order, meta.pcc_indptr)
