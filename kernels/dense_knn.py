@@ -47,7 +47,7 @@ from functools import lru_cache
 
 import numba
 import numpy as np
-from numba import cuda, float32, float64, int32, int64, uint32
+from numba import cuda, float32, float64, int32, int64, uint32, uint64
 
 EXACT_LANES = 32
 METRICS = ("cosine", "dot", "l2", "l1")
@@ -396,19 +396,23 @@ def chain_length(kind: str, n_terms: int, threads_per_row: int = 1) -> int:
 
 
 # ----------------------------------------------------------------------------- stage 2a: candidate selection
+# A candidate list row holds n_slices * kprime entries: slice sl owns entries sl*kprime .. sl*kprime+kprime-1.
+
+_LOW = 4294967295  # 2**32 - 1
 
 
 @numba.njit(parallel=True, cache=True)
 def select_candidates_cpu(key_bits, row_ids, kprime, n_slices, self_doc,
-                          cand_idx, cand_count, cand_complete, cand_thr):
+                          cand_idx, cand_key, cand_count, cand_complete, cand_thr):
     """CPU twin of make_select_kernel: same outputs, bit for bit.
 
     key_bits (n_alloc, n_docs) uint32: the float32 keys' bit patterns. row_ids (n_rows,) int32:
     which key rows to process; output row r describes key row row_ids[r]. Documents are split into
     n_slices contiguous slices of ceil(n_docs / n_slices). self_doc (n_alloc,) int64: the document
-    key row q leaves out (-1: none). Per (r, slice):
-      cand_idx (n_rows, n_slices, kprime) int32: the kprime documents of largest key (ties: lower
+    key row q leaves out (-1: none). Per (r, slice sl), entries e = sl*kprime + i of a row:
+      cand_idx (n_rows, n_slices * kprime) int32: the kprime documents of largest key (ties: lower
           index), listed in increasing document index; -1 padding;
+      cand_key (n_rows, n_slices * kprime) uint32: their ordered keys (``_ordered_py``), 0 padding;
       cand_count (n_rows, n_slices) int32: how many are listed;
       cand_complete (n_rows, n_slices) int32: 1 when the slice had <= kprime documents (all listed);
       cand_thr (n_rows, n_slices) int64: ordered form of the kprime-th largest key (0 if complete).
@@ -422,17 +426,20 @@ def select_candidates_cpu(key_bits, row_ids, kprime, n_slices, self_doc,
         row = row_ids[r]
         lo = min(sl * per, n_docs)
         hi = min(lo + per, n_docs)
+        base = sl * kprime
         selfcol = self_doc[row]
         n_avail = hi - lo
         if lo <= selfcol < hi:
             n_avail -= 1
         for i in range(kprime):
-            cand_idx[r, sl, i] = -1
+            cand_idx[r, base + i] = -1
+            cand_key[r, base + i] = 0
         if n_avail <= kprime:
             c = 0
             for j in range(lo, hi):
                 if j != selfcol:
-                    cand_idx[r, sl, c] = j
+                    cand_idx[r, base + c] = j
+                    cand_key[r, base + c] = _ordered_cpu(key_bits[row, j])
                     c += 1
             cand_count[r, sl] = c
             cand_complete[r, sl] = 1
@@ -457,73 +464,239 @@ def select_candidates_cpu(key_bits, row_ids, kprime, n_slices, self_doc,
             if j == selfcol:
                 continue
             u = _ordered_cpu(key_bits[row, j])
-            if u > kth:
-                cand_idx[r, sl, c] = j
+            if u > kth or (u == kth and eq_taken < need_eq):
+                if u == kth:
+                    eq_taken += 1
+                cand_idx[r, base + c] = j
+                cand_key[r, base + c] = u
                 c += 1
-            elif u == kth and eq_taken < need_eq:
-                cand_idx[r, sl, c] = j
-                c += 1
-                eq_taken += 1
         cand_count[r, sl] = c
         cand_complete[r, sl] = 0
         cand_thr[r, sl] = kth
 
 
-@cuda.jit(device=True, inline=True)
-def _block_exclusive_scan(scan, value, tid, n_threads):
-    """Exclusive prefix sum of one int32 per thread over the block (Hillis-Steele in shared
-    memory ``scan`` (n_threads,) int32). Returns (exclusive, total). Every thread must call it."""
-    scan[tid] = value
-    cuda.syncthreads()  # all values stored
-    off = 1
-    while off < n_threads:
-        t = 0
-        if tid >= off:
-            t = scan[tid - off]
-        cuda.syncthreads()  # all reads of this level done before the writes
-        scan[tid] += t
-        cuda.syncthreads()  # level complete
-        off *= 2
-    total = scan[n_threads - 1]
-    excl = scan[tid] - value
-    cuda.syncthreads()  # everyone has read before scan is reused
-    return excl, total
+def _elem_py(keys, kidx, use_kidx, ordered_in, p, selfcol):
+    """Combined 64-bit sort key of list entry p: (ordered key << 32) | (2**32 - 1 - document), so a
+    larger value is a larger key, then a lower document; 0 for an entry to skip (padding, self)."""
+    if use_kidx:
+        d = int64(kidx[p])
+        if d < 0:
+            return uint64(0)
+    else:
+        d = int64(p)
+    if d == selfcol:
+        return uint64(0)
+    u = int64(keys[p])
+    if not ordered_in:
+        u = _ordered_dev(keys[p])
+    return (uint64(u) << uint64(32)) | (uint64(_LOW) - uint64(d))
+
+
+_elem_dev = cuda.jit(device=True, inline=True)(_elem_py)
 
 
 @lru_cache(maxsize=None)
-def make_select_kernel(threads_per_block: int, items_per_thread: int, histogram_copies: int, histogram_unroll: int = 4):
-    """Per (query row, document slice): the kprime largest keys by a 4-pass radix select.
+def _make_block_select(threads_per_block: int, buffer_size: int, max_candidates: int):
+    """Device function: the kprime best entries (largest key, then lowest document) of one list.
+
+    ``block_select(keys, kidx, use_kidx, ordered_in, lo, hi, selfcol, kprime, tid, gmax, buf, hist,
+    st, sp, win) -> (n, complete, thr)``, called by every thread of a block (threads_per_block, a
+    power of two). List entries p in [lo, hi): key ``keys[p]`` (uint32: float32 bits, or already
+    ordered when ``ordered_in``), document ``kidx[p]`` when ``use_kidx`` (negative: padding) else p;
+    the document ``selfcol`` is skipped. Entries are compared by the combined 64-bit key
+    ``_elem_py``, so all are distinct and ties go to the lower document.
+    Work: (A) each thread takes the maximum key of its strided entries p = lo + tid + i*TPB; the
+    maxima are merged (shared atomic max) into G groups (group = tid % G, G >= kprime a power of two
+    <= TPB); every group holds distinct entries, so the smallest group maximum L0 is <= the
+    kprime-th largest key. (B) the entries with key >= L0 (typically a few hundred) are compacted
+    into shared memory ``buf`` (uint64 (buffer_size,), shared atomic counter; when they do not fit,
+    the passes below read the list again from global memory instead). (C) radix select of the
+    kprime-th largest combined key, 8 bits per pass from the top (256-bin shared histogram
+    ``hist``; thread 0 walks the bins; it stops as soon as the chosen bin holds exactly the rank
+    still sought, usually after 2-3 passes). (D) the winners' documents go to ``win`` (int32
+    (max_candidates,)) and are sorted ascending by a bitonic network.
+    Returns n (listed winners: kprime, or every valid entry when there are at most kprime),
+    complete (1 when every valid entry is listed) and thr (ordered kprime-th largest key; 0 when
+    complete). Shared scratch: gmax int64 (TPB,), st int64 (8,), sp uint64 (2,).
+    Synchronisation: after each phase's shared writes (init, maxima, compaction, each histogram
+    clear/fill/walk, winner collection, each sorting step); returns after a final syncthreads.
+    """
+    TPB, CAP, MAXC = int(threads_per_block), int(buffer_size), int(max_candidates)
+    assert TPB & (TPB - 1) == 0 and MAXC & (MAXC - 1) == 0
+    G0 = min(TPB, 64)
+
+    @cuda.jit(device=True, inline=True)
+    def block_select(keys, kidx, use_kidx, ordered_in, lo, hi, selfcol, kprime, tid, gmax, buf, hist, st, sp, win):
+        G = G0
+        while G < kprime and G < TPB:
+            G *= 2
+        if G < kprime:
+            G = 0  # no bound: every entry goes through the passes
+        gmax[tid] = -1
+        if tid == 0:
+            st[0] = 0  # valid entries
+            st[1] = 0  # entries compacted into buf
+            st[2] = 0  # L0
+            st[3] = kprime  # rank still sought
+            st[4] = 0  # radix select finished
+            st[5] = 0  # winners listed
+            st[6] = 4294967296  # smallest winner key
+            sp[0] = uint64(0)  # prefix of the kprime-th combined key
+            sp[1] = uint64(0)  # mask of the bits fixed so far
+        cuda.syncthreads()  # scratch initialised
+        m = int64(-1)
+        cnt = int64(0)
+        for p in range(lo + tid, hi, TPB):
+            v = _elem_dev(keys, kidx, use_kidx, ordered_in, p, selfcol)
+            if v != uint64(0):
+                cnt += 1
+                kk = int64(v >> uint64(32))
+                if kk > m:
+                    m = kk
+        if G > 0:
+            cuda.atomic.max(gmax, tid % G, m)
+        cuda.atomic.add(st, 0, cnt)
+        cuda.syncthreads()  # group maxima and the count complete
+        nvalid = st[0]
+        complete = nvalid <= kprime
+        over = True
+        L0c = uint64(1)  # complete: every valid entry (combined keys are >= 2**31)
+        nb = int64(0)
+        if not complete:
+            if tid == 0:
+                L0 = int64(0)
+                if G > 0:
+                    L0 = gmax[0]
+                    for g in range(1, G):
+                        if gmax[g] < L0:
+                            L0 = gmax[g]
+                    if L0 < 0:
+                        L0 = 0
+                st[2] = L0
+            cuda.syncthreads()  # L0 visible
+            L0c = uint64(st[2]) << uint64(32)
+            for p in range(lo + tid, hi, TPB):
+                v = _elem_dev(keys, kidx, use_kidx, ordered_in, p, selfcol)
+                if v != uint64(0) and v >= L0c:
+                    pos = cuda.atomic.add(st, 1, 1)
+                    if pos < CAP:
+                        buf[pos] = v
+            cuda.syncthreads()  # compaction complete
+            nb = st[1]
+            over = nb > CAP
+            for ps in range(8):
+                if st[4] != 0:
+                    break
+                shift = uint64(56 - 8 * ps)
+                for b in range(tid, 256, TPB):
+                    hist[b] = 0
+                cuda.syncthreads()  # histogram cleared
+                prefix = sp[0]
+                mask = sp[1]
+                if over:
+                    for p in range(lo + tid, hi, TPB):
+                        v = _elem_dev(keys, kidx, use_kidx, ordered_in, p, selfcol)
+                        if v != uint64(0) and v >= L0c and (v & mask) == prefix:
+                            cuda.atomic.add(hist, int64((v >> shift) & uint64(255)), 1)
+                else:
+                    for p in range(tid, nb, TPB):
+                        v = buf[p]
+                        if (v & mask) == prefix:
+                            cuda.atomic.add(hist, int64((v >> shift) & uint64(255)), 1)
+                cuda.syncthreads()  # histogram complete
+                if tid == 0:
+                    rem = st[3]
+                    cum = int64(0)
+                    for bb in range(256):
+                        b = 255 - bb
+                        h = int64(hist[b])
+                        if cum + h >= rem:
+                            sp[0] = prefix | (uint64(b) << shift)
+                            sp[1] = mask | (uint64(255) << shift)
+                            st[3] = rem - cum
+                            if h == rem - cum:
+                                st[4] = 1
+                            break
+                        cum += h
+                cuda.syncthreads()  # next byte fixed
+            if sp[0] > L0c:
+                L0c = sp[0]
+        # winners: valid entries >= L0c (the kprime-th combined key's prefix, or 1 when complete)
+        if over:
+            for p in range(lo + tid, hi, TPB):
+                v = _elem_dev(keys, kidx, use_kidx, ordered_in, p, selfcol)
+                if v != uint64(0) and v >= L0c:
+                    pos = cuda.atomic.add(st, 5, 1)
+                    win[pos] = int32(int64(uint64(_LOW) - (v & uint64(_LOW))))
+                    cuda.atomic.min(st, 6, int64(v >> uint64(32)))
+        else:
+            for p in range(tid, nb, TPB):
+                v = buf[p]
+                if v >= L0c:
+                    pos = cuda.atomic.add(st, 5, 1)
+                    win[pos] = int32(int64(uint64(_LOW) - (v & uint64(_LOW))))
+                    cuda.atomic.min(st, 6, int64(v >> uint64(32)))
+        cuda.syncthreads()  # winners listed
+        n = st[5]
+        size = 1
+        while size < n:
+            size *= 2
+        for p in range(n + tid, size, TPB):
+            win[p] = 2147483647
+        cuda.syncthreads()  # padding written
+        width = 2
+        while width <= size:
+            step = width // 2
+            while step > 0:
+                for p in range(tid, size, TPB):
+                    partner = p ^ step
+                    if partner > p:
+                        a = win[p]
+                        b = win[partner]
+                        if (a > b) == ((p & width) == 0):
+                            win[p] = b
+                            win[partner] = a
+                cuda.syncthreads()  # compare-exchange step complete
+                step //= 2
+            width *= 2
+        thr = int64(0)
+        done = int64(1)
+        if not complete:
+            thr = st[6]
+            done = 0
+        cuda.syncthreads()  # results read before the caller reuses the scratch
+        return n, done, thr
+
+    return block_select
+
+
+@lru_cache(maxsize=None)
+def make_select_kernel(threads_per_block: int, buffer_size: int, max_candidates: int):
+    """Per (query row, document slice): the kprime largest keys (ties: lower document).
 
     Launch: grid (any number of blocks, n_slices); ``threads_per_block`` threads (a power of two).
-    Work: a block handles the rows row_ids[blockIdx.x], row_ids[blockIdx.x + gridDim.x], ... for
-    slice blockIdx.y. Keys are mapped to order-preserving integers (``_ordered_py``); four passes
-    over the slice build a 256-bin histogram of the next 8 bits among keys matching the prefix
-    found so far (``histogram_copies`` copies in shared memory, one per thread % copies, row stride
-    257 against bank conflicts, atomics on shared memory; each thread issues ``histogram_unroll``
-    loads before using any), and thread 0 walks the bins from the top
-    to fix the next byte of the kprime-th largest key. A last pass lists the winners in increasing
-    document order: the slice is cut into chunks of threads_per_block * items_per_thread
-    documents, thread t owning items_per_thread consecutive ones; a chunk with no winner costs one
-    syncthreads_count; otherwise two block-wide exclusive scans (shared int32 (threads_per_block,))
-    give each thread its output position and, among keys equal to the kprime-th, which ones are
-    taken (the lowest document indices).
-    Synchronisation: around each histogram clear/fill/reduce, after thread 0 fixes a byte, inside
-    the scans, and at the end of each row.
-    Outputs exactly as select_candidates_cpu (its docstring gives shapes and dtypes).
+    Work: a block handles rows row_ids[blockIdx.x], row_ids[blockIdx.x + gridDim.x], ... for
+    slice blockIdx.y (documents [sl*per, min(n_docs, (sl+1)*per)), per = ceil(n_docs / n_slices));
+    the selection is ``_make_block_select`` (bound L0 from group maxima, compaction of the few keys
+    >= L0 into shared memory, radix select there, winners sorted by document); threads then write
+    the row's entries sl*kprime .. sl*kprime + kprime - 1. Keys are read twice from global memory
+    (L2 for one query) when the compacted keys fit ``buffer_size``.
+    Shared memory: buffer_size * 8 + max_candidates * 4 + threads_per_block * 8 + 1 KiB.
+    Synchronisation: inside the selection, and after each row's outputs are written.
+    Arguments and outputs exactly as select_candidates_cpu (kprime <= max_candidates).
     """
-    TPB, IPT, NC, HU = int(threads_per_block), int(items_per_thread), int(histogram_copies), int(histogram_unroll)
-    assert TPB & (TPB - 1) == 0 and 1 <= NC <= TPB
-    HS = 257
-    CHUNK = TPB * IPT
-    HIST = NC * HS
+    TPB, CAP, MAXC = int(threads_per_block), int(buffer_size), int(max_candidates)
+    block_select = _make_block_select(TPB, CAP, MAXC)
 
     @cuda.jit
     def dense_select_candidates(key_bits, row_ids, kprime, self_doc,
-                                cand_idx, cand_count, cand_complete, cand_thr):
-        hist = cuda.shared.array(HIST, int32)
-        scan = cuda.shared.array(TPB, int32)
-        loaded = cuda.local.array(HU, uint32)
-        state = cuda.shared.array(3, int64)
+                                cand_idx, cand_key, cand_count, cand_complete, cand_thr):
+        gmax = cuda.shared.array(TPB, int64)
+        buf = cuda.shared.array(CAP, uint64)
+        hist = cuda.shared.array(256, int32)
+        st = cuda.shared.array(8, int64)
+        sp = cuda.shared.array(2, uint64)
+        win = cuda.shared.array(MAXC, int32)
         tid = cuda.threadIdx.x
         sl = cuda.blockIdx.y
         n_slices = cuda.gridDim.y
@@ -531,121 +704,30 @@ def make_select_kernel(threads_per_block: int, items_per_thread: int, histogram_
         per = (n_docs + n_slices - 1) // n_slices
         lo = min(sl * per, n_docs)
         hi = min(lo + per, n_docs)
+        base = sl * kprime
         n_rows = row_ids.shape[0]
-        copy = tid % NC
         for r in range(cuda.blockIdx.x, n_rows, cuda.gridDim.x):
             row = row_ids[r]
-            selfcol = self_doc[row]
-            n_avail = hi - lo
-            if lo <= selfcol and selfcol < hi:
-                n_avail -= 1
+            n, done, thr = block_select(key_bits[row], row_ids, False, False, lo, hi, self_doc[row], kprime, tid,
+                                        gmax, buf, hist, st, sp, win)
             for i in range(tid, kprime, TPB):
-                cand_idx[r, sl, i] = -1
-            cuda.syncthreads()  # padding written before any thread lists a candidate
-            if n_avail <= kprime:
-                for j in range(lo + tid, hi, TPB):
-                    if j != selfcol:
-                        pos = j - lo
-                        if selfcol >= lo and j > selfcol:
-                            pos -= 1
-                        cand_idx[r, sl, pos] = j
-                if tid == 0:
-                    cand_count[r, sl] = n_avail
-                    cand_complete[r, sl] = 1
-                    cand_thr[r, sl] = 0
-                cuda.syncthreads()  # row finished before shared state is reused
-                continue
+                if i < n:
+                    d = win[i]
+                    cand_idx[r, base + i] = d
+                    cand_key[r, base + i] = uint32(_ordered_dev(key_bits[row, d]))
+                else:
+                    cand_idx[r, base + i] = -1
+                    cand_key[r, base + i] = uint32(0)
             if tid == 0:
-                state[0] = 0  # prefix of the kprime-th key found so far
-                state[1] = 0  # mask of the bits fixed so far
-                state[2] = kprime  # rank still sought within the keys matching the prefix
-            for p in range(4):
-                shift = 24 - 8 * p
-                for b in range(tid, NC * HS, TPB):
-                    hist[b] = 0
-                cuda.syncthreads()  # histogram cleared, state visible
-                prefix = state[0]
-                mask = state[1]
-                for j0 in range(lo + tid, hi, TPB * HU):
-                    for h in range(HU):  # HU independent loads in flight before any is used
-                        j = j0 + h * TPB
-                        loaded[h] = key_bits[row, j] if j < hi else 0
-                    for h in range(HU):
-                        j = j0 + h * TPB
-                        if j < hi and j != selfcol:
-                            u = _ordered_dev(loaded[h])
-                            if (u & mask) == prefix:
-                                cuda.atomic.add(hist, copy * HS + ((u >> shift) & 255), 1)
-                cuda.syncthreads()  # histogram complete
-                for b in range(tid, 256, TPB):
-                    total = 0
-                    for c in range(NC):
-                        total += hist[c * HS + b]
-                    hist[b] = total
-                cuda.syncthreads()  # copies summed into copy 0
-                if tid == 0:
-                    rem = state[2]
-                    cum = int64(0)
-                    for bb in range(256):
-                        b = 255 - bb
-                        h = hist[b]
-                        if cum + h >= rem:
-                            state[0] = prefix | (int64(b) << shift)
-                            state[1] = mask | (int64(255) << shift)
-                            state[2] = rem - cum
-                            break
-                        cum += h
-                cuda.syncthreads()  # next byte fixed
-            kth = state[0]
-            need_eq = state[2]
-            out_base = int64(0)
-            eq_seen = int64(0)
-            for c0 in range(lo, hi, CHUNK):
-                s = c0 + tid * IPT
-                e = min(s + IPT, hi)
-                n_gt = 0
-                n_eq = 0
-                for j in range(s, e):
-                    if j != selfcol:
-                        u = _ordered_dev(key_bits[row, j])
-                        if u > kth:
-                            n_gt += 1
-                        elif u == kth:
-                            n_eq += 1
-                if cuda.syncthreads_count(int32(1 if n_gt + n_eq > 0 else 0)) == 0:
-                    continue
-                eq_before, eq_total = _block_exclusive_scan(scan, n_eq, tid, TPB)
-                want = need_eq - eq_seen - eq_before
-                if want < 0:
-                    want = 0
-                if want > n_eq:
-                    want = n_eq
-                take_before, take_total = _block_exclusive_scan(scan, n_gt + want, tid, TPB)
-                pos = out_base + take_before
-                eq_rank = eq_seen + eq_before
-                for j in range(s, e):
-                    if j != selfcol:
-                        u = _ordered_dev(key_bits[row, j])
-                        if u > kth:
-                            cand_idx[r, sl, pos] = j
-                            pos += 1
-                        elif u == kth:
-                            if eq_rank < need_eq:
-                                cand_idx[r, sl, pos] = j
-                                pos += 1
-                            eq_rank += 1
-                out_base += take_total
-                eq_seen += eq_total
-            if tid == 0:
-                cand_count[r, sl] = kprime
-                cand_complete[r, sl] = 0
-                cand_thr[r, sl] = kth
-            cuda.syncthreads()  # row finished before shared state is reused
+                cand_count[r, sl] = n
+                cand_complete[r, sl] = done
+                cand_thr[r, sl] = thr
+            cuda.syncthreads()  # row written before the scratch is reused
 
     return dense_select_candidates
 
 
-# ----------------------------------------------------------------------------- stage 2b: exact rescoring
+# ----------------------------------------------------------------------------- exact rescoring of listed candidates (the exact fallback)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -740,31 +822,74 @@ def make_rescore_kernel(threads_per_block: int):
     return dense_rescore
 
 
-# ----------------------------------------------------------------------------- stage 2c: sort + top k
+# ----------------------------------------------------------------------------- stage 2b: merge, exact rescoring, sort
+
+RES_EXTRA = 3  # result row: k indices, k scores, all-complete flag, thr, candidates rescored
 
 
 @numba.njit(parallel=True, cache=True)
-def sort_topk_cpu(cand_idx, cand_count, cand_score, k, larger, out_idx, out_score):
-    """CPU twin of make_sort_kernel: out rows best first (float64 score, then lower index).
+def finish_cpu(X, Q, row_ids, cand_idx, cand_key, cand_count, cand_complete, cand_thr, kprime, qq, dd, metric, k,
+               res, final_idx):
+    """CPU twin of make_finish_kernel (bit-identical).
 
-    cand_* as rescore_cpu; k int; larger: True for similarities; out_idx (n_rows, k) int32
-    (-1 padding), out_score (n_rows, k) float64 (NaN padding; the host rounds to float32).
+    cand_* (n_rows, n_slices * kprime) / (n_rows, n_slices) as select_candidates_cpu writes them;
+    X (n_docs, n_terms) f32 C; Q (n_alloc, n_terms) f32 C; row_ids (n_rows,) int32; qq (n_alloc,)
+    and dd (n_docs,) f64 canonical sums of squares; metric 0..3; k.
+    Per row: with one slice its list is final; else the kprime best listed entries (largest key,
+    then lower document) are kept (all when at most kprime are listed). They are rescored in
+    float64 (canonical order) and sorted best first (score, then lower document). Outputs:
+      res (n_rows, 2k + 3) float64: [0, k) documents (-1 beyond the candidates), [k, 2k) float64
+          scores (NaN beyond), 2k: 1.0 when no document was left out (every slice and the merge
+          complete), 2k+1: ordered form of the largest key any left-out document can have (0 when
+          complete), 2k+2: number of candidates rescored;
+      final_idx (n_rows, >= kprime) int32: the rescored candidates best first, -1 padding.
     """
-    n_rows, n_slices, kprime = cand_idx.shape
+    n_rows = cand_idx.shape[0]
+    n_slices = cand_count.shape[1]
+    width = cand_idx.shape[1]
+    larger = metric <= 1
+    is_l1 = metric == 3
     for r in numba.prange(n_rows):
+        row = row_ids[r]
+        docs = np.empty(width, dtype=np.int64)
+        keys = np.empty(width, dtype=np.int64)
         n = 0
+        for e in range(width):
+            if cand_idx[r, e] >= 0:
+                docs[n] = cand_idx[r, e]
+                keys[n] = cand_key[r, e]
+                n += 1
+        complete = 1
+        thr = np.int64(0)
+        if n_slices > 1 and n > kprime:
+            # kprime best by (key desc, doc asc): sort by combined key descending
+            comb = np.empty(n, dtype=np.uint64)
+            for i in range(n):
+                comb[i] = (np.uint64(keys[i]) << np.uint64(32)) | (np.uint64(_LOW) - np.uint64(docs[i]))
+            comb.sort()
+            kth = comb[n - kprime]
+            thr = np.int64(kth >> np.uint64(32))
+            complete = 0
+            m = 0
+            for i in range(n):
+                c = (np.uint64(keys[i]) << np.uint64(32)) | (np.uint64(_LOW) - np.uint64(docs[i]))
+                if c >= kth:
+                    docs[m] = docs[i]
+                    m += 1
+            n = m
         for sl in range(n_slices):
-            n += cand_count[r, sl]
+            if cand_complete[r, sl] == 0:
+                complete = 0
+                if cand_thr[r, sl] > thr:
+                    thr = cand_thr[r, sl]
         s = np.empty(n, dtype=np.float64)
         ix = np.empty(n, dtype=np.int32)
-        c = 0
-        for sl in range(n_slices):
-            for i in range(cand_count[r, sl]):
-                s[c] = cand_score[r, sl, i]
-                ix[c] = cand_idx[r, sl, i]
-                c += 1
-        # insertion sort (n is small: n_slices * kprime)
-        for a in range(1, n):
+        p = np.empty(EXACT_LANES, dtype=np.float64)
+        for i in range(n):
+            d = docs[i]
+            ix[i] = d
+            s[i] = _final_cpu(metric, _canonical_cross(X[d], Q[row], is_l1, p), qq[row], dd[d])
+        for a in range(1, n):  # insertion sort, best first
             sa = s[a]
             ia = ix[a]
             b = a - 1
@@ -776,86 +901,165 @@ def sort_topk_cpu(cand_idx, cand_count, cand_score, k, larger, out_idx, out_scor
             ix[b + 1] = ia
         for i in range(k):
             if i < n:
-                out_idx[r, i] = ix[i]
-                out_score[r, i] = s[i]
+                res[r, i] = ix[i]
+                res[r, k + i] = s[i]
             else:
-                out_idx[r, i] = -1
-                out_score[r, i] = np.nan
+                res[r, i] = -1.0
+                res[r, k + i] = np.nan
+        res[r, 2 * k] = complete
+        res[r, 2 * k + 1] = thr
+        res[r, 2 * k + 2] = n
+        for i in range(final_idx.shape[1]):
+            final_idx[r, i] = ix[i] if i < n else -1
 
 
 @lru_cache(maxsize=None)
-def make_sort_kernel(threads_per_block: int, max_candidates: int):
-    """Sort each row's candidates (bitonic sort in shared memory) and write the top k.
+def make_finish_kernel(threads_per_block: int, buffer_size: int, max_candidates: int, unroll: int = 4):
+    """One block per query row: merge the slices' candidates, rescore them exactly, sort, write.
 
-    Launch: 1-d grid (any number of blocks), ``threads_per_block`` threads; a block handles rows
-    blockIdx.x, blockIdx.x + gridDim.x, ...
-    Work: the row's n = sum of cand_count candidates (n <= max_candidates, a power of two) are
-    loaded into shared memory (float64 scores and int32 indices, max_candidates each), padded to
-    the next power of two with (worst score, index 2**31 - 1), and sorted best first (score, then
-    lower index) by a bitonic network: each thread handles pairs i = tid, tid + threads_per_block,
-    ...; then the first k are written (-1 / NaN beyond n).
-    Synchronisation: after loading, after every compare-exchange step, and after the writes.
-    Arguments as sort_topk_cpu.
+    Launch: 1-d grid (any number of blocks; rows blockIdx.x, blockIdx.x + gridDim.x, ...),
+    ``threads_per_block`` threads (a power of two, a multiple of EXACT_LANES).
+    Work per row: (1) merge: with one slice its list is final; else ``_make_block_select`` keeps
+    the kprime best listed entries (by their float32 keys, ties -> lower document); the largest key
+    a left-out document can have is the merge's kprime-th key (it bounds every slice's threshold)
+    or, when the merge keeps all, the largest threshold of an incomplete slice. (2) rescore: a group
+    of EXACT_LANES threads per candidate (groups strided over the candidates), lane l summing
+    terms l, l+32, ... in float64 with ``unroll`` loads issued before use (same order of additions),
+    the 32 partials combined by the canonical tree in shared memory (float64 (threads_per_block,));
+    lane 0 applies the final formula. (3) bitonic sort of (score, document) in shared memory
+    (float64 and int32 (max_candidates,)), best first, ties -> lower document. (4) write res and
+    final_idx (finish_cpu's docstring gives them), so that the host needs one copy per call.
+    Synchronisation: inside the merge, after each rescoring round's partials and tree level, after
+    each compare-exchange step, and after each row's writes.
+    Arguments as finish_cpu; kprime <= max_candidates.
     """
-    TPB, MAXC = int(threads_per_block), int(max_candidates)
-    assert MAXC & (MAXC - 1) == 0
+    TPB, CAP, MAXC, UN = int(threads_per_block), int(buffer_size), int(max_candidates), int(unroll)
+    assert TPB % EXACT_LANES == 0 and UN >= 1
+    GROUPS = TPB // EXACT_LANES
+    block_select = _make_block_select(TPB, CAP, MAXC)
 
     @cuda.jit
-    def dense_sort_topk(cand_idx, cand_count, cand_score, k, larger, out_idx, out_score):
+    def dense_finish(X, Q, row_ids, cand_idx, cand_key, cand_count, cand_complete, cand_thr, kprime, qq, dd, metric, k,
+                     res, final_idx):
+        gmax = cuda.shared.array(TPB, int64)
+        buf = cuda.shared.array(CAP, uint64)
+        hist = cuda.shared.array(256, int32)
+        st = cuda.shared.array(8, int64)
+        sp = cuda.shared.array(2, uint64)
+        win = cuda.shared.array(MAXC, int32)
         ss = cuda.shared.array(MAXC, float64)
-        si = cuda.shared.array(MAXC, int32)
+        part = cuda.shared.array(TPB, float64)
+        xs = cuda.local.array(UN, float64)
+        qs = cuda.local.array(UN, float64)
         tid = cuda.threadIdx.x
+        g = tid // EXACT_LANES
+        lane = tid % EXACT_LANES
         n_rows = cand_idx.shape[0]
-        n_slices = cand_idx.shape[1]
+        n_slices = cand_count.shape[1]
+        width = cand_idx.shape[1]
+        n_terms = X.shape[1]
+        larger = metric <= 1
         worst = -np.inf if larger else np.inf
         for r in range(cuda.blockIdx.x, n_rows, cuda.gridDim.x):
-            n = 0
-            for sl in range(n_slices):
-                n += cand_count[r, sl]
+            row = row_ids[r]
+            if n_slices == 1:
+                n = int64(cand_count[r, 0])
+                for i in range(tid, n, TPB):
+                    win[i] = cand_idx[r, i]
+                complete = int64(cand_complete[r, 0])
+                thr = cand_thr[r, 0]
+                cuda.syncthreads()  # list staged
+            else:
+                n, complete, thr = block_select(cand_key[r], cand_idx[r], True, True, 0, width, -1, kprime, tid,
+                                                gmax, buf, hist, st, sp, win)
+                for sl in range(n_slices):
+                    if cand_complete[r, sl] == 0:
+                        complete = 0
+                        if cand_thr[r, sl] > thr:
+                            thr = cand_thr[r, sl]
+            n_rounds = (n + GROUPS - 1) // GROUPS
+            for rnd in range(n_rounds):
+                c = rnd * GROUPS + g
+                acc = 0.0
+                d = 0
+                if c < n:
+                    d = win[c]
+                    j = lane
+                    if metric == 3:
+                        while j + (UN - 1) * EXACT_LANES < n_terms:
+                            for u in range(UN):
+                                xs[u] = float64(X[d, j + u * EXACT_LANES])
+                                qs[u] = float64(Q[row, j + u * EXACT_LANES])
+                            for u in range(UN):
+                                acc += abs(qs[u] - xs[u])
+                            j += UN * EXACT_LANES
+                        while j < n_terms:
+                            acc += abs(float64(Q[row, j]) - float64(X[d, j]))
+                            j += EXACT_LANES
+                    else:
+                        while j + (UN - 1) * EXACT_LANES < n_terms:
+                            for u in range(UN):
+                                xs[u] = float64(X[d, j + u * EXACT_LANES])
+                                qs[u] = float64(Q[row, j + u * EXACT_LANES])
+                            for u in range(UN):
+                                acc += xs[u] * qs[u]
+                            j += UN * EXACT_LANES
+                        while j < n_terms:
+                            acc += float64(X[d, j]) * float64(Q[row, j])
+                            j += EXACT_LANES
+                part[tid] = acc
+                cuda.syncthreads()  # partials stored
+                s = EXACT_LANES // 2
+                while s > 0:
+                    if lane < s:
+                        part[tid] += part[tid + s]
+                    cuda.syncthreads()  # tree level complete
+                    s //= 2
+                if lane == 0 and c < n:
+                    ss[c] = _final_dev(metric, part[tid], qq[row], dd[d])
+                cuda.syncthreads()  # sums read before the next round overwrites them
             size = 1
             while size < n:
                 size *= 2
-            for p in range(tid, size, TPB):
+            for p in range(n + tid, size, TPB):
                 ss[p] = worst
-                si[p] = 2147483647
-            cuda.syncthreads()  # padding written before candidates land
-            base = 0
-            for sl in range(n_slices):
-                c = cand_count[r, sl]
-                for i in range(tid, c, TPB):
-                    ss[base + i] = cand_score[r, sl, i]
-                    si[base + i] = cand_idx[r, sl, i]
-                base += c
-            cuda.syncthreads()  # all candidates loaded
-            width = 2
-            while width <= size:
-                step = width // 2
+                win[p] = 2147483647
+            cuda.syncthreads()  # padding written
+            width2 = 2
+            while width2 <= size:
+                step = width2 // 2
                 while step > 0:
                     for p in range(tid, size, TPB):
                         partner = p ^ step
                         if partner > p:
-                            ascending = (p & width) == 0
-                            a_first = _before_dev(ss[p], si[p], ss[partner], si[partner], larger)
+                            ascending = (p & width2) == 0
+                            a_first = _before_dev(ss[p], win[p], ss[partner], win[partner], larger)
                             if ascending != a_first:
                                 ts = ss[p]
-                                ti = si[p]
+                                ti = win[p]
                                 ss[p] = ss[partner]
-                                si[p] = si[partner]
+                                win[p] = win[partner]
                                 ss[partner] = ts
-                                si[partner] = ti
+                                win[partner] = ti
                     cuda.syncthreads()  # compare-exchange step complete
                     step //= 2
-                width *= 2
+                width2 *= 2
             for i in range(tid, k, TPB):
                 if i < n:
-                    out_idx[r, i] = si[i]
-                    out_score[r, i] = ss[i]
+                    res[r, i] = float64(win[i])
+                    res[r, k + i] = ss[i]
                 else:
-                    out_idx[r, i] = -1
-                    out_score[r, i] = np.nan
-            cuda.syncthreads()  # written before the next row reuses shared memory
+                    res[r, i] = -1.0
+                    res[r, k + i] = np.nan
+            for i in range(tid, final_idx.shape[1], TPB):
+                final_idx[r, i] = win[i] if i < n else -1
+            if tid == 0:
+                res[r, 2 * k] = float64(complete)
+                res[r, 2 * k + 1] = float64(thr)
+                res[r, 2 * k + 2] = float64(n)
+            cuda.syncthreads()  # row written before the next row reuses shared memory
 
-    return dense_sort_topk
+    return dense_finish
 
 
 # ----------------------------------------------------------------------------- CPU exact search
@@ -910,9 +1114,10 @@ def exact_topk_cpu(X, Q, n_queries, qq, dd, metric, k, self_doc, out_idx, out_sc
 _F2 = "float32[:, ::1]"
 _F1 = "float32[::1]"
 _KEYS_SIG = f"void({_F2}, {_F2}, int64, {_F1}, {_F1}, {_F1}, int64, {_F2})"
-_SELECT_SIG = "void(uint32[:, ::1], int32[::1], int64, int64[::1], int32[:, :, ::1], int32[:, ::1], int32[:, ::1], int64[:, ::1])"
+_SELECT_SIG = "void(uint32[:, ::1], int32[::1], int64, int64[::1], int32[:, ::1], uint32[:, ::1], int32[:, ::1], int32[:, ::1], int64[:, ::1])"
 _RESCORE_SIG = f"void({_F2}, {_F2}, int32[::1], int32[:, :, ::1], int32[:, ::1], float64[::1], float64[::1], int64, float64[:, :, ::1])"
-_SORT_SIG = "void(int32[:, :, ::1], int32[:, ::1], float64[:, :, ::1], int64, boolean, int32[:, ::1], float64[:, ::1])"
+_FINISH_SIG = (f"void({_F2}, {_F2}, int32[::1], int32[:, ::1], uint32[:, ::1], int32[:, ::1], int32[:, ::1], int64[:, ::1], "
+               "int64, float64[::1], float64[::1], int64, int64, float64[:, ::1], int32[:, ::1])")
 
 
 def ptx_kernels():
@@ -922,7 +1127,7 @@ def ptx_kernels():
         ("dense_matvec_keys_l1", make_matvec_kernel(256, 32, 4, 4, True), _KEYS_SIG),
         ("dense_gemm_keys", make_gemm_kernel(128, 128, 8, 8, 8, False), _KEYS_SIG),
         ("dense_gemm_keys_l1", make_gemm_kernel(64, 64, 8, 4, 4, True), _KEYS_SIG),
-        ("dense_select_candidates", make_select_kernel(256, 8, 32), _SELECT_SIG),
+        ("dense_select_candidates", make_select_kernel(256, 2048, 2048), _SELECT_SIG),
         ("dense_rescore", make_rescore_kernel(256), _RESCORE_SIG),
-        ("dense_sort_topk", make_sort_kernel(256, 1024), _SORT_SIG),
+        ("dense_finish", make_finish_kernel(256, 2048, 2048, 4), _FINISH_SIG),
     ]

@@ -145,8 +145,17 @@ def _keys_inputs(X, Q):
     return dd, qq, rd, rq, (dd / 2).astype(np.float32)
 
 
+def _select_twin(keys, rows, kprime, n_slices, self_doc):
+    n = rows.size
+    ci = np.empty((n, n_slices * kprime), np.int32); ck = np.empty((n, n_slices * kprime), np.uint32)
+    cc = np.empty((n, n_slices), np.int32); cp = np.empty((n, n_slices), np.int32); ct = np.empty((n, n_slices), np.int64)
+    kd.select_candidates_cpu(keys.view(np.uint32), rows, kprime, n_slices, self_doc, ci, ck, cc, cp, ct)
+    return ci, ck, cc, cp, ct
+
+
 @pytest.mark.parametrize("metric", METRICS)
-def test_select_rescore_sort_twins_give_reference(metric):
+@pytest.mark.parametrize("n_slices", [1, 3])
+def test_select_finish_twins_give_reference(metric, n_slices):
     """The CPU twins of the candidate pipeline, fed exact keys, reproduce the reference."""
     X, Q = quarter_data(70, 23, 5, seed=4)
     code = kd.METRIC_CODE[metric]
@@ -154,26 +163,44 @@ def test_select_rescore_sort_twins_give_reference(metric):
     keys = np.empty((5, 70), np.float32)
     kd.approx_keys_cpu(X, Q, 5, rq, rd, half, code, keys)
     rows = np.arange(5, dtype=np.int32)
-    n_slices, kprime = 3, 9
-    ci = np.empty((5, n_slices, kprime), np.int32); cc = np.empty((5, n_slices), np.int32)
-    cp = np.empty((5, n_slices), np.int32); ct = np.empty((5, n_slices), np.int64)
+    kprime = 9
     self_doc = np.array([-1, 4, -1, 0, 69], np.int64)
-    kd.select_candidates_cpu(keys.view(np.uint32), rows, kprime, n_slices, self_doc, ci, cc, cp, ct)
-    cs = np.empty(ci.shape, np.float64)
-    kd.rescore_cpu(X, Q, rows, ci, cc, qq, dd, code, cs)
-    oi = np.empty((5, 6), np.int32); os_ = np.empty((5, 6), np.float64)
-    kd.sort_topk_cpu(ci, cc, cs, 6, code <= 1, oi, os_)
-    os_ = os_.astype(np.float32)
-    # with exact keys (quarter data), the per-slice top kprime contains the global top 6
-    assert_same((oi, os_), reference(X, Q, 6, metric, self_doc=self_doc))
-    # the threshold is the kprime-th key of each slice
+    ci, ck, cc, cp, ct = _select_twin(keys, rows, kprime, n_slices, self_doc)
+    res = np.empty((5, 2 * 6 + kd.RES_EXTRA)); fi = np.empty((5, kprime), np.int32)
+    kd.finish_cpu(X, Q, rows, ci, ck, cc, cp, ct, kprime, qq, dd, code, 6, res, fi)
+    got = res[:, :6].astype(np.int32), res[:, 6:12].astype(np.float32)
+    # with exact keys (quarter data), the top kprime keys contain the top 6
+    assert_same(got, reference(X, Q, 6, metric, self_doc=self_doc))
+    per = -(-70 // n_slices)
     thr = kd.ordered_to_float32(ct)
     for r in range(5):
+        cols = [j for j in range(70) if j != self_doc[r]]
+        ordk = np.array([kd._ordered_cpu(b) for b in keys[r].view(np.uint32)])
         for s in range(n_slices):
-            lo, hi = s * 24, min(70, s * 24 + 24)
-            cols = [j for j in range(lo, hi) if j != self_doc[r]]
-            assert thr[r, s] == np.sort(keys[r, cols])[-kprime]
-            assert list(ci[r, s]) == sorted(ci[r, s])
+            sc = [j for j in cols if s * per <= j < (s + 1) * per]
+            assert thr[r, s] == np.sort(keys[r, sc])[-kprime]
+            listed = ci[r, s * kprime:(s + 1) * kprime]
+            assert list(listed) == sorted(listed) and cc[r, s] == kprime and cp[r, s] == 0
+            np.testing.assert_array_equal(ck[r, s * kprime:(s + 1) * kprime], ordk[listed])
+        # thr (the kprime-th key) bounds every left-out key; the final list is the top kprime by (key, -index)
+        best = sorted(cols, key=lambda j: (-ordk[j], j))[:kprime]
+        assert sorted(fi[r]) == sorted(best) and res[r, 12] == 0 and res[r, 14] == kprime
+        assert res[r, 13] == ordk[best[-1]] >= max(ordk[j] for j in cols if j not in best)
+        assert list(fi[r, :6]) == list(got[0][r])
+
+
+def test_finish_twin_complete_lists_and_ties():
+    """Slices with fewer documents than kprime are complete; equal keys go to the lower index."""
+    keys = np.zeros((2, 12), np.float32)
+    keys[0, [3, 7]] = 0.5
+    keys[1] = 0.25  # all tied
+    rows = np.arange(2, dtype=np.int32)
+    self_doc = np.array([-1, 2], np.int64)
+    ci, ck, cc, cp, ct = _select_twin(keys, rows, 3, 4, self_doc)  # 4 slices of 3: complete
+    assert cp.all() and (ct == 0).all() and list(cc[1]) == [2, 3, 3, 3]
+    ci, ck, cc, cp, ct = _select_twin(keys, rows, 4, 2, self_doc)  # 2 slices of 6
+    assert list(ci[0, :4]) == [0, 1, 2, 3] and list(ci[0, 4:]) == [6, 7, 8, 9]
+    assert list(ci[1, :4]) == [0, 1, 3, 4]
 
 
 def test_ordered_keys_preserve_float_order():
@@ -184,9 +211,10 @@ def test_ordered_keys_preserve_float_order():
 
 
 SIM_GEOMETRY = DenseGeometry(matvec_threads=8, threads_per_row=4, queries_per_pass=2, unroll=2, matvec_blocks=2,
-                             gemm_tile=(8, 8, 4, 2, 2), gemm_min_queries=4, select_threads=8, select_items=2,
-                             histogram_copies=2, select_blocks=4, rescore_threads=32, rescore_blocks=2,
-                             sort_threads=8, max_candidates=32, extra_candidates=2, min_docs_per_slice=4)
+                             gemm_tile=(8, 8, 4, 2, 2), gemm_min_queries=4, select_threads=8, select_buffer=16,
+                             select_blocks=4, max_slice_candidates=64, finish_threads=32, finish_unroll=2,
+                             rescore_threads=32, max_candidates=32, extra_candidates=2, min_docs_per_slice=4,
+                             key_backend="numba")
 
 
 @pytest.mark.cudasim
@@ -252,3 +280,32 @@ def test_gemm_kernel_keeps_accumulators_in_registers_and_uses_vector_loads():
     ptx, _ = cuda.compile_ptx(kd.make_gemm_kernel(128, 128, 8, 8, 8, False).py_func, kd._KEYS_SIG, cc=(9, 0))
     assert "ld.local" not in ptx and "st.local" not in ptx
     assert ptx.count("ld.shared.v4.f32") >= 4 and ptx.count("fma.rn.f32") >= 64
+
+
+@pytest.mark.cudasim
+@pytest.mark.parametrize("buffer_size,kprime,n_slices", [(64, 5, 2), (8, 5, 2), (64, 12, 1), (64, 5, 4)])
+def test_select_and_finish_kernels_equal_twins_in_simulator(buffer_size, kprime, n_slices):
+    """Bit for bit: the bound-and-compact path (buffer 64), the overflow path that reads global memory
+    (buffer 8), no bound (kprime 12 > 8 threads), complete slices (4 slices of 10 with kprime 5 ...);
+    ties (duplicated keys), a left-out document, and the slice merge of the finish kernel."""
+    from numba import cuda
+    X, Q = quarter_data(37, 11, 3, seed=12, signed=True)
+    X[20] = X[5]  # equal keys
+    dd, qq, rd, rq, half = _keys_inputs(X, Q)
+    keys = np.empty((3, 37), np.float32)
+    kd.approx_keys_cpu(X, Q, 3, rq, rd, half, 0, keys)
+    keys[2, 10:30] = 0.125  # many ties
+    rows = np.array([2, 0], np.int32)
+    self_doc = np.array([7, -1, 36], np.int64)
+    want = _select_twin(keys, rows, kprime, n_slices, self_doc)
+    got = [cuda.device_array(a.shape, a.dtype) for a in want]
+    kd.make_select_kernel(8, buffer_size, 16)[(2, n_slices), 8](keys.view(np.uint32), rows, kprime, self_doc, *got)
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g.copy_to_host(), w)
+    k = 4
+    res_w = np.empty((2, 2 * k + kd.RES_EXTRA)); fi_w = np.empty((2, kprime), np.int32)
+    kd.finish_cpu(X, Q, rows, *want, kprime, qq, dd, 0, k, res_w, fi_w)
+    res = cuda.device_array(res_w.shape, np.float64); fi = cuda.device_array(fi_w.shape, np.int32)
+    kd.make_finish_kernel(32, buffer_size, 16, 2)[1, 32](X, Q, rows, *want, kprime, qq, dd, 0, k, res, fi)
+    np.testing.assert_array_equal(res.copy_to_host(), res_w)
+    np.testing.assert_array_equal(fi.copy_to_host(), fi_w)

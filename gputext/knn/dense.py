@@ -58,21 +58,22 @@ class DenseGeometry:
     gemm_tile: tuple = (128, 128, 8, 8, 8)  # block queries, block docs, block terms, thread queries, thread docs
     gemm_min_queries: int = 16  # batches with fewer queries use the matrix-vector kernel
     select_threads: int = 256
-    select_items: int = 8
-    histogram_copies: int = 32
+    select_buffer: int = 2048  # keys >= the bound L0 kept in shared memory per block (8 bytes each)
     select_blocks: int = 0
-    rescore_threads: int = 256
-    rescore_blocks: int = 0
-    sort_threads: int = 256
-    max_candidates: int = 2048  # per query, over all slices (shared memory of the sort: 12 bytes each)
+    max_slice_candidates: int = 16384  # per query: slices * k' listed by the select kernel
+    finish_threads: int = 256
+    finish_unroll: int = 4
+    rescore_threads: int = 256  # exact fallback only
+    max_candidates: int = 2048  # k' per query (shared memory of the finish kernel: 12 bytes each)
     extra_candidates: int = 16
     min_docs_per_slice: int = 2048  # slices (blocks per query in the selection) when there are few queries
     keys_bytes: int = 1 << 30  # float32 key buffer per batch of queries
     query_bytes: int = 256 << 20  # dense query rows per batch (host and device)
     # "numba": our matvec/GEMM kernels make the float32 keys; "cublas": CuPy's matmul (cuBLAS
-    # SGEMM/GEMV, TF32 off) makes them for cosine/dot/l2, and the rest of the pipeline (select,
-    # float64 rescoring, certificate) is unchanged, so answers stay exact. Needs CuPy.
-    key_backend: str = "numba"
+    # GEMV/SGEMM, TF32 off) makes them for cosine/dot/l2, and the rest of the pipeline (select,
+    # float64 rescoring, certificate) is unchanged, so answers stay exact; "auto": cuBLAS when CuPy
+    # imports on a real GPU (not the simulator), else ours. CuPy stays optional.
+    key_backend: str = "auto"
 
 
 def dense_fits(n_docs: int, n_terms: int, device_free_bytes: int | None, nnz: int | None = None) -> tuple[bool, str]:
@@ -202,6 +203,10 @@ class DenseIndex:
         self.stats = _stats(self.X)
         self._dev = None
         self._bufs: dict = {}
+        self._views: dict = {}
+        self._host: dict = {}
+        self._cupy_views: dict = {}
+        self.profile = False  # True: last_run["stages_ms"] gets per-stage CUDA-event times
         self.last_run: dict = {}
 
     @property
@@ -215,22 +220,97 @@ class DenseIndex:
                          "half": cuda.to_device(self.stats.half_sqd), "dd": cuda.to_device(self.stats.dd)}
         return self._dev
 
+    def _pinned(self, name: str, shape: tuple, dtype) -> np.ndarray:
+        """Page-locked host staging of ``shape`` reused across calls (async copies need it)."""
+        from numba import cuda
+        key = (name, tuple(shape[1:]), np.dtype(dtype).str)
+        buf = self._host.get(key)
+        if buf is None or buf.shape[0] < shape[0]:
+            buf = cuda.pinned_array((max(1, shape[0]),) + tuple(shape[1:]), dtype)
+            self._host = {k_: v for k_, v in self._host.items() if k_[0] != name}
+            self._host[key] = buf
+        return buf[: shape[0]]
+
     def _buffer(self, name: str, shape: tuple, dtype):
         """A device array of ``shape`` reused across calls (numba allocates and frees device memory
-        synchronously, which cost more than the small kernels); its first dimension is a capacity."""
+        synchronously, which cost more than the small kernels); its first dimension is a capacity.
+        Views are cached too: slicing a numba device array costs tens of microseconds of Python."""
         from numba import cuda
+        view_key = (name, tuple(shape), np.dtype(dtype).str)
+        view = self._views.get(view_key)
+        if view is not None:
+            return view
         key = (name, tuple(shape[1:]), np.dtype(dtype).str)
         buf = self._bufs.get(key)
         if buf is None or buf.shape[0] < shape[0]:
             self._bufs = {k_: v for k_, v in self._bufs.items() if k_[0] != name}
+            self._views = {k_: v for k_, v in self._views.items() if k_[0] != name}
+            self._cupy_views.clear()
             buf = cuda.device_array((max(1, shape[0]),) + tuple(shape[1:]), dtype)
             self._bufs[key] = buf
-        return buf[: shape[0]]
+        view = buf[: shape[0]]
+        self._views[view_key] = view
+        return view
 
-    def _upload(self, name: str, array: np.ndarray):
+    def _upload(self, name: str, array: np.ndarray, stream=0):
         buf = self._buffer(name, array.shape, array.dtype)
-        buf.copy_to_device(np.ascontiguousarray(array))
+        buf.copy_to_device(array, stream=stream)
         return buf
+
+    def _constant(self, name: str, n: int, value, dtype):
+        """Device array (n,) of ``value`` (None: 0, 1, ..., n-1), uploaded once per capacity."""
+        view_key = (name, (n,), np.dtype(dtype).str)
+        view = self._views.get(view_key)
+        if view is None:
+            cap = max(n, 1024)
+            host = np.arange(cap, dtype=dtype) if value is None else np.full(cap, value, dtype)
+            full = self._buffer(name + "_full", (cap,), dtype)
+            full.copy_to_device(host)
+            view = full[:n]
+            self._views[view_key] = view
+        return view
+
+    def _view(self, name: str, keys):
+        key = (name, tuple(keys.shape), id(keys))
+        v = self._views.get(key)
+        if v is None:
+            v = keys.view(np.uint32)
+            self._views[key] = v
+        return v
+
+    def _cp(self, arr):
+        """CuPy view of a numba device array, cached (cupy.asarray costs tens of microseconds)."""
+        import cupy as cp
+        hit = self._cupy_views.get(id(arr))
+        if hit is None or hit[0] is not arr:
+            hit = (arr, cp.asarray(arr))
+            self._cupy_views[id(arr)] = hit
+        return hit[1]
+
+    def _cublas_keys(self, dev, q_dev, nb, rq_dev, code, keys) -> bool:
+        """float32 keys by cuBLAS (CuPy) into ``keys``: gemv (X @ q) for one query, SGEMM
+        (Q @ X.T) for more, then one fused elementwise pass applies the metric's finish
+        (cosine: * 1/|q| * 1/|d|; l2: - |d|^2/2; + 0.0 turns -0.0 into +0.0). False when CuPy is
+        missing or TF32 is on (TF32 rounds the inputs to 10 bits, outside the certificate's
+        float32 error bound)."""
+        fin = _cupy_finish()
+        if fin is None:
+            return False
+        import cupy as cp
+        X = self._cp(dev["X"])
+        Q = self._cp(q_dev)
+        out = self._cp(keys)
+        if nb == 1:
+            cp.matmul(X, Q[0], out=out[0])
+        else:
+            cp.matmul(Q[:nb], X.T, out=out[:nb])
+        if code == 0:
+            fin["cos"](self._cp(rq_dev)[:nb, None], self._cp(dev["rd"])[None, :], out[:nb])
+        elif code == 2:
+            fin["l2"](self._cp(dev["half"])[None, :], out[:nb])
+        else:
+            fin["dot"](out[:nb])
+        return True
 
     def search(self, Q, k: int, metric: str = "cosine", exclude_self=False, quiet: bool = True):
         """(indices int32 (n_queries, k), scores float32 (n_queries, k)); see the module doc."""
@@ -293,25 +373,43 @@ class DenseIndex:
         by_keys = max(1, g.keys_bytes // (4 * n_docs))
         by_rows = max(1, g.query_bytes // max(1, 4 * n_terms))
         batch = max(1, min(Q.shape[0], by_keys, by_rows))
+        stream = cuda.default_stream()
+        prof = _Profile(self.profile)
+        self.last_run["stages_ms"] = prof.totals
+        is_l1 = code == 3
+        use_cublas = not is_l1 and _want_cublas(g.key_backend)
         with progress(Q.shape[0] if Q.shape[0] > batch else 0, "dense search (cuda)", quiet) as bar:
             for lo in range(0, Q.shape[0], batch):
                 hi = min(Q.shape[0], lo + batch)
                 nb = hi - lo
                 n_alloc = -(-nb // qpp) * qpp
-                Qb = _rows_dense(Q, lo, hi, n_alloc)
-                qq = np.empty(n_alloc, np.float64)
-                kd.canonical_sumsq_cpu(Qb, qq)
+                prof.mark()
+                # host side of the batch: rows into pinned staging, canonical |q|^2, 1/|q|
+                Qh = self._pinned("Q", (n_alloc, n_terms), np.float32)
+                if sp.issparse(Q):
+                    Qh[:nb] = Q[lo:hi].toarray()
+                else:
+                    Qh[:nb] = Q[lo:hi]
+                Qh[nb:] = 0
+                qq = self._pinned("qq", (n_alloc,), np.float64)
+                kd.canonical_sumsq_cpu(Qh, qq)
+                rq = self._pinned("rq", (n_alloc,), np.float32)
                 with np.errstate(divide="ignore"):
-                    rq = np.where(qq > 0, 1.0 / np.sqrt(qq), 0.0).astype(np.float32)
-                sd = np.full(n_alloc, -1, np.int64)
-                sd[:nb] = self_doc[lo:hi]
-                q_dev = self._upload("Q", Qb)
-                qq_dev = self._upload("qq", qq)
-                sd_dev = self._upload("self", sd)
-                rq_dev = self._upload("rq", rq)
+                    rq[:] = np.where(qq > 0, 1.0 / np.sqrt(qq), 0.0)
+                q_dev = self._upload("Q", Qh, stream)
+                qq_dev = self._upload("qq", qq, stream)
+                rq_dev = self._upload("rq", rq, stream)
+                sd = self_doc[lo:hi]
+                if (sd < 0).all():
+                    sd_dev = self._constant("none", n_alloc, -1, np.int64)
+                else:
+                    sdh = self._pinned("self", (n_alloc,), np.int64)
+                    sdh[:] = -1
+                    sdh[:nb] = sd
+                    sd_dev = self._upload("self", sdh, stream)
+                prof.stage("upload")
                 keys = self._buffer("keys", (n_alloc, n_docs), np.float32)
-                is_l1 = code == 3
-                if g.key_backend == "cublas" and not is_l1 and _cublas_keys(dev, q_dev, nb, rq_dev, code, keys):
+                if use_cublas and self._cublas_keys(dev, q_dev, nb, rq_dev, code, keys):
                     chain = kd.chain_length("gemm", n_terms)
                     self.last_run["kernel"] = "cublas"
                 elif nb < g.gemm_min_queries:
@@ -327,26 +425,32 @@ class DenseIndex:
                     kern[grid, (bm // tm) * (bn // tn)](dev["X"], q_dev, nb, rq_dev, dev["rd"], dev["half"], code, keys)
                     chain = kd.chain_length("gemm", n_terms)
                     self.last_run["kernel"] = "gemm"
-                bound = _BoundInputs(code, chain, Qb[:nb], qq[:nb], self.stats, n_terms)
+                prof.stage("keys")
+                bound = _BoundInputs(code, chain, Qh[:nb], qq[:nb], self.stats, n_terms)
                 self._select_rescore(keys, q_dev, qq_dev, sd_dev, nb, k, code, bound, sms,
-                                     out_idx[lo:hi], out_score[lo:hi])
+                                     out_idx[lo:hi], out_score[lo:hi], self_doc[lo:hi], stream, prof)
                 bar.update(nb)
 
-    def _select_rescore(self, keys, q_dev, qq_dev, sd_dev, nb, k, code, bound, sms, out_idx, out_score):
-        from numba import cuda
+    def _select_rescore(self, keys, q_dev, qq_dev, sd_dev, nb, k, code, bound, sms, out_idx, out_score, self_doc,
+                        stream, prof):
+        """Candidates, exact rescoring and sort on the device; certificate on the host.
 
+        Per round: two launches (select over (rows, slices), then one block per row merging the
+        slices, rescoring in float64 and sorting) and one device-to-host copy of the packed
+        results (pinned); rows that the certificate cannot prove go round again with 4x k'.
+        """
         from ..kernels import dense_knn as kd
 
         g = self.geometry
         n_docs = self.n_docs
         dev = self._device_arrays()
-        key_bits = keys.view(np.uint32)
-        larger = code <= 1
+        key_bits = self._view("key_bits", keys)
         pending = np.arange(nb, dtype=np.int32)
         kprime = min(k + g.extra_candidates, n_docs)
-        select = kd.make_select_kernel(g.select_threads, g.select_items, g.histogram_copies)
-        rescore = kd.make_rescore_kernel(g.rescore_threads)
-        sort = kd.make_sort_kernel(g.sort_threads, g.max_candidates)
+        select = kd.make_select_kernel(g.select_threads, g.select_buffer, g.max_candidates)
+        finish = kd.make_finish_kernel(g.finish_threads, g.select_buffer, g.max_candidates, g.finish_unroll)
+        width_res = 2 * k + kd.RES_EXTRA
+        first = True
         while pending.size:
             if kprime > g.max_candidates:
                 self._exact_rows(pending, q_dev, qq_dev, sd_dev, k, code, out_idx, out_score)
@@ -354,29 +458,45 @@ class DenseIndex:
                 return
             n_rows = int(pending.size)
             target = g.select_blocks or 2 * sms
-            n_slices = max(1, min(-(-target // n_rows), g.max_candidates // kprime, n_docs // max(2 * kprime, g.min_docs_per_slice)))
-            rows_dev = self._upload("rows", pending)
-            cand_idx = self._buffer("cand_idx", (n_rows, n_slices, kprime), np.int32)
+            n_slices = max(1, min(-(-target // n_rows), g.max_slice_candidates // kprime,
+                                  n_docs // max(2 * kprime, g.min_docs_per_slice)))
+            if first:
+                rows_dev = self._constant("arange", n_rows, None, np.int32)
+            else:
+                rows_h = self._pinned("rows", (n_rows,), np.int32)
+                rows_h[:] = pending
+                rows_dev = self._upload("rows", rows_h, stream)
+            first = False
+            cand_idx = self._buffer("cand_idx", (n_rows, n_slices * kprime), np.int32)
+            cand_key = self._buffer("cand_key", (n_rows, n_slices * kprime), np.uint32)
             cand_count = self._buffer("cand_count", (n_rows, n_slices), np.int32)
             cand_complete = self._buffer("cand_complete", (n_rows, n_slices), np.int32)
             cand_thr = self._buffer("cand_thr", (n_rows, n_slices), np.int64)
-            cand_score = self._buffer("cand_score", (n_rows, n_slices, kprime), np.float64)
-            o_idx = self._buffer("o_idx", (n_rows, k), np.int32)
-            o_score = self._buffer("o_score", (n_rows, k), np.float64)
+            res = self._buffer("res", (n_rows, width_res), np.float64)
+            final_idx = self._buffer("final_idx", (n_rows, kprime), np.int32)
+            prof.mark()
             select[(min(n_rows, 65535), n_slices), g.select_threads](
-                key_bits, rows_dev, kprime, sd_dev, cand_idx, cand_count, cand_complete, cand_thr)
-            groups = g.rescore_threads // kd.EXACT_LANES
-            rblocks = g.rescore_blocks or max(1, min(-(-(n_rows * n_slices * kprime) // groups), 16 * sms))
-            rescore[rblocks, g.rescore_threads](dev["X"], q_dev, rows_dev, cand_idx, cand_count, qq_dev, dev["dd"],
-                                                code, cand_score)
-            sort[min(n_rows, 65535), g.sort_threads](cand_idx, cand_count, cand_score, k, larger, o_idx, o_score)
-            idx_h, score_h = o_idx.copy_to_host(), o_score.copy_to_host()
-            complete_h, thr_h = cand_complete.copy_to_host(), cand_thr.copy_to_host()
+                key_bits, rows_dev, kprime, sd_dev, cand_idx, cand_key, cand_count, cand_complete, cand_thr)
+            prof.stage("select")
+            finish[min(n_rows, 65535), g.finish_threads](
+                dev["X"], q_dev, rows_dev, cand_idx, cand_key, cand_count, cand_complete, cand_thr, kprime,
+                qq_dev, dev["dd"], code, k, res, final_idx)
+            prof.stage("merge_rescore_sort")
+            res_h = self._pinned("res", (n_rows, width_res), np.float64)
+            res.copy_to_host(res_h, stream=stream)
+            stream.synchronize()
+            prof.stage("copy_to_host")
+            idx_h = res_h[:, :k].astype(np.int32)
+            score_h = res_h[:, k:2 * k]
+            complete_h = res_h[:, 2 * k] == 1.0
+            thr_h = res_h[:, 2 * k + 1].astype(np.int64)
             ok = _certified(code, bound, pending, idx_h, score_h, complete_h, thr_h, k,
-                            lambda: cand_idx.copy_to_host(), n_docs, n_slices, sd_dev)
+                            lambda: final_idx.copy_to_host(), n_docs, self_doc)
             out_idx[pending[ok]] = idx_h[ok]
             out_score[pending[ok]] = score_h[ok].astype(np.float32)
             pending = pending[~ok]
+            prof.host("certificate")
+            self.last_run["rounds"] = self.last_run.get("rounds", 0) + 1
             if pending.size:
                 self.last_run["escalated"] += int(pending.size)
                 kprime = min(kprime * 4, n_docs)
@@ -417,27 +537,81 @@ class DenseIndex:
                 out_score[row, :order.size] = vals[order].astype(np.float32)
 
 
-def _cublas_keys(dev, q_dev, nb, rq_dev, code, keys) -> bool:
-    """float32 keys by CuPy (cuBLAS) into ``keys``; False when CuPy is missing or TF32 is on
-    (TF32 rounds the inputs to 10 bits, outside the certificate's float32 error bound)."""
+_CUPY_FINISH: dict = {}
+
+
+def _cupy_finish():
+    """CuPy's fused finish kernels, or None when CuPy cannot be used (missing, or TF32 on)."""
     import os
     if os.environ.get("CUPY_TF32", "0") not in ("", "0"):
+        return None
+    if "k" not in _CUPY_FINISH:
+        try:
+            import cupy as cp
+            _CUPY_FINISH["k"] = {
+                "cos": cp.ElementwiseKernel("float32 rq, float32 rd", "float32 y", "y = y * rq * rd + 0.0f",
+                                            "gputext_dense_finish_cos"),
+                "l2": cp.ElementwiseKernel("float32 half", "float32 y", "y = y - half + 0.0f", "gputext_dense_finish_l2"),
+                "dot": cp.ElementwiseKernel("", "float32 y", "y = y + 0.0f", "gputext_dense_finish_dot"),
+            }
+        except Exception:
+            _CUPY_FINISH["k"] = None
+    return _CUPY_FINISH["k"]
+
+
+def _want_cublas(key_backend: str) -> bool:
+    """key_backend 'cublas' always tries CuPy; 'auto' takes it on a real GPU when CuPy imports."""
+    if key_backend == "numba":
         return False
+    if key_backend == "cublas":
+        return True
+    from ..backend import resolve
     try:
-        import cupy as cp
-    except ImportError:
+        b = resolve("cuda")
+        if b.simulator:
+            return False
+    except Exception:
         return False
-    X = cp.asarray(dev["X"])
-    Q = cp.asarray(q_dev)[:nb]
-    out = cp.asarray(keys)[:nb]
-    cp.matmul(Q, X.T, out=out)
-    if code == 0:
-        out *= cp.asarray(rq_dev)[:nb, None]
-        out *= cp.asarray(dev["rd"])[None, :]
-    elif code == 2:
-        out -= cp.asarray(dev["half"])[None, :]
-    out += cp.float32(0.0)  # -0.0 -> +0.0, as the numba kernels do
-    return True
+    return _cupy_finish() is not None
+
+
+class _Profile:
+    """Per-stage milliseconds of the CUDA path when DenseIndex.profile is True (else no-ops):
+    CUDA events on the default stream around each stage, synchronised at each stage's end, so a
+    stage's figure is its GPU time plus the host work (launch, copies) that fed it; 'certificate'
+    is host wall time."""
+
+    def __init__(self, on: bool):
+        self.on = bool(on)
+        self.totals: dict = {}
+        self._ev = None
+        self._t = 0.0
+
+    def mark(self):
+        if self.on:
+            from numba import cuda
+            import time
+            self._ev = cuda.event()
+            self._ev.record()
+            self._t = time.perf_counter()
+
+    def stage(self, name: str):
+        if self.on:
+            from numba import cuda
+            import time
+            ev = cuda.event()
+            ev.record()
+            ev.synchronize()
+            self.totals[name] = self.totals.get(name, 0.0) + cuda.event_elapsed_time(self._ev, ev)
+            self._ev = ev
+            self._t = time.perf_counter()
+
+    def host(self, name: str):
+        if self.on:
+            import time
+            now = time.perf_counter()
+            self.totals[name] = self.totals.get(name, 0.0) + (now - self._t) * 1e3
+            self._t = now
 
 
 def _multiprocessors() -> int:
@@ -474,63 +648,59 @@ class _BoundInputs:
         self.nonneg = (q_min >= 0) & self.docs.nonneg & (safe | ~np.isfinite(q_minpos))
 
 
-def _certified(code, b: _BoundInputs, rows, idx, score, complete, thr_ord, k, cand_idx_fn, n_docs, n_slices, sd_dev):
-    """True per row when no document outside the candidates can enter the top k.
+def _certified(code, b: _BoundInputs, rows, idx, score, all_complete, thr_ord, k, cand_idx_fn, n_docs, self_doc):
+    """True per row when no document outside the rescored candidates can enter the top k.
 
-    Non-candidates of an incomplete slice have float32 key <= thr (that slice's k'-th key). The
+    all_complete: no document was left out. Else every left-out document has float32 key <= thr
+    (thr_ord: its ordered form, the largest key a left-out document can have, from the device). The
     float32 key differs from the exact value by at most gamma = (chain + 8) u (relative to the
-    score for non-negative data, else to |q| |d|), giving a bound U on any non-candidate's exact
+    score for non-negative data, else to |q| |d|), giving a bound U on any left-out document's exact
     score; the row is certified when its k-th float64 score is strictly better than U. For
-    non-negative data with thr = 0, every non-candidate scores exactly 0 and has a higher index than
-    the zero-key candidates of its slice, which is checked directly.
+    non-negative data with thr = 0, every left-out document scores exactly 0, so the row is
+    certified when the k-th result scores above 0 or every left-out document has a higher index
+    than the k-th result (checked on the final candidate list, copied only then).
     """
     from ..kernels.dense_knn import ordered_to_float32
 
     n = rows.size
-    ok = np.zeros(n, bool)
-    incomplete = complete == 0
-    all_complete = ~incomplete.any(axis=1)
-    ok |= all_complete
+    ok = np.asarray(all_complete, bool).copy()
     if ok.all():
         return ok
-    thr = np.where(incomplete, ordered_to_float32(thr_ord).astype(np.float64), -np.inf).max(axis=1)
-    s_k = score[:, k - 1]  # float64 from the sort kernel
+    thr = np.where(ok, -np.inf, ordered_to_float32(thr_ord).astype(np.float64))
+    s_k = score[:, k - 1]  # float64 from the finish kernel (NaN when fewer than k candidates)
     q = rows
     gamma = b.gamma
     nonneg = b.nonneg[q]
     tiny = b.n_terms * 2.0 ** -140
-    if code in (0, 1):
-        scale = np.ones(n) if code == 0 else b.nq[q] * b.docs.max_norm
-        U = np.where(nonneg & (thr > 0), thr / (1 - gamma), thr + gamma * scale) + tiny
-        U = U + np.abs(U) * 1e-12
-        ok |= (~all_complete) & (s_k > U)
-        zero = (~ok) & nonneg & (thr == 0)
-        if zero.any():
-            cand = cand_idx_fn()
-            sd = sd_dev.copy_to_host()
-            per = -(-n_docs // n_slices)
-            for r in np.nonzero(zero)[0]:
-                if s_k[r] > 0:
-                    ok[r] = True
-                    continue
-                first_out = n_docs
-                for sl in np.nonzero(incomplete[r])[0]:
-                    lo, hi = sl * per, min(n_docs, (sl + 1) * per)
-                    listed = set(cand[r, sl][cand[r, sl] >= 0].tolist())
-                    for j in range(lo, hi):
-                        if j != sd[q[r]] and j not in listed:
-                            first_out = min(first_out, j)
-                            break
-                ok[r] = idx[r, k - 1] < first_out
-    elif code == 2:
-        E = gamma * (b.nq[q] * b.docs.max_norm + 0.5 * b.docs.max_sq) + tiny
-        slack = 1e-12 * (b.qq[q] + b.docs.max_sq + 2 * b.nq[q] * b.docs.max_norm)
-        L = np.sqrt(np.maximum(0.0, b.qq[q] - 2 * (thr + E) - slack))
-        ok |= (~all_complete) & (s_k < L)
-    else:
-        L = (-thr) / (1 + gamma)
-        L = L - np.abs(L) * 1e-12 - tiny
-        ok |= (~all_complete) & (s_k < L)
+    with np.errstate(invalid="ignore"):
+        if code in (0, 1):
+            scale = np.ones(n) if code == 0 else b.nq[q] * b.docs.max_norm
+            U = np.where(nonneg & (thr > 0), thr / (1 - gamma), thr + gamma * scale) + tiny
+            U = U + np.abs(U) * 1e-12
+            ok |= s_k > U
+            zero = (~ok) & nonneg & (thr == 0)
+            if zero.any():
+                cand = cand_idx_fn()
+                for r in np.nonzero(zero)[0]:
+                    if s_k[r] > 0:
+                        ok[r] = True
+                        continue
+                    listed = np.zeros(n_docs + 1, bool)
+                    c = cand[r]
+                    listed[c[c >= 0]] = True
+                    if self_doc[q[r]] >= 0:
+                        listed[self_doc[q[r]]] = True
+                    first_out = int(np.argmin(listed))  # n_docs when every document is listed
+                    ok[r] = idx[r, k - 1] < first_out
+        elif code == 2:
+            E = gamma * (b.nq[q] * b.docs.max_norm + 0.5 * b.docs.max_sq) + tiny
+            slack = 1e-12 * (b.qq[q] + b.docs.max_sq + 2 * b.nq[q] * b.docs.max_norm)
+            L = np.sqrt(np.maximum(0.0, b.qq[q] - 2 * (thr + E) - slack))
+            ok |= s_k < L
+        else:
+            L = (-thr) / (1 + gamma)
+            L = L - np.abs(L) * 1e-12 - tiny
+            ok |= s_k < L
     return ok
 
 
