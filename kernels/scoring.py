@@ -1221,3 +1221,68 @@ def grouped_finish(in_doc, in_key, qinfo, q_lo, metrics, pad_last, want_docs, ou
             out[b, g, col] = numba.float32(key)
         else:
             out[b, g, col] = numba.float32(-key)
+
+
+# ----------------------------------------------------------------------------- meta-features: centroids (host, both backends)
+
+@numba.njit(parallel=True, cache=True)
+def group_sums_cpu(indptr, indices, data, group_ptr, n_terms):
+    """Sums of the rows of each group (rows [group_ptr[g], group_ptr[g+1]) of a CSR matrix),
+    float64, added in row order: S (n_terms, n_groups) and ss (n_groups,) = |S_g|^2. Groups in
+    parallel (one thread writes one column)."""
+    n_groups = group_ptr.shape[0] - 1
+    S = np.zeros((n_terms, n_groups), np.float64)
+    ss = np.zeros(n_groups, np.float64)
+    for g in prange(n_groups):
+        for r in range(group_ptr[g], group_ptr[g + 1]):
+            for p in range(indptr[r], indptr[r + 1]):
+                S[indices[p], g] += np.float64(data[p])
+        total = 0.0
+        for t in range(n_terms):
+            total += S[t, g] * S[t, g]
+        ss[g] = total
+    return S, ss
+
+
+@numba.njit(parallel=True, cache=True)
+def centroid_features_cpu(q_indptr, q_indices, q_data, S, ss, counts, own_group, out, col_cos, col_l2):
+    """Cosine similarity and L2 distance of every query to every group's centroid, in float64,
+    rounded into out[i, g, col_cos] and out[i, g, col_l2] (out float32 (Q, n_groups, width)).
+
+    S float64 (n_terms, n_groups) group sums, ss (n_groups,) their squared norms, counts int64
+    (n_groups,) group sizes; own_group int64 (Q,): the group query i belongs to (it is then left
+    out of that group's centroid: the centroid of the other counts[g] - 1 rows), or -1. x.S_g is
+    summed over the query's terms in order; a centroid that does not exist (no row left) is the
+    zero vector: cosine 0, L2 |x|_2. Queries in parallel."""
+    n_q = q_indptr.shape[0] - 1
+    n_groups = S.shape[1]
+    for i in prange(n_q):
+        xs = np.zeros(n_groups, np.float64)
+        sq = 0.0
+        for p in range(q_indptr[i], q_indptr[i + 1]):
+            w = np.float64(q_data[p])
+            sq += w * w
+            t = q_indices[p]
+            for g in range(n_groups):
+                xs[g] += w * S[t, g]
+        for g in range(n_groups):
+            loo = own_group[i] == g
+            n_eff = counts[g] - 1 if loo else counts[g]
+            safe = np.float64(max(n_eff, 1))
+            if loo:
+                dot = (xs[g] - sq) / safe
+                cen_sq = (ss[g] - 2.0 * xs[g] + sq) / (safe * safe)
+            else:
+                dot = xs[g] / safe
+                cen_sq = ss[g] / (safe * safe)
+            if cen_sq < 0.0:
+                cen_sq = 0.0
+            if n_eff > 0:
+                den = math.sqrt(sq) * math.sqrt(cen_sq)
+                cos = dot / den if den > 0.0 else 0.0
+                l2 = math.sqrt(max(sq - 2.0 * dot + cen_sq, 0.0))
+            else:
+                cos = 0.0
+                l2 = math.sqrt(sq)
+            out[i, g, col_cos] = np.float32(cos)
+            out[i, g, col_l2] = np.float32(l2)

@@ -97,3 +97,18 @@ def test_bad_input():
         compute_metafeatures(X, np.array([0, 1, 1]), 2, sp.csr_matrix((1, 4), dtype=np.float32), k=1, device="cpu")
     with pytest.raises(InputError, match="k must be"):
         compute_metafeatures(X, np.array([0, 1, 1]), 2, None, k=0, device="cpu")
+
+
+@pytest.mark.cudasim
+def test_cuda_equals_cpu_twin_in_simulator(monkeypatch):
+    # the grouped engine path on the (simulated) device gives the CPU twin's matrix bit for bit
+    from gputext.engine import Geometry, search as engine_search
+    tiny = Geometry(group_block=8, group_items=2, merge_block=8, merge_width=16, finish_block=32)
+    monkeypatch.setattr(engine_search, "Geometry", lambda: tiny)
+    Xtr, y, Xq, C = random_problem(seed=4, n_train=14, n_test=2, n_terms=8, n_classes=3)
+    a = compute_metafeatures(Xtr, y, C, Xq, k=3, method="inverted", device="cpu")
+    b = compute_metafeatures(Xtr, y, C, Xq, k=3, method="inverted", device="cuda")
+    assert np.array_equal(a.train, b.train) and np.array_equal(a.queries, b.queries)
+    ref_tr, ref_q = reference(Xtr, y, C, Xq, 3)
+    np.testing.assert_allclose(b.train, ref_tr, rtol=2e-6, atol=2e-7)
+    np.testing.assert_allclose(b.queries, ref_q, rtol=2e-6, atol=2e-7)

@@ -123,24 +123,84 @@ def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: in
                          "build them with --vocab-from the training corpus")
     backend = device if isinstance(device, Backend) else resolve(device)
     n_train = X_train.shape[0]
-    Q = sp.vstack([X_train, X_queries], format="csr")
-    Q = canonical_csr(Q)
-    n_all = Q.shape[0]
-    sq, l1 = _row_norms(Q)
-    l2n = np.sqrt(sq)
-    width = 3 * k + 2
-    M = np.empty((n_all, width * n_classes), np.float32)
-    rows_of = [np.nonzero(y == c)[0] for c in range(n_classes)]
+    Q = _vstack(X_train, X_queries)
     # decided on the whole training matrix: per class, the dense method would also densify every
     # query row once per class and metric
     chosen, reason = choose_method(method, max(1, n_train), X_train.shape[1], X_train.nnz, backend)
     info = {"method": chosen, "method_reason": reason, "backend": backend.name, "k": int(k),
             "n_train": int(n_train), "n_queries": int(X_queries.shape[0]), "n_classes": int(n_classes)}
     t0 = time.perf_counter()
+    if chosen == "dense":
+        sq, l1 = _row_norms(Q)
+        M = _dense_per_class(X_train, y, n_classes, Q, k, backend, sq, l1, quiet, info)
+    else:
+        M = _grouped(X_train, y, n_classes, Q, k, backend, quiet, info)
+    info["seconds"] = time.perf_counter() - t0
+    names = column_names(categories if categories is not None else range(n_classes), k)
+    return MetaFeatures(M[:n_train], M[n_train:], names, int(k), info)
+
+
+def _vstack(A: sp.csr_matrix, B: sp.csr_matrix) -> sp.csr_matrix:
+    """Rows of A then B (both canonical CSR): arrays concatenated, no re-sorting."""
+    indptr = np.concatenate([A.indptr.astype(np.int64), B.indptr[1:].astype(np.int64) + A.nnz])
+    out = sp.csr_matrix((np.concatenate([A.data, B.data]), np.concatenate([A.indices, B.indices]), indptr),
+                        shape=(A.shape[0] + B.shape[0], A.shape[1]))
+    out.has_sorted_indices = True
+    return canonical_csr(out)
+
+
+def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info) -> np.ndarray:
+    """Inverted method: one engine index over the labelled training documents ordered by class
+    (classes are contiguous groups), one grouped search for cosine, l1 and l2 at once writing
+    straight into the meta-feature matrix, then the centroid columns for all classes at once."""
+    from ..engine import Index, search_topk_grouped
+    from ..io.corpus import csr_arrays
+    from ..kernels import scoring
+
+    n_train = X_train.shape[0]
+    n_all = Q.shape[0]
+    width = 3 * k + 2
+    t = time.perf_counter()
+    labelled = np.nonzero(y >= 0)[0]
+    order = labelled[np.argsort(y[labelled], kind="stable")]
+    counts = np.bincount(y[labelled], minlength=n_classes).astype(np.int64)
+    group_ptr = np.zeros(n_classes + 1, np.int64)
+    np.cumsum(counts, out=group_ptr[1:])
+    index = Index.from_csr(X_train[order])
+    self_doc = np.full(n_all, -1, np.int64)
+    self_doc[order] = np.arange(order.size)
+    M = np.empty((n_all, n_classes, width), np.float32)
+    stages = {"index_ms": 1e3 * (time.perf_counter() - t)}
+    t = time.perf_counter()
+    search_stats: dict = {}
+    search_topk_grouped(index, Q, k, group_ptr, KNN_METRICS, backend, exclude_self=self_doc, pad="last", out=M,
+                        return_docs=False, quiet=quiet, stats=search_stats)
+    stages["search_ms"] = 1e3 * (time.perf_counter() - t)
+    t = time.perf_counter()
+    ip, ix, dx = csr_arrays(index.X)
+    S, ss = scoring.group_sums_cpu(ip, ix, dx, group_ptr, index.n_terms)
+    own_group = np.full(n_all, -1, np.int64)
+    own_group[:n_train] = y
+    scoring.centroid_features_cpu(*csr_arrays(Q), S, ss, counts, own_group, M, 3 * k, 3 * k + 1)
+    stages["centroid_ms"] = 1e3 * (time.perf_counter() - t)
+    info["search_seconds"] = stages["search_ms"] / 1e3
+    info["stages"] = {**stages, **{"search." + key: v for key, v in search_stats.get("stages", {}).items()}}
+    info["search"] = {key: v for key, v in search_stats.items() if key != "stages"}
+    return M.reshape(n_all, n_classes * width)
+
+
+def _dense_per_class(X_train, y, n_classes, Q, k, backend, sq, l1, quiet, info) -> np.ndarray:
+    """Dense method: one dense index per class, three searches each (gputext.knn.dense)."""
+    from .dense import DenseIndex
+
+    n_all = Q.shape[0]
+    l2n = np.sqrt(sq)
+    width = 3 * k + 2
+    M = np.empty((n_all, width * n_classes), np.float32)
     searched = 0.0
     with progress(n_classes, "meta-features", quiet) as bar:
         for c in range(n_classes):
-            rows = rows_of[c]
+            rows = np.nonzero(y == c)[0]
             base = c * width
             own = np.full(n_all, -1, np.int64)
             own[rows] = np.arange(rows.size)
@@ -148,25 +208,15 @@ def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: in
                 for m, empty in enumerate((np.zeros(n_all), l1, l2n)):
                     M[:, base + m * k: base + (m + 1) * k] = empty[:, None].astype(np.float32)
             else:
-                Xc = X_train[rows]
                 t = time.perf_counter()
-                if chosen == "dense":
-                    from .dense import DenseIndex
-                    index = DenseIndex(Xc, backend)
-                    search = lambda m: index.search(Q, k, m, exclude_self=own)  # noqa: E731
-                else:
-                    from ..engine import Index, search_topk
-                    index = Index.from_csr(Xc)
-                    search = lambda m: search_topk(index, Q, k, m, backend, exclude_self=own)  # noqa: E731
+                index = DenseIndex(X_train[rows], backend)
                 for m, (metric, empty) in enumerate(zip(KNN_METRICS, (np.zeros(n_all), l1, l2n))):
-                    _, scores = search(metric)
+                    _, scores = index.search(Q, k, metric, exclude_self=own)
                     M[:, base + m * k: base + (m + 1) * k] = _pad(scores, empty)
                 searched += time.perf_counter() - t
             cos, l2 = centroid_features(Q, X_train[rows], own, sq)
             M[:, base + 3 * k] = cos.astype(np.float32)
             M[:, base + 3 * k + 1] = l2.astype(np.float32)
             bar.update(1)
-    info["seconds"] = time.perf_counter() - t0
     info["search_seconds"] = searched
-    names = column_names(categories if categories is not None else range(n_classes), k)
-    return MetaFeatures(M[:n_train], M[n_train:], names, int(k), info)
+    return M

@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""GPU round for issue 4's meta-feature goal: all of 20NG (train leave-one-out + test, k = 30,
+cosine/L1/L2 lists + centroid features) in < 10 s on an H100 and >= 20x our CPU twin on the
+host's cores, same run.
+
+What it runs (gputext.knn.metafeatures.compute_metafeatures, inverted method = the engine's
+grouped top-k selector, one index over the training documents ordered by class):
+
+  1. 20NG: cuda and cpu (CPU twin, every core), each warmed up on the full problem first (the
+     first call compiles), then median of --repeats runs (wall clock, the call is synchronous).
+     GPU == CPU twin bit for bit, and both equal a float64 reference on sampled rows.
+     Per-stage breakdown of the median run: index (permute + Index), host prep (query scales and
+     norms), index upload, query upload, fused scoring + selection, merge, finishing, copy back
+     (CUDA events), centroid features (host, float64).
+  2. synthetic (Zipf vocabulary, 20 groups): larger index and many more queries, GPU on all
+     queries, CPU twin on a slice of them (per-query rates compared; equal on the slice).
+
+  python scripts/gpu_meta.py --device cpu --quick    # smoke test without a GPU (< 1 minute)
+  python scripts/gpu_meta.py --quick                 # small, on the GPU
+  python scripts/gpu_meta.py --datasets .data        # full (a few minutes on an H100)
+
+--datasets: the folder holding 20newsgroups/ (default $GPUTEXT_DATASETS or ../shared/datasets).
+Prints a markdown table last and writes gpu_meta.json into --out (default $OUT or out/).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+warnings.filterwarnings("ignore")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+RESULTS: dict = {"sections": {}}
+TABLE: list[tuple] = []
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def row(section, what, value, note=""):
+    TABLE.append((section, what, value, note))
+    log(f"  {section} | {what}: {value} {note}")
+
+
+def timed_runs(fn, repeats: int):
+    """Warm-up call (compiles), then ``repeats`` calls; returns (median seconds, result of the
+    median run, all seconds)."""
+    fn()
+    runs = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        res = fn()
+        runs.append((time.perf_counter() - t, res))
+    secs = [s for s, _ in runs]
+    med = statistics.median(secs)
+    best = min(runs, key=lambda r: abs(r[0] - med))
+    return med, best[1], secs
+
+
+def reference_rows(Xtr, y, n_classes, Q, rows, n_train, k):
+    """float64 meta-features of query rows ``rows`` of Q (training rows left out of their class),
+    straight from the definition with sparse products (independent of the engine)."""
+    A = sp.csr_matrix(Xtr, dtype=np.float64)
+    d_sq = np.asarray(A.multiply(A).sum(1)).ravel()
+    d_l1 = np.asarray(abs(A).sum(1)).ravel()
+    out = np.zeros((len(rows), (3 * k + 2) * n_classes))
+    for r, i in enumerate(rows):
+        x = np.asarray(Q[i].todense(), dtype=np.float64).ravel()
+        dot = A @ x
+        nx2 = x @ x
+        xa = x[A.indices]
+        corr = np.abs(xa - A.data) - np.abs(xa) - np.abs(A.data)
+        l1 = np.abs(x).sum() + d_l1 + np.add.reduceat(np.append(corr, 0.0), A.indptr[:-1]) * (np.diff(A.indptr) > 0)
+        l2 = np.sqrt(np.maximum(nx2 + d_sq - 2 * dot, 0.0))
+        den = np.sqrt(nx2) * np.sqrt(d_sq)
+        cos = np.where(den > 0, dot / np.where(den > 0, den, 1.0), 0.0)
+        for c in range(n_classes):
+            members = np.nonzero(y == c)[0]
+            if i < n_train:
+                members = members[members != i]
+            cols = []
+            for vals, larger, empty in ((cos, True, 0.0), (l1, False, np.abs(x).sum()), (l2, False, np.sqrt(nx2))):
+                v = np.sort(vals[members])
+                v = list((v[::-1] if larger else v)[:k])
+                while len(v) < k:
+                    v.append(v[-1] if v else empty)
+                cols += v
+            if members.size:
+                cen = np.asarray(A[members].mean(0)).ravel()
+                nc = np.linalg.norm(cen)
+                cols += [x @ cen / (np.sqrt(nx2) * nc) if nx2 * nc > 0 else 0.0, np.linalg.norm(x - cen)]
+            else:
+                cols += [0.0, np.sqrt(nx2)]
+            out[r, c * (3 * k + 2):(c + 1) * (3 * k + 2)] = cols
+    return out
+
+
+def stage_rows(section, device, info, total_s):
+    st = info.get("stages", {})
+    order = [("index_ms", "index (permute by class + Index)"), ("search.host_prep_ms", "host prep (scales, norms, segments)"),
+             ("search.index_upload_ms", "index upload"), ("search.query_upload_ms", "query upload"),
+             ("search.score_select_ms", "scoring + selection"), ("search.merge_ms", "merge (groups > 1 segment)"),
+             ("search.finish_ms", "finishing (pad, float32)"), ("search.copy_back_ms", "copy back"),
+             ("centroid_ms", "centroid features (host)")]
+    parts = []
+    for key, label in order:
+        if key in st:
+            parts.append(f"{label} {st[key]:.1f}")
+    accounted = sum(st.get(key, 0.0) for key, _ in order if key != "search.host_prep_ms" or device == "cpu")
+    row(section, f"{device} stages (ms)", "; ".join(parts), f"total {1e3 * total_s:.1f} ms")
+    return st
+
+
+def twenty_ng(args, has_gpu, threads):
+    from table_metafeatures import build, datasets_dir
+
+    from gputext.io import read_corpus
+    from gputext.knn.metafeatures import _vstack, compute_metafeatures
+
+    cache = Path(tempfile.gettempdir()) / "gputext_knn_classify_corpora"
+    tr, te = build("20ng", datasets_dir(args.datasets), cache, args.quick)
+    train, test = read_corpus(tr), read_corpus(te)
+    y = np.asarray(train.labels.codes)
+    C = len(train.labels.categories)
+    sec = {"n_train": train.n_docs, "n_test": test.n_docs, "n_classes": C, "k": 30, "cpu_threads": threads}
+    log(f"[1] 20NG{' (quick subset)' if args.quick else ''}: {train.n_docs:,} train (leave-one-out) + "
+        f"{test.n_docs:,} test, {C} classes, k = 30")
+    out = {}
+    for device in (["cuda"] if has_gpu else []) + ["cpu"]:
+        med, mf, secs = timed_runs(lambda: compute_metafeatures(train.X, y, C, test.X, k=30, method="inverted",
+                                                                device=device), args.repeats)
+        out[device] = (med, mf)
+        sec[device] = {"median_s": med, "runs_s": secs, "stages_ms": mf.info.get("stages"),
+                       "search": mf.info.get("search")}
+        row("20NG", f"{device} total (median of {len(secs)})", f"{med:.3f} s",
+            "goal < 10 s on an H100" if device == "cuda" else f"{threads} threads")
+        stage_rows("20NG", device, mf.info, med)
+    cpu_s, cpu_mf = out["cpu"]
+    if has_gpu:
+        gpu_s, gpu_mf = out["cuda"]
+        same = bool(np.array_equal(gpu_mf.train, cpu_mf.train) and np.array_equal(gpu_mf.queries, cpu_mf.queries))
+        sec.update(speedup=cpu_s / gpu_s, identical=same)
+        row("20NG", "GPU vs CPU twin", f"{cpu_s / gpu_s:.1f}x", "goal >= 20x")
+        row("20NG", "GPU = CPU twin", "identical" if same else "DIFFERENT")
+    # float64 reference on sampled rows (training and test)
+    Q = _vstack(train.X, test.X)
+    rng = np.random.default_rng(0)
+    n_train = train.n_docs
+    rows = np.sort(np.concatenate([rng.choice(n_train, 4, replace=False), n_train + rng.choice(test.n_docs, 4, replace=False)]))
+    ref = reference_rows(train.X, y, C, Q, rows, n_train, 30)
+    M = np.vstack([cpu_mf.train, cpu_mf.queries])[rows]
+    err = float(np.max(np.abs(M - ref) / np.maximum(np.abs(ref), 1e-6)))
+    ok = bool(np.allclose(M, ref, rtol=2e-6, atol=2e-7))
+    sec.update(reference_rows=rows.tolist(), reference_ok=ok, reference_max_rel_err=err)
+    row("20NG", "= float64 reference (8 sampled rows)", "yes" if ok else "NO", f"max rel. error {err:.1e}")
+    RESULTS["sections"]["20ng"] = sec
+
+
+def zipf_corpus(n_docs, n_terms, terms_per_doc, seed):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(terms_per_doc // 2, terms_per_doc * 3 // 2, n_docs)
+    p = 1.0 / np.arange(1, n_terms + 1) ** 1.05
+    p /= p.sum()
+    cols = rng.choice(n_terms, int(lengths.sum()), p=p).astype(np.int32)
+    indptr = np.zeros(n_docs + 1, np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    X = sp.csr_matrix((rng.random(cols.size).astype(np.float32) + 0.05, cols, indptr), shape=(n_docs, n_terms))
+    X.sum_duplicates()
+    X.sort_indices()
+    norms = np.sqrt(np.asarray(X.multiply(X).sum(1)).ravel())
+    X = sp.diags(1.0 / np.maximum(norms, 1e-12)) @ X
+    return sp.csr_matrix(X, dtype=np.float32)
+
+
+def synthetic(args, has_gpu, threads):
+    from gputext.knn.metafeatures import compute_metafeatures
+
+    n_train, n_queries, n_terms, C = (3000, 4000, 5000, 20) if args.quick else (50_000, 200_000, 50_000, 20)
+    cpu_queries = 1000 if args.quick else 5000
+    log(f"[2] synthetic: {n_train:,} training documents in {C} groups, {n_queries:,} queries, {n_terms:,} terms, k = 30")
+    Xtr = zipf_corpus(n_train, n_terms, 60, 1)
+    Xq = zipf_corpus(n_queries, n_terms, 60, 2)
+    y = np.random.default_rng(3).integers(0, C, n_train)
+    sec = {"n_train": n_train, "n_queries": n_queries, "n_terms": n_terms, "n_classes": C, "cpu_queries": cpu_queries}
+    part = {}
+    if has_gpu:
+        med, mf, secs = timed_runs(lambda: compute_metafeatures(Xtr, y, C, Xq, k=30, method="inverted", device="cuda"),
+                                   max(1, args.repeats - 1))
+        per_q = med / (n_train + n_queries)
+        sec["cuda"] = {"median_s": med, "runs_s": secs, "stages_ms": mf.info.get("stages"), "search": mf.info.get("search")}
+        row("synthetic", "cuda, all queries", f"{med:.3f} s", f"{1e6 * per_q:.2f} us a query")
+        stage_rows("synthetic", "cuda", mf.info, med)
+        part["cuda"] = mf.queries[:cpu_queries]
+    med, mf, secs = timed_runs(lambda: compute_metafeatures(Xtr, y, C, Xq[:cpu_queries], k=30, method="inverted",
+                                                            device="cpu"), 1)
+    per_q_cpu = med / (n_train + cpu_queries)
+    sec["cpu"] = {"median_s": med, "queries": cpu_queries, "stages_ms": mf.info.get("stages")}
+    row("synthetic", f"cpu twin, {n_train:,} train + {cpu_queries:,} queries", f"{med:.3f} s",
+        f"{1e6 * per_q_cpu:.2f} us a query ({threads} threads)")
+    if has_gpu:
+        same = bool(np.array_equal(part["cuda"], mf.queries))
+        sec.update(identical_on_slice=same, speedup_per_query=per_q_cpu / per_q)
+        row("synthetic", "GPU vs CPU twin, per query", f"{per_q_cpu / per_q:.1f}x", "")
+        row("synthetic", "GPU = CPU twin (slice)", "identical" if same else "DIFFERENT")
+    RESULTS["sections"]["synthetic"] = sec
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.environ.get("OUT") or "out")
+    ap.add_argument("--datasets", help="folder with 20newsgroups/")
+    ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    ap.add_argument("--quick", action="store_true", help="small sizes (under a minute)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: 20ng,synthetic")
+    args = ap.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+
+    import numba
+
+    from gputext.backend import resolve
+    backend = resolve(args.device)
+    has_gpu = backend.is_cuda and not backend.simulator
+    dev_name = backend.reason
+    if has_gpu:
+        from numba import cuda
+        d = cuda.get_current_device()
+        dev_name = d.name.decode() if isinstance(d.name, bytes) else str(d.name)
+    threads = numba.get_num_threads()
+    RESULTS.update(device=dev_name, host=platform.node(), cpu_count=os.cpu_count(), numba_threads=threads,
+                   quick=args.quick, date=datetime.datetime.now().isoformat(timespec="seconds"),
+                   command=" ".join(sys.argv))
+    log(f"device: {backend.describe()}; {os.cpu_count()} CPU cores, numba threads {threads}")
+    if not has_gpu:
+        row("device", "no GPU", "GPU runs skipped", backend.reason)
+    t0 = time.perf_counter()
+    if "20ng" not in skip:
+        twenty_ng(args, has_gpu, threads)
+    if "synthetic" not in skip:
+        synthetic(args, has_gpu, threads)
+    RESULTS["seconds"] = time.perf_counter() - t0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu_meta.json").write_text(json.dumps({**RESULTS, "table": TABLE}, indent=1, default=str))
+    print(f"\n## gpu_meta ({dev_name}, {RESULTS['date']}, {RESULTS['seconds']:.0f} s{', quick' if args.quick else ''})\n")
+    print("| section | measurement | value | goal / note |")
+    print("| --- | --- | --- | --- |")
+    for section, what, value, note in TABLE:
+        print(f"| {section} | {what} | {value} | {note} |")
+
+
+if __name__ == "__main__":
+    main()
