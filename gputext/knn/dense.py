@@ -565,12 +565,8 @@ def _want_cublas(key_backend: str) -> bool:
         return False
     if key_backend == "cublas":
         return True
-    from ..backend import resolve
-    try:
-        b = resolve("cuda")
-        if b.simulator:
-            return False
-    except Exception:
+    from ..backend import simulator_enabled
+    if simulator_enabled():
         return False
     return _cupy_finish() is not None
 
@@ -602,7 +598,7 @@ class _Profile:
             ev = cuda.event()
             ev.record()
             ev.synchronize()
-            self.totals[name] = self.totals.get(name, 0.0) + cuda.event_elapsed_time(self._ev, ev)
+            self.totals[name] = self.totals.get(name, 0.0) + self._ev.elapsed_time(ev)
             self._ev = ev
             self._t = time.perf_counter()
 
