@@ -120,6 +120,38 @@ def query_stats(q_indptr, q_indices, q_data, term_maxabs, metric):
     return scale, qn
 
 
+@numba.njit(parallel=True, cache=True)
+def query_stats_multi(q_indptr, q_indices, q_data, term_maxabs, codes):
+    """query_stats for several metrics at once, queries in parallel (each query's loop is
+    query_stats's, so the values are bit for bit the same). codes int64 (n_metrics,). Returns
+    scale float64 (2, Q): row 0 the scale shared by dot, cosine and l2 (the dot accumulator),
+    row 1 the l1 scale; and qn float64 (n_metrics, Q)."""
+    n = q_indptr.shape[0] - 1
+    n_m = codes.shape[0]
+    scale = np.ones((2, n), np.float64)
+    qn = np.empty((n_m, n), np.float64)
+    for i in prange(n):
+        bound_dot = 0.0
+        bound_l1 = 0.0
+        sq = 0.0
+        l1 = 0.0
+        for p in range(q_indptr[i], q_indptr[i + 1]):
+            w = np.float64(q_data[p])
+            m = np.float64(term_maxabs[q_indices[p]])
+            sq += w * w
+            l1 += abs(w)
+            bound_l1 += 2.0 * min(abs(w), m)
+            bound_dot += abs(w) * m
+        if bound_dot > 0.0:
+            scale[0, i] = math.ldexp(1.0, 62 - math.frexp(bound_dot)[1])
+        if bound_l1 > 0.0:
+            scale[1, i] = math.ldexp(1.0, 62 - math.frexp(bound_l1)[1])
+        for j in range(n_m):
+            c = codes[j]
+            qn[j, i] = math.sqrt(sq) if c == COSINE else (sq if c == L2 else l1)
+    return scale, qn
+
+
 def norm_terms(d_sq, d_l1, metric):
     """float64 (n_docs,): each document's norm term for the metric: |d|_2 (cosine), |d|_2^2 (l2),
     |d|_1 (l1), zeros (dot). One array, so selection reads 8 bytes a document."""
@@ -1229,19 +1261,20 @@ def grouped_finish(in_doc, in_key, qinfo, q_lo, metrics, pad_last, want_docs, ou
 def group_sums_cpu(indptr, indices, data, group_ptr, n_terms):
     """Sums of the rows of each group (rows [group_ptr[g], group_ptr[g+1]) of a CSR matrix),
     float64, added in row order: S (n_terms, n_groups) and ss (n_groups,) = |S_g|^2. Groups in
-    parallel (one thread writes one column)."""
+    parallel, each into its own row of a (n_groups, n_terms) scratch, transposed at the end."""
     n_groups = group_ptr.shape[0] - 1
-    S = np.zeros((n_terms, n_groups), np.float64)
+    rows = np.zeros((n_groups, n_terms), np.float64)
     ss = np.zeros(n_groups, np.float64)
     for g in prange(n_groups):
+        sums = rows[g]
         for r in range(group_ptr[g], group_ptr[g + 1]):
             for p in range(indptr[r], indptr[r + 1]):
-                S[indices[p], g] += np.float64(data[p])
+                sums[indices[p]] += np.float64(data[p])
         total = 0.0
         for t in range(n_terms):
-            total += S[t, g] * S[t, g]
+            total += sums[t] * sums[t]
         ss[g] = total
-    return S, ss
+    return np.ascontiguousarray(rows.T), ss
 
 
 @numba.njit(parallel=True, cache=True)

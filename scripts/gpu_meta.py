@@ -19,7 +19,8 @@ grouped top-k selector, one index over the training documents ordered by class):
   python scripts/gpu_meta.py --quick                 # small, on the GPU
   python scripts/gpu_meta.py --datasets .data        # full (a few minutes on an H100)
 
---datasets: the folder holding 20newsgroups/ (default $GPUTEXT_DATASETS or ../shared/datasets).
+--datasets: the folder holding 20newsgroups/ (default .data/ when present, else $GPUTEXT_DATASETS or
+../shared/datasets).
 Prints a markdown table last and writes gpu_meta.json into --out (default $OUT or out/).
 """
 from __future__ import annotations
@@ -131,7 +132,8 @@ def twenty_ng(args, has_gpu, threads):
     from gputext.knn.metafeatures import _vstack, compute_metafeatures
 
     cache = Path(tempfile.gettempdir()) / "gputext_knn_classify_corpora"
-    tr, te = build("20ng", datasets_dir(args.datasets), cache, args.quick)
+    ddir = args.datasets or (".data" if Path(".data/20newsgroups").is_dir() else None)  # the lead's carried copy
+    tr, te = build("20ng", datasets_dir(ddir), cache, args.quick)
     train, test = read_corpus(tr), read_corpus(te)
     y = np.asarray(train.labels.codes)
     C = len(train.labels.categories)

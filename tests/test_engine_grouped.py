@@ -135,3 +135,15 @@ def test_grouped_cuda_equals_cpu_in_simulator(items, pad):
                                  pad=pad, geometry=tiny, batch_size=2)
     assert np.array_equal(dc, dg)
     assert np.array_equal(sc, sg, equal_nan=True)
+
+
+def test_query_stats_multi_matches_query_stats():
+    from gputext.io.corpus import csr_arrays
+    from gputext.kernels import scoring
+    X = random_corpus(200, 40, 0.1, seed=31, signed=True, empty_rows=(3,))
+    maxabs = np.abs(random_corpus(1, 40, 1.0, seed=32).toarray()[0]).astype(np.float32)
+    codes = np.array([0, 3, 2, 1])
+    scale, qn = scoring.query_stats_multi(*csr_arrays(X), maxabs, codes)
+    for j, code in enumerate(codes):
+        s1, q1 = scoring.query_stats(*csr_arrays(X), maxabs, code)
+        assert np.array_equal(q1, qn[j]) and np.array_equal(s1, scale[1 if code == 3 else 0])

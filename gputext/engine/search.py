@@ -239,19 +239,7 @@ def _group_ptr(index: Index, groups) -> np.ndarray:
 def grouped_query_info(index: Index, Q: sp.csr_matrix, codes: np.ndarray, self_doc: np.ndarray) -> tuple:
     """Host side, shared by both backends: scale float64 (2, Q) (dot and l1 accumulators), qn
     float64 (n_metrics, Q), dn float64 (n_metrics, n_docs)."""
-    arrays = csr_arrays(Q)
-    n_q = Q.shape[0]
-    scale = np.ones((2, n_q), np.float64)
-    qn = np.empty((len(codes), n_q), np.float64)
-    stats = {}
-    for code in {int(c) for c in codes} | ({scoring.DOT} if any(c != scoring.L1 for c in codes) else set()):
-        stats[code] = scoring.query_stats(*arrays, index.term_maxabs, code)
-    if scoring.DOT in stats:
-        scale[0] = stats[scoring.DOT][0]
-    if scoring.L1 in stats:
-        scale[1] = stats[scoring.L1][0]
-    for m, code in enumerate(codes):
-        qn[m] = stats[int(code)][1]
+    scale, qn = scoring.query_stats_multi(*csr_arrays(Q), index.term_maxabs, np.asarray(codes, np.int64))
     dn = np.ascontiguousarray(np.stack([index.norm_terms(int(c)) for c in codes]))
     return scale, qn, dn
 
