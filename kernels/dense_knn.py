@@ -477,19 +477,22 @@ def select_candidates_cpu(key_bits, row_ids, kprime, n_slices, self_doc,
 
 def _elem_py(keys, kidx, use_kidx, ordered_in, p, selfcol):
     """Combined 64-bit sort key of list entry p: (ordered key << 32) | (2**32 - 1 - document), so a
-    larger value is a larger key, then a lower document; 0 for an entry to skip (padding, self)."""
+    larger value is a larger key, then a lower document; 0 for an entry to skip (padding, self).
+    The loads come first and unconditionally, so that unrolled callers keep several in flight."""
+    raw = keys[p]
+    d = int64(p)
     if use_kidx:
         d = int64(kidx[p])
-        if d < 0:
-            return uint64(0)
-    else:
-        d = int64(p)
-    if d == selfcol:
-        return uint64(0)
-    u = int64(keys[p])
+    u = int64(raw)
     if not ordered_in:
-        u = _ordered_dev(keys[p])
-    return (uint64(u) << uint64(32)) | (uint64(_LOW) - uint64(d))
+        u = _ordered_dev(raw)
+    skip = d < 0 or d == selfcol
+    if d < 0:
+        d = 0
+    c = (uint64(u) << uint64(32)) | (uint64(_LOW) - uint64(d))
+    if skip:
+        c = uint64(0)
+    return c
 
 
 _elem_dev = cuda.jit(device=True, inline=True)(_elem_py)
@@ -508,7 +511,7 @@ def _make_block_select(threads_per_block: int, buffer_size: int, max_candidates:
     Work: (A) each thread takes the maximum key of its strided entries p = lo + tid + i*TPB; the
     maxima are merged (shared atomic max) into G groups (group = tid % G, G >= kprime a power of two
     <= TPB); every group holds distinct entries, so the smallest group maximum L0 is <= the
-    kprime-th largest key. (B) the entries with key >= L0 (typically a few hundred) are compacted
+    kprime-th largest key (A and B load 4 entries per thread before using any). (B) the entries with key >= L0 (typically a few hundred) are compacted
     into shared memory ``buf`` (uint64 (buffer_size,), shared atomic counter; when they do not fit,
     the passes below read the list again from global memory instead). (C) radix select of the
     kprime-th largest combined key, 8 bits per pass from the top (256-bin shared histogram
@@ -524,9 +527,11 @@ def _make_block_select(threads_per_block: int, buffer_size: int, max_candidates:
     TPB, CAP, MAXC = int(threads_per_block), int(buffer_size), int(max_candidates)
     assert TPB & (TPB - 1) == 0 and MAXC & (MAXC - 1) == 0
     G0 = min(TPB, 64)
+    UNR = 4  # list entries loaded per thread before any is used (phases A and B)
 
     @cuda.jit(device=True, inline=True)
     def block_select(keys, kidx, use_kidx, ordered_in, lo, hi, selfcol, kprime, tid, gmax, buf, hist, st, sp, win):
+        vv = cuda.local.array(UNR, uint64)
         G = G0
         while G < kprime and G < TPB:
             G *= 2
@@ -546,13 +551,22 @@ def _make_block_select(threads_per_block: int, buffer_size: int, max_candidates:
         cuda.syncthreads()  # scratch initialised
         m = int64(-1)
         cnt = int64(0)
-        for p in range(lo + tid, hi, TPB):
-            v = _elem_dev(keys, kidx, use_kidx, ordered_in, p, selfcol)
-            if v != uint64(0):
-                cnt += 1
-                kk = int64(v >> uint64(32))
-                if kk > m:
-                    m = kk
+        p = lo + tid
+        while p < hi:
+            # UNR entries per round: loads issued before any is used
+            for h in range(UNR):
+                q_ = p + h * TPB
+                vv[h] = _elem_dev(keys, kidx, use_kidx, ordered_in, q_ if q_ < hi else lo, selfcol)
+                if q_ >= hi:
+                    vv[h] = uint64(0)
+            for h in range(UNR):
+                v = vv[h]
+                if v != uint64(0):
+                    cnt += 1
+                    kk = int64(v >> uint64(32))
+                    if kk > m:
+                        m = kk
+            p += UNR * TPB
         if G > 0:
             cuda.atomic.max(gmax, tid % G, m)
         cuda.atomic.add(st, 0, cnt)
@@ -575,12 +589,20 @@ def _make_block_select(threads_per_block: int, buffer_size: int, max_candidates:
                 st[2] = L0
             cuda.syncthreads()  # L0 visible
             L0c = uint64(st[2]) << uint64(32)
-            for p in range(lo + tid, hi, TPB):
-                v = _elem_dev(keys, kidx, use_kidx, ordered_in, p, selfcol)
-                if v != uint64(0) and v >= L0c:
-                    pos = cuda.atomic.add(st, 1, 1)
-                    if pos < CAP:
-                        buf[pos] = v
+            p = lo + tid
+            while p < hi:
+                for h in range(UNR):
+                    q_ = p + h * TPB
+                    vv[h] = _elem_dev(keys, kidx, use_kidx, ordered_in, q_ if q_ < hi else lo, selfcol)
+                    if q_ >= hi:
+                        vv[h] = uint64(0)
+                for h in range(UNR):
+                    v = vv[h]
+                    if v != uint64(0) and v >= L0c:
+                        pos = cuda.atomic.add(st, 1, 1)
+                        if pos < CAP:
+                            buf[pos] = v
+                p += UNR * TPB
             cuda.syncthreads()  # compaction complete
             nb = st[1]
             over = nb > CAP
