@@ -11,19 +11,32 @@ connected component; we keep only the links that join PCCs not yet connected (a 
 of the paper's link relation, which gives the same components).  Old PCCs never gain vertices (new vertices always start or join new PCCs),
 only edges.
 
-A cluster file written by ``gputext cluster star`` keeps, under /uns/gputext/star/graph:
+A cluster file written by ``gputext cluster star`` keeps, under /uns/gputext/star/graph (graph
+format 2, ``format_version``):
 
     pcc_of_doc  int32 (n,)        PC_V: the PCC of every document
     order       int32 (n,)        documents grouped by PCC (PCC 0 first), ascending id within one
     pcc_indptr  int64 (n_pcc+1,)  PCC p holds order[pcc_indptr[p]:pcc_indptr[p+1]]
-    adj_indptr  int64 (n+1,)      adjacency of order[r] is adj_indices/adj_weights[adj_indptr[r]:adj_indptr[r+1]]
-    adj_indices int32 (2E,)       neighbours (document ids), ascending within a row
-    adj_weights float32 (2E,)     cosine of each edge
+    adj_indptr  int64 (n+1,)      owner row of order[r] is adj_indices/adj_weights[adj_indptr[r]:adj_indptr[r+1]]
+    adj_indices int32 (E,)        neighbours (document ids), ascending within a row; chunked, growable
+    adj_weights float32 (E,)      cosine of each edge; chunked, growable
+    degree      int32 (n,)        degree of every document in the stored graph
+    weight_sum  int64 (n,)        fixed-point sum (2**fix_bits units) of its edge weights (AIS = sum / degree)
     links       int32 (n_links, 2) linked PCC pairs (p < q), sorted: a spanning forest of the link
                                   relation (a link between PCCs already connected is not kept)
-    n_docs, n_pcc, n_edges, beta, fix_bits (scalars)
+    n_docs, n_pcc, n_edges, beta, fix_bits, format_version (scalars)
 
-so each PCC is one contiguous range of the adjacency datasets and can be read alone.
+Every edge is stored once, in the *owner row* of one endpoint: the neighbours CUDA-DClus examines
+when it processes a vertex (Suc_v: the later vertices, plus, for a vertex added by an update,
+every vertex that was there before).  A full build owns (v, u) at min(v, u); an update's new
+edges are all owned by new vertices.  New vertices only start or join new PCCs, and new PCCs get
+the next ids, so an update never changes a stored row: it appends the new vertices' rows (grouped
+by their new PCCs) and rewrites only the small per-document arrays.  Each PCC is one contiguous
+range of positions and of the edge datasets; a connected component (all its PCCs) holds every
+edge of its vertices, each once, so loading a component and transposing gives its symmetric
+adjacency.  The update needs no edge weights: relevance reads degrees and fixed-point sums,
+which are stored per document and updated exactly with the new edges.  Format 1 (symmetric
+rows rewritten on every update) is refused with a clear error; recluster such a file.
 
 The update (``update``)
 -----------------------
@@ -31,7 +44,10 @@ The update (``update``)
    queries = new documents) and against the new documents after them (upper triangle).
 2. Assign the new vertices to PCCs (new PCCs, links to old ones) as above.
 3. The affected connected components are those of the new PCCs (union-find over the links).
-   Only their old PCCs are read from disk; the edges of the new vertices are added.
+   Only their old PCCs' owner rows are read from disk (adj_indices only, one read per run of
+   consecutive PCCs, into one buffer); with the new vertices' owner rows they give the symmetric
+   adjacency of the affected components in local ids (``symmetric_from_owner``: parallel
+   counting-sort transpose and per-row merge), checked against the stored degrees.
 4. Relevance of every vertex of the affected components is recomputed on the device.
 5. DClustR's cover update (paper section 2.2) with C' = the old centers of those components:
    V+ (vertices not in C' with relevance > 0) is scanned: v enters the candidate list L when
@@ -50,9 +66,11 @@ The update (``update``)
    relevance 0, all its neighbours enter L by (b).
 6. The improvement stage of OClustR (gputext.cluster.star.improve_centers) gives the final
    clusters of the affected components; clusters of untouched components are copied unchanged.
-7. The output file gets the union corpus, the clusters, and the graph: untouched PCCs are
-   streamed from the input file through a fixed window (never decoded), affected PCCs are written
-   with their new edges, new PCCs are appended.
+7. The output file gets the union corpus, the clusters, and the graph: the two edge datasets
+   are copied raw from the input (H5Ocopy, nothing decoded), the new owner rows appended, the
+   small arrays rewritten.  The output is a new file renamed into place (atomic), so the old
+   edges are still copied once per update; that copy is the only cost of an update that grows
+   with the untouched part of the graph.
 
 What "equal to DClustR" means here and how it is checked (tests/test_star_dclus.py): the update
 is compared with an independent set-based implementation of section 2.2 over the whole graph in
@@ -60,8 +78,9 @@ memory (tests/test_star_reference.py), on random corpora and random additions; c
 components without new documents equal a from-scratch OClustR of the union (the rules are
 component-local); components made only of new documents equal OClustR too (C' is empty there);
 the paper's Table 1 + Table 2 additions give the PCCs of its Figures 9-16 and the clusters worked
-out by hand in the test; and the graph after additions equals the graph of the union built from
-scratch.
+out by hand in the test; the graph after additions equals the graph of the union built from
+scratch (edges, weights, stored degrees and fixed-point sums); the old edge datasets are an
+unchanged prefix of the new ones.
 """
 from __future__ import annotations
 
@@ -334,31 +353,49 @@ def symmetric_from_owner(row_start, row_len, idx, w, local_of, n_chunks, with_we
         b = tptr[k]
         b_end = tptr[k + 1]
         d = indptr[k]
-        while a < a_end or b < b_end:
-            if b >= b_end or (a < a_end and local_of[idx[a]] < t_idx[b]):
-                out_idx[d] = local_of[idx[a]]
-                if with_weights:
-                    out_w[d] = w[a]
-                a += 1
-            else:
+        la = local_of[idx[a]] if a < a_end else m
+        while b < b_end and t_idx[b] < la:  # transposed entries before the owner row (all of them
+            out_idx[d] = t_idx[b]           # for rows of a full build: owners hold only u > v)
+            if with_weights:
+                out_w[d] = t_w[b]
+            b += 1
+            d += 1
+        while a < a_end:
+            la = local_of[idx[a]]
+            while b < b_end and t_idx[b] < la:
                 out_idx[d] = t_idx[b]
                 if with_weights:
                     out_w[d] = t_w[b]
                 b += 1
+                d += 1
+            out_idx[d] = la
+            if with_weights:
+                out_w[d] = w[a]
+            a += 1
+            d += 1
+        while b < b_end:
+            out_idx[d] = t_idx[b]
+            if with_weights:
+                out_w[d] = t_w[b]
+            b += 1
             d += 1
     return indptr, out_idx, out_w
 
 
 @numba.njit(cache=True)
-def _add_edge_stats(a, b, w, degree, weight_sum):
-    """Add undirected edges (a[e], b[e], w[e]) to both endpoints' degree (int32) and fixed-point
-    weight sum (int64, 2**FIX_BITS units: exact, order-free).  Sequential scatter."""
-    for e in range(a.shape[0]):
-        f = kstar.fixed_weight(w[e])
-        degree[a[e]] += 1
-        degree[b[e]] += 1
-        weight_sum[a[e]] += f
-        weight_sum[b[e]] += f
+def _add_owner_stats(ptr, idx, w, first, degree, weight_sum):
+    """Add the edges of owner rows (row r = vertex first + r; neighbours idx, weights w) to both
+    endpoints' degree (int32) and fixed-point weight sum (int64, 2**FIX_BITS units: exact and
+    order-free).  Sequential scatter."""
+    for r in range(ptr.shape[0] - 1):
+        v = first + r
+        for p in range(ptr[r], ptr[r + 1]):
+            f = kstar.fixed_weight(w[p])
+            u = idx[p]
+            degree[v] += 1
+            degree[u] += 1
+            weight_sum[v] += f
+            weight_sum[u] += f
 
 
 def _n_chunks() -> int:
@@ -740,24 +777,73 @@ class UpdateReport:
 
 # ----------------------------------------------------------------------------- the update
 
+@numba.njit(cache=True)
+def _owner_rows_in_order(n_old, n_new, o_old, o_new, o_w, a, b, w):
+    """Owner rows from the engine's ordered output, or (False, ...) when it is not in order.
+
+    In order means: new-old edges by ascending new vertex, old ids strictly ascending within one;
+    new-new edges (a < b) by ascending a, b strictly ascending within one.  Row v is then its old
+    neighbours followed by its later new neighbours (old ids < new ids: ascending).  One
+    sequential pass over each edge list (memory bound)."""
+    for e in range(1, o_new.shape[0]):
+        if o_new[e] < o_new[e - 1] or (o_new[e] == o_new[e - 1] and o_old[e] <= o_old[e - 1]):
+            return False, np.zeros(1, np.int64), np.empty(0, np.int32), np.empty(0, np.float32)
+    for e in range(a.shape[0]):
+        if b[e] <= a[e] or (e > 0 and (a[e] < a[e - 1] or (a[e] == a[e - 1] and b[e] <= b[e - 1]))):
+            return False, np.zeros(1, np.int64), np.empty(0, np.int32), np.empty(0, np.float32)
+    for e in range(o_new.shape[0]):
+        if o_new[e] < n_old or o_new[e] >= n_old + n_new or o_old[e] < 0 or o_old[e] >= n_old:
+            return False, np.zeros(1, np.int64), np.empty(0, np.int32), np.empty(0, np.float32)
+    for e in range(a.shape[0]):
+        if a[e] < n_old or b[e] >= n_old + n_new:
+            return False, np.zeros(1, np.int64), np.empty(0, np.int32), np.empty(0, np.float32)
+    ptr = np.zeros(n_new + 1, np.int64)
+    for e in range(o_new.shape[0]):
+        ptr[o_new[e] - n_old + 1] += 1
+    for e in range(a.shape[0]):
+        ptr[a[e] - n_old + 1] += 1
+    for r in range(n_new):
+        ptr[r + 1] += ptr[r]
+    idx = np.empty(ptr[n_new], np.int32)
+    val = np.empty(ptr[n_new], np.float32)
+    cur = ptr[:-1].copy()
+    for e in range(o_new.shape[0]):  # old neighbours first ...
+        r = o_new[e] - n_old
+        idx[cur[r]] = o_old[e]
+        val[cur[r]] = o_w[e]
+        cur[r] += 1
+    for e in range(a.shape[0]):  # ... then the later new ones
+        r = a[e] - n_old
+        idx[cur[r]] = b[e]
+        val[cur[r]] = w[e]
+        cur[r] += 1
+    return True, ptr, idx, val
+
+
 def _new_owner_rows(n_old: int, n_new: int, new_old, new_new):
     """Owner rows of the new vertices (vertex order, global ids, ascending within a row): each
     new vertex owns its edges to old vertices and to the new vertices after it (the neighbours
     CUDA-DClus examines when it processes the vertex: Suc_v U (V \\ M)).
     Returns (ptr int64 (n_new+1,), indices int32, weights float32)."""
-    o_old, o_new, o_w = new_old
-    a, b, w = new_new
-    rows = np.concatenate([np.asarray(o_new, np.int64), np.asarray(a, np.int64)]) - n_old
-    cols = np.concatenate([np.asarray(o_old, np.int64), np.asarray(b, np.int64)])
-    vals = np.concatenate([np.asarray(o_w, np.float32), np.asarray(w, np.float32)])
-    if len(rows) and (rows.min() < 0 or rows.max() >= n_new):
-        raise AssertionError("an added edge has no new endpoint")
+    o_old, o_new, o_w = (np.ascontiguousarray(x, t) for x, t in zip(new_old, (np.int32, np.int32, np.float32)))
+    a, b, w = (np.ascontiguousarray(x, t) for x, t in zip(new_new, (np.int32, np.int32, np.float32)))
+    ok, ptr, idx, val = _owner_rows_in_order(n_old, n_new, o_old, o_new, o_w, a, b, w)
+    if ok:
+        return ptr, idx, val
+    # any order (tests feed hand-made edges): sort by (owner, neighbour)
+    lo = np.minimum(a, b).astype(np.int64)
+    hi = np.maximum(a, b).astype(np.int64)
+    rows = np.concatenate([o_new.astype(np.int64), lo]) - n_old
+    cols = np.concatenate([o_old.astype(np.int64), hi])
+    vals = np.concatenate([o_w, w])
+    if len(rows) and (rows.min() < 0 or rows.max() >= n_new or cols.min() < 0 or cols.max() >= n_old + n_new
+                      or np.any(o_old >= n_old)):
+        raise AssertionError("an added edge does not join a new document to an old or a later new one")
     key = rows * (n_old + n_new) + cols
-    if len(key) > 1 and not np.all(key[1:] > key[:-1]):  # the engine's output is already in order
-        order = np.argsort(key, kind="stable")
-        rows, cols, vals, key = rows[order], cols[order], vals[order], key[order]
-        if np.any(key[1:] == key[:-1]):
-            raise AssertionError("an added edge is given twice")
+    order = np.argsort(key, kind="stable")
+    rows, cols, vals, key = rows[order], cols[order], vals[order], key[order]
+    if len(key) > 1 and np.any(key[1:] == key[:-1]):
+        raise AssertionError("an added edge is given twice")
     ptr = np.zeros(n_new + 1, np.int64)
     np.cumsum(np.bincount(rows, minlength=n_new), out=ptr[1:])
     return ptr, cols.astype(np.int32), vals
@@ -819,8 +905,7 @@ def update(clusters_path: str, added: Corpus, output: str, device: str | Backend
     # degree and fixed-point weight sums of the union (old vertices gain only the new edges)
     degree = np.concatenate([meta.degree, np.zeros(n_new, np.int32)])
     weight_sum = np.concatenate([meta.weight_sum, np.zeros(n_new, np.int64)])
-    new_rows = np.repeat(np.arange(n_old, n_total, dtype=np.int32), np.diff(own_ptr))
-    _add_edge_stats(new_rows, own_idx, own_w, degree, weight_sum)
+    _add_owner_stats(own_ptr, own_idx, own_w, n_old, degree, weight_sum)
 
     # 3. affected connected components and their old PCCs
     comp = components_of_pccs(n_pcc, links)
