@@ -14,11 +14,15 @@ For a document x and each class c (in category order) the block of 3k + 2 column
     c:cos_centroid          cosine similarity to c's centroid (mean of c's training vectors)
     c:l2_centroid           L2 distance to c's centroid
 
-Each metric has its own k nearest documents (they differ for L1). One engine Index is built per
-class and searched with every query at once (training documents and test documents together);
-a training document of c is left out of c's lists (exclude_self) *and* out of c's centroid
+Each metric has its own k nearest documents (they differ for L1). Inverted method: one engine
+Index over the labelled training documents ordered by class (each class a contiguous group) and
+one grouped search (gputext.engine.search_topk_grouped) for every query (training and test
+documents together), every class and the three metrics, written straight into the matrix; the
+centroid columns follow for all classes at once (kernels.scoring.centroid_features_cpu, on the
+host for both backends so that they agree bit for bit). Dense method: one dense index per class.
+A training document of c is left out of c's lists (exclude_self) *and* out of c's centroid
 (the centroid of the other n_c - 1 documents), so that training and test meta-features are
-computed alike.
+computed alike. info["stages"] gives the time of each stage in ms (search.* from the engine).
 
 Padding (a class with fewer than k documents, or k - 1 for a left-out training document): the
 missing entries repeat the last (farthest) neighbour's value; when a class has no document to
