@@ -271,12 +271,14 @@ class DenseIndex:
         return view
 
     def _view(self, name: str, keys):
+        """uint32 view of the float32 key buffer, cached (the cached entry keeps ``keys`` alive and
+        is checked by identity, so a new buffer never gets an old view)."""
         key = (name, tuple(keys.shape), id(keys))
-        v = self._views.get(key)
-        if v is None:
-            v = keys.view(np.uint32)
-            self._views[key] = v
-        return v
+        hit = self._views.get(key)
+        if hit is None or hit[0] is not keys:
+            hit = (keys, keys.view(np.uint32))
+            self._views[key] = hit
+        return hit[1]
 
     def _cp(self, arr):
         """CuPy view of a numba device array, cached (cupy.asarray costs tens of microseconds)."""
