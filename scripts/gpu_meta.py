@@ -249,10 +249,16 @@ def main():
     if not has_gpu:
         row("device", "no GPU", "GPU runs skipped", backend.reason)
     t0 = time.perf_counter()
-    if "20ng" not in skip:
-        twenty_ng(args, has_gpu, threads)
-    if "synthetic" not in skip:
-        synthetic(args, has_gpu, threads)
+    for name, section in (("20ng", twenty_ng), ("synthetic", synthetic)):
+        if name in skip:
+            continue
+        try:
+            section(args, has_gpu, threads)
+        except Exception as exc:  # report and go on with the next section
+            import traceback
+            traceback.print_exc()
+            row(name, "ERROR", f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+            RESULTS["sections"][name] = {"error": traceback.format_exc()}
     RESULTS["seconds"] = time.perf_counter() - t0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
