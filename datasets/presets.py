@@ -12,6 +12,15 @@ Decisions where the papers are silent (also in docs/synth.md):
   ``mean / exp(length_sigma^2 / 2)`` (the log-normal's median for that mean). The table does not
   give classes: Reuters-v2 (RCV1) is multi-labelled, so the presets have 20 classes, up to 3
   labels a document; weighting ``tf`` (the paper weights by term frequency, compared by cosine).
+  Their similarity graphs are not denser than real Reuters text: at beta 0.25 reu-70k has 7.6%
+  of all pairs as edges, while Reuters-21578 R8 / R52 (all documents, `gputext corpus build`,
+  English stopwords removed, tf) have 15.8% / 12.0% (11.2% for R8 without its five most frequent
+  terms); docs/star.md has the measurements.  ``reu-*-tfidf`` are the same shapes with tf-idf
+  weighting and strong topics (topic_weight 0.8, topic_size 100: 80% of tokens from a label's
+  100-term topic), calibrated so that at R8's shape (7,674 docs, 23,418 terms, 44.5 terms/doc)
+  the graph has 1.80% / 0.60% of pairs as edges at beta 0.25 / 0.35, against 1.96% / 0.67% for
+  R8 and 2.00% / 0.71% for R52 under tf-idf (with the tf presets' topics, tf-idf gives no edge
+  at all): a sparse graph of the same corpus shape.
   Tdt-65K of the same table: 30 topics (TDT2's usual count), single-label.
 * pubmed: 5.5M documents (the stream paper's collection), median 55 terms a document (same
   paper), 141,043 terms (the vocabulary of UCI's PubMed bag-of-words, which the paper used);
@@ -36,12 +45,20 @@ def _median_for_mean(mean: float, sigma: float = _SIGMA) -> float:
     return round(mean / math.exp(sigma * sigma / 2), 1)
 
 
-def _reu(n_docs: int, n_terms: int, mean_terms: int) -> dict:
+def _reu(n_docs: int, n_terms: int, mean_terms: int, weighting: str = "tf") -> dict:
+    extra = "" if weighting == "tf" else (f", {weighting} weighting and strong topics (graph density of real "
+                                          "Reuters under tf-idf)")
+    topics = {} if weighting == "tf" else {"topic_weight": 0.8, "topic_size": 100}
     return {"kind": "text", "n_docs": n_docs, "n_terms": n_terms, "terms_per_doc": _median_for_mean(mean_terms),
-            "n_classes": 20, "multilabel": True, "max_labels": 3, "weighting": "tf",
+            "n_classes": 20, "multilabel": True, "max_labels": 3, "weighting": weighting, **topics,
             "description": f"Reuters-v2 shape: {n_docs:,} docs, {n_terms:,} terms, {mean_terms} terms/doc on average, "
-                           "20 overlapping classes",
+                           f"20 overlapping classes{extra}",
             "source": _REU_SOURCE}
+
+
+_REU_TABLE3 = {"reu-10k": (10000, 33370, 27), "reu-20k": (20000, 48493, 41), "reu-30k": (30000, 59413, 50),
+               "reu-40k": (40000, 70348, 58), "reu-50k": (50000, 74720, 64), "reu-60k": (60000, 81632, 69),
+               "reu-70k": (70000, 91490, 76)}
 
 
 def _ltr(n_docs, n_features, n_levels, n_queries, pairs, largest, relevance="graded", **extra) -> dict:
@@ -60,13 +77,8 @@ PRESETS: dict[str, dict] = {
     "ltr-demo": {"kind": "ltr", "n_queries": 100, "docs_per_query": 30, "n_features": 46, "n_levels": 5,
                  "description": "small learning-to-rank set: 100 queries, about 3,000 rows, 46 features, levels 0-4",
                  "source": "gputext (LETOR-like feature count)"},
-    "reu-10k": _reu(10000, 33370, 27),
-    "reu-20k": _reu(20000, 48493, 41),
-    "reu-30k": _reu(30000, 59413, 50),
-    "reu-40k": _reu(40000, 70348, 58),
-    "reu-50k": _reu(50000, 74720, 64),
-    "reu-60k": _reu(60000, 81632, 69),
-    "reu-70k": _reu(70000, 91490, 76),
+    **{name: _reu(*shape) for name, shape in _REU_TABLE3.items()},
+    **{f"{name}-tfidf": _reu(*shape, weighting="tfidf") for name, shape in _REU_TABLE3.items()},
     "tdt-65k": {"kind": "text", "n_docs": 65945, "n_terms": 114828, "terms_per_doc": _median_for_mean(210),
                 "n_classes": 30, "weighting": "tf",
                 "description": "TDT2 shape: 65,945 docs, 114,828 terms, 210 terms/doc on average, 30 topics",

@@ -4,9 +4,11 @@
 One run, on the GPU host (numba-cuda kernels + the engine's CUDA path), with peers measured in the
 same run:
 
-  1. exactness at size: a Reu-70K-shaped corpus (gputext.datasets presets, tf weights) clustered
-     on cuda and by the CPU twin (numba, all cores): graph (indptr, indices, weights), relevance
-     and clusters must be identical, bit for bit.
+  1. exactness at size, per preset (--presets; default reu-70k, the paper's tf weighting, and
+     reu-70k-tfidf, the same corpus shape with a much sparser graph): clustered on cuda and by the
+     CPU twin (numba, all cores): graph (indptr, indices, weights), relevance and clusters must be
+     identical, bit for bit.  Per-stage breakdown of the device graph build from CUDA events
+     (index, scoring, counting, writing, csr, relevance, transfer) and of the cover.
   2. speed: graph + relevance, GPU vs CPU twin (goal >= 50x at 70,000 documents); the whole
      clustering (graph, relevance, cover, improvement; no file I/O) on the GPU (goal <= 5 s on an
      H100); medians of --repeats runs after a warm-up.  The relevance kernel alone is timed with
@@ -65,6 +67,11 @@ def parse_args():
     p.add_argument("--peers", default="cupy,torch,sklearn")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--skip-cpu", action="store_true", help="no CPU twin at the main size (no exactness check)")
+    p.add_argument("--presets", default="reu-70k,reu-70k-tfidf",
+                   help="corpus presets of the main comparison, comma-separated (the first also runs the large, "
+                        "scikit-learn and update parts); default: the paper's Reu-70K shape (tf weighting, 7.6%% of "
+                        "pairs are edges at beta 0.25) and the same shape with tf-idf (a sparse graph)")
+    p.add_argument("--skip-update", action="store_true", help="no DClustR update benchmark")
     args = p.parse_args()
     q = args.quick
     args.docs = args.docs or (4000 if q else 70000)
@@ -133,6 +140,30 @@ def same_result(a, b):
     return all(checks.values()), checks
 
 
+STAGES = ("index", "scoring", "counting", "writing", "release", "csr", "relevance", "transfer", "host_assembly")
+
+
+def stage_times(stats):
+    """Per-stage seconds of one cluster_star run: CUDA events for the device graph build
+    (graph_device_seconds; host clock for a host assembly), host clock for the CPU twin."""
+    if stats.get("graph_device_graph"):
+        dev = dict(stats.get("graph_device_seconds") or {})
+        host = stats.get("graph_host_seconds") or {}
+        if not dev:  # simulator: no event timings
+            dev = dict(host)
+        if "host_assembly" in host:
+            dev["host_assembly"] = host["host_assembly"]
+        out = {k: dev.get(k, 0.0) for k in STAGES}
+        out["host_relevance"] = stats["seconds_relevance"]
+    else:
+        out = {k: 0.0 for k in STAGES}
+        out["scoring"] = stats.get("graph_seconds_scoring", 0.0)
+        out["host_assembly"] = stats.get("graph_seconds_assembly", 0.0)
+        out["relevance"] = stats["seconds_relevance"]
+    out["cover"] = stats["seconds_cover"]
+    return out
+
+
 def time_cluster(X, beta, backend, repeats):
     from gputext.cluster.star import cluster_star
     runs = []
@@ -141,9 +172,12 @@ def time_cluster(X, beta, backend, repeats):
         result = cluster_star(X, beta, backend)
         s = result.stats
         runs.append({"total": s["seconds_total"], "graph": s["seconds_graph"], "relevance": s["seconds_relevance"],
-                     "cover": s["seconds_cover"]})
-    med = {k: median([r[k] for r in runs]) for k in runs[0]}
+                     "cover": s["seconds_cover"], "stages": stage_times(s)})
+    med = {k: median([r[k] for r in runs]) for k in runs[0] if k != "stages"}
     med["graph_relevance"] = median([r["graph"] + r["relevance"] for r in runs])
+    med["stages"] = {k: median([r["stages"][k] for r in runs]) for k in runs[0]["stages"]}
+    med["assembly"] = result.stats.get("graph_assembly")
+    med["spills"] = result.stats.get("graph_spills", 0)
     return result, med
 
 
@@ -260,14 +294,14 @@ def peer_sklearn(X, beta):
     return seconds, int((coo.row < coo.col).sum())
 
 
-def update_benchmark(args, backend, tmp):
+def update_benchmark(args, backend, tmp, preset):
     """Cluster update_base documents, add N, compare with a full recluster of the union."""
     from gputext.cluster import dclus, metrics
     from gputext.cluster.star import cluster_star
     from gputext.io import read_corpus, write_corpus
     out = []
     total = args.update_base + max(args.adds)
-    whole = reu_corpus(total, seed=2, preset="reu-50k")
+    whole = reu_corpus(total, seed=2, preset=preset.replace("70k", "50k"))
     base = whole.take(np.arange(args.update_base))
     base_path = os.path.join(tmp, "base.h5")
     t = time.perf_counter()
@@ -317,6 +351,74 @@ def update_benchmark(args, backend, tmp):
     return out
 
 
+def run_preset(args, preset, first, backend, cpu, gpu, env, goals):
+    """Exactness and speed on one preset at args.docs documents, with the graph peers."""
+    t = time.perf_counter()
+    corpus = reu_corpus(args.docs, seed=0, preset=preset)
+    X = corpus.X
+    log(f"[{preset}] corpus: {X.shape[0]} docs, {X.nnz} nnz ({time.perf_counter() - t:.1f} s to generate)")
+    dev_res, dev_t = time_cluster(X, args.beta, backend, args.repeats if gpu else 1)
+    n = X.shape[0]
+    main = {"preset": preset, "docs": n, "nnz": int(X.nnz), "edges": dev_res.graph.n_edges,
+            "density": dev_res.graph.n_edges / max(1, n * (n - 1) // 2), "clusters": dev_res.n_clusters,
+            "isolated": dev_res.stats["n_isolated"], backend.name: dev_t}
+    log(f"[{preset}] {backend.name}: {dev_t}")
+    if gpu and not args.skip_cpu:
+        cpu_res, cpu_t = time_cluster(X, args.beta, cpu, 1)
+        main["cpu"] = cpu_t
+        ok, checks = same_result(dev_res, cpu_res)
+        main["identical"] = ok
+        main["checks"] = checks
+        main["speedup_graph_relevance"] = cpu_t["graph_relevance"] / dev_t["graph_relevance"]
+        main["speedup_total"] = cpu_t["total"] / dev_t["total"]
+        log(f"[{preset}] cpu twin: {cpu_t}; identical: {checks}")
+        del cpu_res
+        goals.append((f"[{preset}] GPU == CPU twin at {n} docs (graph, relevance, clusters)", "identical",
+                      "yes" if ok else f"NO {checks}", ok))
+        if n >= 70000:
+            goals.append((f"[{preset}] graph + relevance, GPU vs CPU twin ({env['cpu_threads']} cores)", ">= 50x",
+                          f"{main['speedup_graph_relevance']:.1f}x", main["speedup_graph_relevance"] >= 50))
+    if gpu and n >= 70000:
+        goals.append((f"[{preset}] whole clustering of Reu-70K shape on the GPU", "<= 5 s", f"{dev_t['total']:.2f} s",
+                      dev_t["total"] <= 5.0))
+    if gpu:
+        sec, moved = relevance_events(dev_res.graph)
+        main["relevance_kernel"] = {"seconds": sec, "bytes": moved, "gbps": moved / sec / 1e9,
+                                    "fraction_of_copy": (moved / sec / 1e9) / env["copy_gbps"]}
+        nnz = int(dev_res.graph.indptr[-1])
+        moved_t = 8 * (n + 1) + 8 * nnz + (4 + 8 + 4 + 8) * n
+        tr = dev_t["stages"].get("transfer", 0.0)
+        main["transfer"] = {"bytes": moved_t, "seconds": tr, "gbps": moved_t / tr / 1e9 if tr else None}
+        log(f"[{preset}] relevance kernel: {main['relevance_kernel']}; transfer: {main['transfer']}")
+    peers = {}
+    ours_edges = upper_edge_count(dev_res.graph)
+    for name in [p for p in args.peers.split(",") if p]:
+        try:
+            if name == "cupy" and gpu:
+                sec, edges = peer_cupy(X, args.beta)
+            elif name == "torch" and gpu:
+                sec, edges = peer_torch(X, args.beta)
+            elif name == "sklearn" and first:
+                Xs = X[:args.sklearn_docs]
+                sec, edges = peer_sklearn(Xs, args.beta)
+                ours = {}
+                for be in ([backend, cpu] if gpu else [cpu]):
+                    r, tt = time_cluster(Xs, args.beta, be, 1)
+                    ours[be.name] = {"graph": tt["graph"], "edges": upper_edge_count(r.graph)}
+                peers[name] = {"docs": Xs.shape[0], "seconds": sec, "edges": edges, "ours": ours}
+                log(f"[{preset}] peer sklearn: {peers[name]}")
+                continue
+            else:
+                continue
+            peers[name] = {"docs": n, "seconds": sec, "edges": edges, "edges_ours": ours_edges,
+                           "ours_graph_seconds": dev_t["graph"], "ours_speedup": sec / dev_t["graph"]}
+            log(f"[{preset}] peer {name}: {peers[name]}")
+        except Exception as exc:  # a peer that cannot run here is reported, not fatal
+            peers[name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+            log(f"[{preset}] peer {name} failed: {peers[name]['error']}")
+    return {"main": main, "peers": peers}
+
+
 def main():
     args = parse_args()
     from gputext.backend import resolve
@@ -331,74 +433,22 @@ def main():
     goals = []
 
     # warm-up (compiles every kernel of the path)
-    small = reu_corpus(600, seed=9)
+    small = reu_corpus(600, seed=9, preset=args.presets.split(",")[0])
     cluster_star(small.X, args.beta, backend)
     cluster_star(small.X, args.beta, cpu)
 
-    # 1-2. main corpus: exactness and speed
-    t = time.perf_counter()
-    main_corpus = reu_corpus(args.docs, seed=0)
-    X = main_corpus.X
-    log(f"main corpus: {X.shape[0]} docs, {X.nnz} nnz ({time.perf_counter() - t:.1f} s to generate)")
-    dev_res, dev_t = time_cluster(X, args.beta, backend, args.repeats if gpu else 1)
-    main = {"docs": X.shape[0], "nnz": int(X.nnz), "edges": dev_res.graph.n_edges, "clusters": dev_res.n_clusters,
-            "isolated": dev_res.stats["n_isolated"], backend.name: dev_t}
-    log(f"{backend.name}: {dev_t}")
-    if gpu and not args.skip_cpu:
-        cpu_res, cpu_t = time_cluster(X, args.beta, cpu, 1)
-        main["cpu"] = cpu_t
-        ok, checks = same_result(dev_res, cpu_res)
-        main["identical"] = ok
-        main["checks"] = checks
-        main["speedup_graph_relevance"] = cpu_t["graph_relevance"] / dev_t["graph_relevance"]
-        main["speedup_total"] = cpu_t["total"] / dev_t["total"]
-        log(f"cpu twin: {cpu_t}; identical: {checks}")
-        goals.append(("GPU == CPU twin at %d docs (graph, relevance, clusters)" % X.shape[0], "identical",
-                      "yes" if ok else f"NO {checks}", ok))
-        if X.shape[0] >= 70000:
-            goals.append(("graph + relevance, GPU vs CPU twin (%d cores)" % results["env"]["cpu_threads"], ">= 50x",
-                          f"{main['speedup_graph_relevance']:.1f}x", main["speedup_graph_relevance"] >= 50))
-    if gpu and X.shape[0] >= 70000:
-        goals.append(("whole clustering of Reu-70K shape on the GPU", "<= 5 s", f"{dev_t['total']:.2f} s", dev_t["total"] <= 5.0))
-    if gpu:
-        sec, moved = relevance_events(dev_res.graph)
-        main["relevance_kernel"] = {"seconds": sec, "bytes": moved, "gbps": moved / sec / 1e9,
-                                    "fraction_of_copy": (moved / sec / 1e9) / results["env"]["copy_gbps"]}
-        log(f"relevance kernel: {main['relevance_kernel']}")
-    results["main"] = main
-
-    # 3. peers for the graph
-    peers = {}
-    ours_edges = upper_edge_count(dev_res.graph)
-    for name in [p for p in args.peers.split(",") if p]:
-        try:
-            if name == "cupy" and gpu:
-                sec, edges = peer_cupy(X, args.beta)
-            elif name == "torch" and gpu:
-                sec, edges = peer_torch(X, args.beta)
-            elif name == "sklearn":
-                Xs = X[:args.sklearn_docs]
-                sec, edges = peer_sklearn(Xs, args.beta)
-                ours = {}
-                for be in ([backend, cpu] if gpu else [cpu]):
-                    r, tt = time_cluster(Xs, args.beta, be, 1)
-                    ours[be.name] = {"graph": tt["graph"], "edges": upper_edge_count(r.graph)}
-                peers[name] = {"docs": Xs.shape[0], "seconds": sec, "edges": edges, "ours": ours}
-                log(f"peer sklearn: {peers[name]}")
-                continue
-            else:
-                continue
-            peers[name] = {"docs": X.shape[0], "seconds": sec, "edges": edges, "edges_ours": ours_edges,
-                           "ours_graph_seconds": dev_t["graph"], "ours_speedup": sec / dev_t["graph"]}
-            log(f"peer {name}: {peers[name]}")
-        except Exception as exc:  # a peer that cannot run here is reported, not fatal
-            peers[name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-            log(f"peer {name} failed: {peers[name]['error']}")
-    results["peers"] = peers
+    # 1-3. per preset: exactness, speed with the per-stage breakdown, graph peers
+    presets = [p for p in args.presets.split(",") if p]
+    results["presets"] = {}
+    for pi, preset in enumerate(presets):
+        results["presets"][preset] = run_preset(args, preset, pi == 0, backend, cpu, gpu, results["env"], goals)
+    first = results["presets"][presets[0]]
+    results["main"] = first["main"]
+    results["peers"] = first["peers"]
 
     # 4. 100,000+ documents on the device
     try:
-        big = reu_corpus(args.big_docs, seed=1)
+        big = reu_corpus(args.big_docs, seed=1, preset=presets[0])
         t = time.perf_counter()
         big_res = cluster_star(big.X, args.beta, backend)
         results["big"] = {"docs": big.X.shape[0], "nnz": int(big.X.nnz), "edges": big_res.graph.n_edges,
@@ -413,8 +463,10 @@ def main():
                       results["big"]["ok"]))
 
     # 5. DClustR additions vs full recluster
-    with tempfile.TemporaryDirectory(prefix="gpu_star_") as tmp:
-        results["update"] = update_benchmark(args, backend, tmp)
+    results["update"] = []
+    if not args.skip_update:
+        with tempfile.TemporaryDirectory(prefix="gpu_star_") as tmp:
+            results["update"] = update_benchmark(args, backend, tmp, presets[0])
     for row in results["update"]:
         if row["n_add"] == 10000 and row["n_base"] == 50000:
             goals.append(("add 10,000 to 50,000 vs full recluster (end to end)", "<= 0.20",
@@ -436,34 +488,61 @@ def markdown(r, goals, dev):
     env = r["env"]
     lines = [f"### gputext star clustering ({env.get('gpu') or env['backend']}, {env['cpu_threads']} CPU threads, "
              f"beta {r['beta']}, {r['date']})", ""]
-    m = r["main"]
-    lines += ["| run | docs | edges | clusters | graph s | relevance s | cover s | total s |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for name in dict.fromkeys((dev, "cpu")):
-        if name in m and isinstance(m[name], dict):
-            t = m[name]
-            lines.append(f"| {name} | {m['docs']:,} | {m['edges']:,} | {m['clusters']:,} | {fmt(t['graph'])} | "
-                         f"{fmt(t['relevance'])} | {fmt(t['cover'])} | {fmt(t['total'])} |")
-    if "speedup_graph_relevance" in m:
-        lines.append(f"\nGPU vs CPU twin: graph + relevance {m['speedup_graph_relevance']:.1f}x, whole clustering "
-                     f"{m['speedup_total']:.1f}x; identical results: {m['identical']}")
-    if "relevance_kernel" in m:
-        k = m["relevance_kernel"]
-        lines.append(f"Relevance kernel: {k['seconds'] * 1e3:.2f} ms, {k['gbps']:.0f} GB/s = "
-                     f"{100 * k['fraction_of_copy']:.0f}% of the measured copy bandwidth ({fmt(env['copy_gbps'], 0)} GB/s)")
-    lines += ["", "| graph peer | docs | seconds | edges (i<j) | ours: edges | ours: graph s | ours faster by |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for name, p in r["peers"].items():
-        if "error" in p:
-            lines.append(f"| {name} | | error: {p['error'][:80]} | | | | |")
-        elif name == "sklearn":
-            best = min(v["graph"] for v in p["ours"].values())
-            e = next(iter(p["ours"].values()))["edges"]
-            lines.append(f"| sklearn radius_neighbors_graph (CPU) | {p['docs']:,} | {fmt(p['seconds'])} | {p['edges']:,} | "
-                         f"{e:,} | {fmt(best)} | {p['seconds'] / best:.1f}x |")
-        else:
-            lines.append(f"| {name} | {p['docs']:,} | {fmt(p['seconds'])} | {p['edges']:,} | {p['edges_ours']:,} | "
-                         f"{fmt(p['ours_graph_seconds'])} | {p['ours_speedup']:.1f}x |")
+    lines += ["| preset | run | docs | edges | density | clusters | graph s | relevance s | cover s | total s | "
+              "graph+rel vs twin |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for preset, pr in r["presets"].items():
+        m = pr["main"]
+        for name in dict.fromkeys((dev, "cpu")):
+            if name in m and isinstance(m[name], dict):
+                t = m[name]
+                sp_ = f"{m['speedup_graph_relevance']:.1f}x" if name == dev and "speedup_graph_relevance" in m else ""
+                lines.append(f"| {preset} | {name} | {m['docs']:,} | {m['edges']:,} | {100 * m['density']:.2f}% | "
+                             f"{m['clusters']:,} | {fmt(t['graph'])} | {fmt(t['relevance'])} | {fmt(t['cover'])} | "
+                             f"{fmt(t['total'])} | {sp_} |")
+    lines += ["", "Per-stage seconds (GPU: CUDA events of the device graph build; CPU twin: host clock). index = "
+              "index build + query stats, scoring = segments upload + accumulate, counting = threshold counts + "
+              "scan + total, writing = edge write + AIS atomics, release = freeing score rows, csr = symmetric CSR, "
+              "transfer = CSR + relevance to the host, host asm = host assembly (CPU twin / fallback).", "",
+              "| preset | run | assembly | index | scoring | counting | writing | release | csr | relevance | transfer | "
+              "host asm | cover |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for preset, pr in r["presets"].items():
+        m = pr["main"]
+        for name in dict.fromkeys((dev, "cpu")):
+            if name in m and isinstance(m[name], dict):
+                st = m[name]["stages"]
+                asm = m[name].get("assembly") or "host"
+                if m[name].get("spills"):
+                    asm += f" ({m[name]['spills']} spills)"
+                lines.append(f"| {preset} | {name} | {asm} | " + " | ".join(
+                    fmt(st.get(k, 0.0)) for k in ("index", "scoring", "counting", "writing", "release", "csr",
+                                                  "relevance", "transfer", "host_assembly", "cover")) + " |")
+    for preset, pr in r["presets"].items():
+        m = pr["main"]
+        if "speedup_graph_relevance" in m:
+            lines.append(f"\n[{preset}] GPU vs CPU twin: graph + relevance {m['speedup_graph_relevance']:.1f}x, whole "
+                         f"clustering {m['speedup_total']:.1f}x; identical results: {m['identical']}")
+        if "relevance_kernel" in m:
+            k = m["relevance_kernel"]
+            lines.append(f"[{preset}] relevance kernel: {k['seconds'] * 1e3:.2f} ms, {k['gbps']:.0f} GB/s = "
+                         f"{100 * k['fraction_of_copy']:.0f}% of the measured copy bandwidth ({fmt(env['copy_gbps'], 0)} GB/s)")
+        if m.get("transfer", {}).get("gbps"):
+            tr = m["transfer"]
+            lines.append(f"[{preset}] CSR + relevance to the host: {tr['bytes'] / 1e9:.2f} GB in {fmt(tr['seconds'])} s "
+                         f"= {tr['gbps']:.1f} GB/s")
+    lines += ["", "| graph peer | preset | docs | seconds | edges (i<j) | ours: edges | ours: graph s | ours faster by |",
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for preset, pr in r["presets"].items():
+        for name, p in pr["peers"].items():
+            if "error" in p:
+                lines.append(f"| {name} | {preset} | | error: {p['error'][:80]} | | | | |")
+            elif name == "sklearn":
+                best = min(v["graph"] for v in p["ours"].values())
+                e = next(iter(p["ours"].values()))["edges"]
+                lines.append(f"| sklearn radius_neighbors_graph (CPU) | {preset} | {p['docs']:,} | {fmt(p['seconds'])} | "
+                             f"{p['edges']:,} | {e:,} | {fmt(best)} | {p['seconds'] / best:.1f}x |")
+            else:
+                lines.append(f"| {name} | {preset} | {p['docs']:,} | {fmt(p['seconds'])} | {p['edges']:,} | "
+                             f"{p['edges_ours']:,} | {fmt(p['ours_graph_seconds'])} | {p['ours_speedup']:.1f}x |")
     b = r["big"]
     lines.append(f"\nLarge run: {b['docs']:,} documents: " + (f"{b['edges']:,} edges, {b['clusters']:,} clusters in "
                                                             f"{b['seconds']:.2f} s" if b["ok"] else f"FAILED {b['error']}"))

@@ -214,47 +214,74 @@ def improve_centers(indptr, indices, order, is_center, linked_to):
 
 
 @numba.njit(cache=True)
-def _membership_coo(indptr, indices, centers, linked_to, cluster_of_center):
-    total = 0
-    for k in range(centers.shape[0]):
+def _membership_csr(indptr, indices, centers, linked_to, cluster_of_center):
+    """Membership CSR (n, k) by a counting sort on documents: cluster k = {centers[k]} U
+    Adj(centers[k]) U {v: linked_to[v] = centers[k]}.  Clusters are visited in ascending k, so
+    every row's cluster ids come out ascending.  Returns (row_ptr int64 (n+1,), cols int32) and
+    -1 in row_ptr[0] when a document would enter one cluster twice (cannot happen: a vertex is
+    linked only when no remaining star holds it)."""
+    n = indptr.shape[0] - 1
+    k_total = centers.shape[0]
+    counts = np.zeros(n + 1, np.int64)
+    for k in range(k_total):
         c = centers[k]
-        total += 1 + indptr[c + 1] - indptr[c]
-    for v in range(linked_to.shape[0]):
-        if linked_to[v] >= 0:
-            total += 1
-    docs = np.empty(total, np.int64)
-    clus = np.empty(total, np.int64)
-    t = 0
-    for k in range(centers.shape[0]):
-        c = centers[k]
-        docs[t] = c
-        clus[t] = k
-        t += 1
+        counts[c + 1] += 1
         for p in range(indptr[c], indptr[c + 1]):
-            docs[t] = indices[p]
-            clus[t] = k
-            t += 1
-    for v in range(linked_to.shape[0]):
+            counts[indices[p] + 1] += 1
+    for v in range(n):
         if linked_to[v] >= 0:
-            docs[t] = v
-            clus[t] = cluster_of_center[linked_to[v]]
-            t += 1
-    return docs, clus
+            counts[v + 1] += 1
+    for v in range(n):
+        counts[v + 1] += counts[v]
+    row_ptr = counts.copy()
+    cols = np.empty(counts[n], np.int32)
+    cursor = counts[:n].copy()
+    # linked vertices: their cluster joins at its center's turn, so walk clusters in order and
+    # add each cluster's linked members from a per-cluster list
+    link_ptr = np.zeros(k_total + 1, np.int64)
+    for v in range(n):
+        if linked_to[v] >= 0:
+            link_ptr[cluster_of_center[linked_to[v]] + 1] += 1
+    for k in range(k_total):
+        link_ptr[k + 1] += link_ptr[k]
+    link_fill = link_ptr[:k_total].copy()
+    linked = np.empty(link_ptr[k_total], np.int64)
+    for v in range(n):
+        if linked_to[v] >= 0:
+            k = cluster_of_center[linked_to[v]]
+            linked[link_fill[k]] = v
+            link_fill[k] += 1
+    for k in range(k_total):
+        c = centers[k]
+        for t in range(-1, indptr[c + 1] - indptr[c] + link_ptr[k + 1] - link_ptr[k]):
+            if t < 0:
+                v = c
+            elif t < indptr[c + 1] - indptr[c]:
+                v = indices[indptr[c] + t]
+            else:
+                v = linked[link_ptr[k] + t - (indptr[c + 1] - indptr[c])]
+            pos = cursor[v]
+            if pos > row_ptr[v] and cols[pos - 1] == k:
+                row_ptr[0] = -1
+                return row_ptr, cols
+            cols[pos] = k
+            cursor[v] = pos + 1
+    return row_ptr, cols
 
 
 def membership_matrix(graph: StarGraph, centers: np.ndarray, linked_to: np.ndarray) -> sp.csr_matrix:
-    """CSR float32 (n, k): cluster k = {centers[k]} U Adj(centers[k]) U linked to it."""
+    """CSR float32 (n, k): cluster k = {centers[k]} U Adj(centers[k]) U linked to it; indices
+    sorted within rows."""
     n = graph.n
     centers = np.asarray(centers, np.int64)
     cluster_of_center = np.full(n, -1, np.int64)
     cluster_of_center[centers] = np.arange(len(centers))
-    docs, clus = _membership_coo(graph.indptr, graph.indices, centers, linked_to, cluster_of_center)
-    M = sp.csr_matrix((np.ones(len(docs), np.float32), (docs, clus)), shape=(n, len(centers)))
-    M.sum_duplicates()
-    M.sort_indices()
-    if M.nnz != len(docs):
+    row_ptr, cols = _membership_csr(graph.indptr, graph.indices, centers, np.asarray(linked_to, np.int32),
+                                    cluster_of_center)
+    if n and row_ptr[0] < 0:
         raise AssertionError("a vertex was counted twice in one cluster")
-    M.data[:] = 1.0
+    M = sp.csr_matrix((np.ones(len(cols), np.float32), cols, row_ptr), shape=(n, len(centers)))
+    M.has_sorted_indices = True
     return M
 
 
