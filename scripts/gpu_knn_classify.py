@@ -101,14 +101,16 @@ def stage_breakdown(index, Q, k, repeats):
     stages["host_wall_total"] = statistics.median(walls)
     stages["rounds"] = index.last_run.get("rounds")
     stages["kernel"] = index.last_run.get("kernel")
+    stages["cublas_error"] = getattr(index, "_cublas_broken", "") or None
     return stages
 
 
 def breakdown_rows(section, label, stages):
     parts = ", ".join(f"{name} {ms:.3f}" for name, ms in stages.items()
-                      if name not in ("host_wall_total", "rounds", "kernel"))
+                      if name not in ("host_wall_total", "rounds", "kernel", "cublas_error"))
     row(section, f"stages of {label} (ms, CUDA events)", parts,
-        f"keys by {stages.get('kernel')}; rounds {stages.get('rounds')}; unprofiled host wall {stages['host_wall_total']:.3f} ms")
+        f"keys by {stages.get('kernel')}; rounds {stages.get('rounds')}; unprofiled host wall {stages['host_wall_total']:.3f} ms"
+        + (f"; CuPy failed: {stages['cublas_error']}" if stages.get("cublas_error") else ""))
 
 
 def copy_bandwidth(nbytes: int, repeats: int) -> float:

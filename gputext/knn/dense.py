@@ -206,6 +206,7 @@ class DenseIndex:
         self._views: dict = {}
         self._host: dict = {}
         self._cupy_views: dict = {}
+        self._cublas_broken = ""
         self.profile = False  # True: last_run["stages_ms"] gets per-stage CUDA-event times
         self.last_run: dict = {}
 
@@ -288,6 +289,18 @@ class DenseIndex:
             hit = (arr, cp.asarray(arr))
             self._cupy_views[id(arr)] = hit
         return hit[1]
+
+    def _cublas_keys_or_note(self, dev, q_dev, nb, rq_dev, code, keys) -> bool:
+        """_cublas_keys, but a CuPy failure (e.g. its kernels cannot compile on this host) is noted
+        in last_run["cublas_error"] and this index goes back to our kernels (answers unchanged)."""
+        if self._cublas_broken:
+            return False
+        try:
+            return self._cublas_keys(dev, q_dev, nb, rq_dev, code, keys)
+        except Exception as exc:  # CuPy is optional: never let it break a search
+            self._cublas_broken = f"{type(exc).__name__}: {exc}"
+            self.last_run["cublas_error"] = self._cublas_broken
+            return False
 
     def _cublas_keys(self, dev, q_dev, nb, rq_dev, code, keys) -> bool:
         """float32 keys by cuBLAS (CuPy) into ``keys``: gemv (X @ q) for one query, SGEMM
@@ -411,7 +424,7 @@ class DenseIndex:
                     sd_dev = self._upload("self", sdh, stream)
                 prof.stage("upload")
                 keys = self._buffer("keys", (n_alloc, n_docs), np.float32)
-                if use_cublas and self._cublas_keys(dev, q_dev, nb, rq_dev, code, keys):
+                if use_cublas and self._cublas_keys_or_note(dev, q_dev, nb, rq_dev, code, keys):
                     chain = kd.chain_length("gemm", n_terms)
                     self.last_run["kernel"] = "cublas"
                 elif nb < g.gemm_min_queries:
@@ -554,7 +567,7 @@ def _cupy_finish():
                 "cos": cp.ElementwiseKernel("float32 rq, float32 rd", "float32 y", "y = y * rq * rd + 0.0f",
                                             "gputext_dense_finish_cos"),
                 "l2": cp.ElementwiseKernel("float32 half", "float32 y", "y = y - half + 0.0f", "gputext_dense_finish_l2"),
-                "dot": cp.ElementwiseKernel("", "float32 y", "y = y + 0.0f", "gputext_dense_finish_dot"),
+                "dot": lambda y: cp.add(y, cp.float32(0.0), out=y),
             }
         except Exception:
             _CUPY_FINISH["k"] = None
