@@ -74,7 +74,7 @@ class Index:
         """Postings built by the CPU twin (once)."""
         if self._postings is None:
             indptr, indices, data = csr_arrays(self.X)
-            self._postings = Postings(*scoring.build_postings_cpu(indptr, indices, data, self.n_terms))
+            self._postings = Postings(*scoring.build_postings(indptr, indices, data, self.n_terms))
         return self._postings
 
     @property
