@@ -289,3 +289,57 @@ def test_cli_update(tmp_path):
     r = run(cli, ["cluster", "star", "--update", str(tmp_path / "c.h5"), "--add", str(tmp_path / "new.h5"),
                   "--beta", "0.5", "-o", str(tmp_path / "c3.h5")])
     assert r.exit_code == 2 and "differs from the beta" in r.output and not (tmp_path / "c3.h5").exists()
+
+
+def _lists_sequential(adj, relevance, centers):
+    """The paper's candidate-list procedure as written: visit V+ in order, then C' in order
+    (plain Python; reference for the parallel, gather-based dclustr_lists)."""
+    n = len(adj)
+    best = [-1.0] * n
+    for c in range(n):
+        if centers[c]:
+            for u in [c] + list(adj[c]):
+                best[u] = max(best[u], relevance[c])
+    in_list, active = [False] * n, [False] * n
+    for v in range(n):
+        if centers[v] or relevance[v] <= 0:
+            continue
+        if best[v] < 0:
+            in_list[v] = True
+        for u in adj[v]:
+            if best[u] < 0:
+                in_list[v] = True
+            if best[u] < relevance[v]:
+                in_list[v] = True
+                active[u] = True
+    leave = [False] * n
+    for v in range(n):
+        if not centers[v]:
+            continue
+        weak = any(relevance[u] > relevance[v] for u in adj[v])
+        for u in adj[v]:
+            if relevance[u] > relevance[v]:
+                in_list[u] = True
+        if weak or any(active[u] for u in adj[v]):
+            leave[v] = True
+            if relevance[v] > 0:
+                in_list[v] = True
+    kept = [bool(centers[v]) and not leave[v] for v in range(n)]
+    return in_list, kept, sum(leave), sum(active)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_parallel_candidate_list_equals_the_sequential_procedure(seed):
+    from test_star import random_graph
+    from gputext.cluster.star import compute_relevance
+    rng = np.random.default_rng(seed)
+    for trial in range(12):
+        g = random_graph(int(rng.integers(5, 50)), float(rng.uniform(0.03, 0.4)), seed * 100 + trial)
+        _, rel = compute_relevance(g, "cpu")
+        centers = rng.random(g.n) < rng.uniform(0.0, 0.6)
+        adj = [g.neighbours(v).tolist() for v in range(g.n)]
+        expect_list, expect_kept, expect_removed, expect_active = _lists_sequential(adj, rel.tolist(), centers.tolist())
+        is_center, in_list = centers.copy(), np.zeros(g.n, bool)
+        removed, n_active = dclus.dclustr_lists(g.indptr, g.indices, rel, is_center, in_list)
+        assert in_list.tolist() == expect_list and is_center.tolist() == expect_kept
+        assert (removed, n_active) == (expect_removed, expect_active)

@@ -584,61 +584,73 @@ def read_stored_graph(path: str) -> tuple[StarGraph, PCCs]:
 
 # ----------------------------------------------------------------------------- DClustR cover
 
-@numba.njit(cache=True)
+@numba.njit(parallel=True, cache=True)
 def dclustr_lists(indptr, indices, relevance, is_center, in_list):
     """DClustR's candidate list (paper section 2.2) on a graph whose current centers are C'.
 
-    is_center bool (n,): C' on entry; the centers that must leave C' are set False.  in_list bool
-    (n,) receives L.  Returns (centers removed, vertices activated).
+    indptr int64 (n+1,), indices int32: symmetric adjacency; relevance float64 (n,); is_center
+    bool (n,): C' on entry; the centers that must leave C' are set False.  in_list bool (n,)
+    (all False on entry) receives L.  Returns (centers removed, vertices activated).
+
+    Every rule reads C' as it was on entry and the relevances, so the result does not depend
+    on the order in which vertices are visited; each pass gathers over a vertex's own row (one
+    vertex per prange iteration, no two iterations write the same entry):
+      best[u]   = largest relevance of a center of C' covering u (u itself or a neighbour), -1 if none;
+      V+ scan   : v (not in C', relevance > 0) enters L if best[v] < 0 (a), or some neighbour u has
+                  best[u] < relevance(v) ((b): best[u] = -1 < relevance(v); (c) otherwise);
+      activated : u is activated when some neighbour v in V+ has relevance(v) > best[u];
+      C' scan   : a neighbour u of a center c with relevance(u) > relevance(c) enters L (c is weak);
+                  a weak c, or one with an activated neighbour, leaves C' and enters L when its
+                  relevance is > 0.
     """
     n = indptr.shape[0] - 1
-    best = np.full(n, -1.0)  # largest relevance of a center of C' covering each vertex (-1: uncovered)
-    for c in range(n):
-        if is_center[c]:
-            r = relevance[c]
-            if r > best[c]:
-                best[c] = r
-            for p in range(indptr[c], indptr[c + 1]):
-                u = indices[p]
-                if r > best[u]:
-                    best[u] = r
+    best = np.empty(n, np.float64)
+    for u in prange(n):
+        b = relevance[u] if is_center[u] else -1.0
+        for p in range(indptr[u], indptr[u + 1]):
+            c = indices[p]
+            if is_center[c] and relevance[c] > b:
+                b = relevance[c]
+        best[u] = b
     active = np.zeros(n, np.bool_)
-    n_active = 0
-    for v in range(n):  # V+
-        if is_center[v] or relevance[v] <= 0.0:
-            continue
-        take = best[v] < 0.0  # (a) v uncovered
-        for p in range(indptr[v], indptr[v + 1]):
-            u = indices[p]
-            if best[u] < 0.0:  # (b) an uncovered neighbour
-                take = True
-            if best[u] < relevance[v]:  # (c) no center covering u is at least as relevant as v
-                take = True
-                if not active[u]:
-                    active[u] = True
-                    n_active += 1
-        if take:
-            in_list[v] = True
+    for u in prange(n):  # activated: some V+ neighbour w of u has relevance(w) > best[u]
+        for p in range(indptr[u], indptr[u + 1]):
+            w = indices[p]
+            if not is_center[w] and relevance[w] > 0.0 and relevance[w] > best[u]:
+                active[u] = True
+                break
     leave = np.zeros(n, np.bool_)
-    for v in range(n):  # C'
-        if not is_center[v]:
-            continue
-        weak = False
-        touched = False
-        for p in range(indptr[v], indptr[v + 1]):
-            u = indices[p]
-            if relevance[u] > relevance[v]:
-                in_list[u] = True
-                weak = True
-            if active[u]:
-                touched = True
-        if weak or touched:
-            leave[v] = True
+    for v in prange(n):
+        rv = relevance[v]
+        take = False
+        if is_center[v]:  # C' scan of v: weak, or an activated neighbour
+            for p in range(indptr[v], indptr[v + 1]):
+                u = indices[p]
+                if relevance[u] > rv or active[u]:
+                    leave[v] = True
+                    break
+        elif rv > 0.0:  # V+ scan of v: (a), (b), (c)
+            take = best[v] < 0.0
+            if not take:
+                for p in range(indptr[v], indptr[v + 1]):
+                    if best[indices[p]] < rv:
+                        take = True
+                        break
+        if not take:  # v is the more relevant neighbour of a center of C' (that center is weak)
+            for p in range(indptr[v], indptr[v + 1]):
+                c = indices[p]
+                if is_center[c] and rv > relevance[c]:
+                    take = True
+                    break
+        in_list[v] = take
+    removed = 0
+    n_active = 0
+    for v in range(n):
+        if active[v]:
+            n_active += 1
+        if leave[v]:
             if relevance[v] > 0.0:
                 in_list[v] = True
-    removed = 0
-    for v in range(n):
-        if leave[v]:
             is_center[v] = False
             removed += 1
     return removed, n_active
