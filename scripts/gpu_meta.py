@@ -115,12 +115,12 @@ def stage_rows(section, device, info, total_s):
              ("search.index_upload_ms", "index upload"), ("search.query_upload_ms", "query upload"),
              ("search.score_select_ms", "scoring + selection"), ("search.merge_ms", "merge (groups > 1 segment)"),
              ("search.finish_ms", "finishing (pad, float32)"), ("search.copy_back_ms", "copy back"),
-             ("centroid_ms", "centroid features (host)")]
+             ("centroid_ms", "centroid features (host)"), ("search.host_work_ms", "centroid time not hidden by the device"),
+             ("assembly_ms", "centroid columns into the matrix")]
     parts = []
     for key, label in order:
         if key in st:
             parts.append(f"{label} {st[key]:.1f}")
-    accounted = sum(st.get(key, 0.0) for key, _ in order if key != "search.host_prep_ms" or device == "cpu")
     row(section, f"{device} stages (ms)", "; ".join(parts), f"total {1e3 * total_s:.1f} ms")
     return st
 

@@ -394,11 +394,13 @@ def merge_plan(lists_per_group: np.ndarray, fan: int) -> list[tuple[np.ndarray, 
 
 
 def topk_grouped_cuda(index: Index, Q, k, codes, group_ptr, self_doc, pad_last, out, docs, batch_size, quiet, geom,
-                      stats: dict | None = None):
+                      stats: dict | None = None, host_work=None):
     """Host driver of the grouped GPU pipeline: one upload of the queries, per batch one fused
     accumulate+select launch (grid: segments x queries), merge launches only for groups spanning
     several segments, one finishing launch, one copy of the batch's scores into ``out`` (and of
-    the documents when wanted). Stage times (CUDA events) go to stats["stages"] in ms."""
+    the documents when wanted), through pinned staging buffers (copy_back). host_work: called
+    once after the first batch's launches, while the device computes. Stage times (CUDA events)
+    go to stats["stages"] in ms (host_work: the part of its time the device did not hide)."""
     from .search import grouped_query_info
 
     stats = {} if stats is None else stats
@@ -487,7 +489,10 @@ def topk_grouped_cuda(index: Index, Q, k, codes, group_ptr, self_doc, pad_last, 
             scoring.grouped_finish[min(_blocks(n_el, fb), 65535 * 4), fb](l_doc, l_key, d_qinfo, lo, d_codes,
                                                                           int(pad_last), int(want_docs), d_out, d_docs)
             mark("finish")
-            d_out.copy_to_host(out[lo:hi])
+            if host_work is not None and lo == 0:
+                host_work()  # the device is busy with the first batch meanwhile
+                mark("host_work")
+            copy_back(d_out, out[lo:hi], geom.staging_bytes)
             if want_docs:
                 d_docs.copy_to_host(docs[lo:hi])
             mark("copy_back")
@@ -507,3 +512,51 @@ def _elapsed_ms(a, b) -> float:
         return float(a.elapsed_time(b))
     except Exception:  # the simulator's events do not time
         return 0.0
+
+
+_STAGING: list = []  # two pinned host buffers, kept for the process (pinning memory is slow)
+
+
+def _staging(nbytes: int):
+    if not _STAGING or _STAGING[0].nbytes < nbytes:
+        _STAGING.clear()
+        _STAGING.extend(cuda.pinned_array(nbytes, np.uint8) for _ in range(2))
+    return _STAGING
+
+
+@numba.njit(parallel=True, cache=True)
+def _copy_parallel(src, dst):
+    """dst[:] = src[:] (1-D, same length) in parallel blocks of 64 KiB."""
+    n = src.shape[0]
+    step = 16384
+    for b in numba.prange((n + step - 1) // step):
+        for i in range(b * step, min(n, (b + 1) * step)):
+            dst[i] = src[i]
+
+
+def copy_back(d_arr, host, staging_bytes: int) -> None:
+    """Copy a C-contiguous device array into a C-contiguous host array of the same shape: chunks
+    of rows go device -> pinned staging buffer asynchronously (on a stream; full PCIe speed) while
+    the previous chunk is copied staging -> host by every core (which also takes the first-touch
+    page faults of a fresh host array in parallel). staging_bytes <= 0: one plain copy_to_host."""
+    n = d_arr.shape[0]
+    row_bytes = max(1, host.nbytes // max(n, 1))
+    if staging_bytes <= 0 or host.nbytes <= row_bytes or n == 0:
+        d_arr.copy_to_host(host)
+        return
+    rows = max(1, staging_bytes // row_bytes)
+    bufs = _staging(rows * row_bytes)
+    stream = cuda.stream()
+    pending = None  # (event, staging view, host view) of the chunk in flight
+    for ci, r0 in enumerate(range(0, n, rows)):
+        r1 = min(n, r0 + rows)
+        view = bufs[ci % 2][:(r1 - r0) * row_bytes].view(host.dtype).reshape((r1 - r0,) + host.shape[1:])
+        d_arr[r0:r1].copy_to_host(view, stream=stream)
+        done = cuda.event()
+        done.record(stream)
+        if pending is not None:
+            pending[0].synchronize()
+            _copy_parallel(pending[1].reshape(-1), pending[2].reshape(-1))
+        pending = (done, view, host[r0:r1])
+    pending[0].synchronize()
+    _copy_parallel(pending[1].reshape(-1), pending[2].reshape(-1))

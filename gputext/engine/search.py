@@ -40,6 +40,7 @@ class Geometry:
     group_block: int | None = None  # grouped selector: None = max(128, next pow2 of k)
     group_items: int | None = None  # None: fewest (<= 16) covering the largest group
     finish_block: int = 256
+    staging_bytes: int = 32 << 20  # copy-back chunk through pinned buffers; 0: plain copy
 
 
 def _metric_code(metric: str) -> int:
@@ -247,7 +248,7 @@ def grouped_query_info(index: Index, Q: sp.csr_matrix, codes: np.ndarray, self_d
 def search_topk_grouped(index: Index, Q, k: int, groups, metrics=("cosine",), device: str | Backend = "auto",
                         exclude_self=False, pad: str = "nan", out: np.ndarray | None = None,
                         return_docs: bool = True, batch_size: int | None = None, quiet: bool = True,
-                        geometry: Geometry | None = None, stats: dict | None = None):
+                        geometry: Geometry | None = None, stats: dict | None = None, host_work=None):
     """Exact k best documents of every group, for every query and several metrics in one pass.
 
     groups: int64 offsets (n_groups+1,) from 0 to index.n_docs: group g is the documents
@@ -260,6 +261,9 @@ def search_topk_grouped(index: Index, Q, k: int, groups, metrics=("cosine",), de
     out: optional float32 array (n_queries, n_groups, width), C-contiguous, width >= n_metrics*k,
     filled in place: metric m's scores in columns [m*k, (m+1)*k), columns from n_metrics*k on set
     to 0 (callers fill them afterwards, e.g. meta-features' centroid columns).
+
+    host_work: a callable run once while the device works on the first batch of queries (cuda),
+    or after the search (cpu): host computation to overlap with the device's.
 
     Returns (scores, docs): scores = out, or float32 (n_queries, n_groups, n_metrics, k) when out
     is None; docs int64 (n_queries, n_groups, n_metrics, k) of index documents, -1 where none (None
@@ -297,10 +301,14 @@ def search_topk_grouped(index: Index, Q, k: int, groups, metrics=("cosine",), de
                 raise InputError(f"k = {k} is more than the CUDA selector holds (at most {MAX_CUDA_K}); use --device cpu")
             from .cuda_backend import topk_grouped_cuda
             topk_grouped_cuda(index, Q, int(k), codes, group_ptr, self_doc, pad == "last", target, docs, batch_size,
-                              quiet, geometry or Geometry(), stats)
+                              quiet, geometry or Geometry(), stats, host_work)
         else:
             _topk_grouped_cpu(index, Q, int(k), codes, group_ptr, self_doc, pad == "last", target, docs, batch_size,
                               quiet, stats)
+            if host_work is not None:
+                host_work()
+    elif host_work is not None:
+        host_work()
     scores = target if out is not None else target.reshape(n_q, n_groups, n_m, k)
     return scores, (docs if return_docs else None)
 
