@@ -376,7 +376,8 @@ def edge_write_kernel(block: int, items: int):
     d = s*block*items + i*block + tid (i < items) of query q's score row acc[q * n_docs + d]
     (int64 fixed point, kernels/scoring.py): a hit is d != qinfo[q, 2], d > qinfo[q, 3] with
     key = score_key(...) >= min_key.  Hits are written in document order (a block scan over hit
-    flags per round of ``block`` documents) at base + offsets[q * n_seg + s]:
+    flags per round of ``block`` documents) at base + offsets[q * n_seg + s] (a block whose
+    count is 0 only re-zeroes its entries: no keys, no scans):
     out_col int32 = col0 + d, out_w float32 = float32(key).  Every acc entry of the block is set
     back to 0 (the engine's rows stay clean for the next batch).  degree int32 (n,) and
     weight_sum int64 (n,) receive, for the column side, one atomic add per hit, and for the row
@@ -403,7 +404,14 @@ def edge_write_kernel(block: int, items: int):
             sums[0] = 0
             sums[1] = 0
         row = numba.int64(q) * n_docs
-        at = base + offsets[numba.int64(q) * n_seg + seg]
+        slot = numba.int64(q) * n_seg + seg
+        at = base + offsets[slot]
+        if offsets[slot + 1] == offsets[slot]:  # no edge in this block (uniform): only re-zero the rows
+            for i in range(items):
+                d = numba.int64(seg) * seg_len + i * block + tid
+                if d < n_docs:
+                    acc[row + d] = 0
+            return
         me = numba.int64(qinfo[q, 2])
         after = numba.int64(qinfo[q, 3])
         my_count = numba.int64(0)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from gputext.cluster import dclus
+from gputext.cluster.graph_cuda import DeviceGraphGeometry
 from gputext.cluster.star import RelevanceGeometry, cluster_star, compute_relevance
 from gputext.engine import Geometry
 from gputext.kernels import star as kstar
@@ -14,6 +15,8 @@ from test_star_dclus import read_clusters, split_corpus
 from test_star_reference import random_corpus
 
 pytestmark = pytest.mark.cudasim
+GRAPH_TINY = DeviceGraphGeometry(write_block=8, write_items=2, split_block=8, split_max_blocks=4, sort_block=4,
+                                 sort_words=1, sort_max_blocks=4, small_block=8)
 
 ENGINE_TINY = Geometry(accumulate_block=8, accumulate_items=2, select_block=8, select_items=2, merge_block=8,
                        merge_width=16, build_block=8, scan_block=8, scan_items=2)
@@ -40,7 +43,8 @@ def test_relevance_with_isolated_vertices_and_no_edges():
 def test_cluster_star_on_cuda_equals_cpu():
     X = random_corpus(16, 10, 4, seed=2, empty=(3,), duplicates=((1, 9),))
     cpu = cluster_star(X, 0.3, "cpu")
-    gpu = cluster_star(X, 0.3, "cuda", geometry=RelevanceGeometry(4, 2, 4), engine_geometry=ENGINE_TINY)
+    gpu = cluster_star(X, 0.3, "cuda", geometry=RelevanceGeometry(4, 2, 4), engine_geometry=ENGINE_TINY,
+                       graph_geometry=GRAPH_TINY)
     assert np.array_equal(cpu.graph.indices, gpu.graph.indices) and np.array_equal(cpu.graph.weights, gpu.graph.weights)
     assert np.array_equal(cpu.relevance, gpu.relevance)
     assert cpu.cluster_sets() == gpu.cluster_sets() and cpu.centers.tolist() == gpu.centers.tolist()

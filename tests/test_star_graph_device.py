@@ -74,13 +74,13 @@ def test_ties_at_beta_are_edges_on_the_device():
     assert dev.degree.tolist() == [2, 1, 1, 0, 0, 0]
 
 
-@pytest.mark.parametrize("capacity", [1, 7, 40])
+@pytest.mark.parametrize("capacity", [1, 40])
 def test_edge_buffer_spills_to_host_assembly(capacity):
-    X = random_corpus(26, 10, 4, seed=4, duplicates=((2, 9),))
+    X = random_corpus(22, 10, 4, seed=4, duplicates=((2, 9),))
     cpu = build_graph(X, 0.3, "cpu")
-    dev = build_graph(X, 0.3, "cuda", batch_size=6, shards=1, engine_geometry=ENGINE_TINY, graph_geometry=TINY,
+    dev = build_graph(X, 0.3, "cuda", batch_size=8, shards=1, engine_geometry=ENGINE_TINY, graph_geometry=TINY,
                       relevance_geometry=REL_TINY, edge_capacity=capacity)
-    assert cpu.n_edges > 40
+    assert cpu.n_edges > 40  # more than the larger buffer holds
     assert dev.stats["assembly"] == "host" and dev.stats["spills"] >= 1
     assert_same_graph(dev, cpu)
     assert dev.relevance is None  # computed later from the host graph (cluster_star does)

@@ -10,7 +10,9 @@ batches the device work itself).  As the edges of a batch arrive, every endpoint
 fixed-point weight sum are updated (gputext.kernels.star.accumulate_upper): the approximate
 intra-cluster similarity AIS(v) of each star needs nothing else.  At the end the upper-triangle
 edges become a symmetric CSR adjacency (indptr int64, indices int32 sorted within rows, weights
-float32).
+float32).  That is the CPU path.  On a CUDA device the same shards and the same engine scores
+are used, but edges, sums, the symmetric CSR and the relevance are made on the device and come
+to the host once (gputext.cluster.graph_cuda); the result is identical.
 
 Edge weights are the engine's float32 scores.  The engine's fixed-point scores are deterministic
 and identical on cpu and cuda; the score of a pair is computed with the lower-numbered document

@@ -18,7 +18,8 @@ then once: ``csr``  (scan of the degrees and of the row lengths, ``split_upper``
 copy of indptr, indices, weights, degree, sums, counts and relevance to the host).  Each stage
 is timed with CUDA events (stats ``device_seconds``) and by the host clock.
 
-Memory (real device): score rows take ``ROWS_SHARE`` of the free memory (as the engine), the edge
+Memory (real device): score rows take at most ``ROWS_SHARE`` of the free memory (one buffer for
+the largest shard's rows, handed from shard to shard; the write kernel leaves it zeroed), the edge
 buffer (8 bytes an edge) up to ``EDGE_SHARE`` of what is free after them; building the symmetric
 CSR needs 24 more bytes an edge (scratch 8 + result 16) and the edge buffer is first trimmed to
 its size.  When a batch's edges do not fit in the buffer, the buffer's edges go to the host and
@@ -57,10 +58,13 @@ class DeviceGraphGeometry:
     (block threads x items documents per (segment, query) block); split_block: ``split_upper``
     threads per block (grid-stride, at most split_max_blocks blocks); sort_block/sort_words:
     ``lower_sort_kernel`` threads per row and bitmap words per tile (a multiple of sort_block),
-    at most sort_max_blocks blocks; small_block: the 1-d kernels (row_lengths, ais)."""
+    at most sort_max_blocks blocks; small_block: the 1-d kernels (row_lengths, ais).
+    pinned: copy the CSR into freshly allocated page-locked host arrays (faster copy, but the
+    allocation itself costs; off by default, scripts/gpu_star.py measures both)."""
 
     def __init__(self, write_block=256, write_items=16, split_block=256, split_max_blocks=65536,
-                 sort_block=256, sort_words=2048, sort_max_blocks=65536, small_block=256):
+                 sort_block=256, sort_words=2048, sort_max_blocks=65536, small_block=256, pinned=False):
+        self.pinned = bool(pinned)
         self.write_block = write_block
         self.write_items = write_items
         self.split_block = split_block
@@ -191,11 +195,13 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
             after = np.arange(stop - start, dtype=np.int64)
             n_docs = index.n_docs
             n_seg = _blocks(n_docs, seg_len)
-            rows = _rows_per_batch(n_docs, stop - start, batch_size, simulator, acc)
-            if edges is None:
-                shard.buffer("acc", (rows * n_docs,), np.int64, zeroed=True)
+            if edges is None:  # score rows for the largest shard's batch, reused by every shard
+                entries = _score_row_entries(n, bounds, batch_size, simulator)
+                shard.buffer("acc", (entries,), np.int64, zeroed=True)
+                acc = shard.buffers["acc"]  # (device array, views): the engine's workspace entry
                 edges = _EdgeBuffer(edge_capacity or _edge_capacity(simulator))
                 stats["edge_capacity"] = edges.capacity
+            rows = max(1, min(stop - start, 65535, acc[0].size // max(1, n_docs)))
             clock.mark("index")
             for lo in range(0, stop - start, rows):
                 hi = min(stop - start, lo + rows)
@@ -217,8 +223,9 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
                 stats["batches"] += 1
                 clock.mark("writing")
                 bar.update(hi - lo)
-            acc = shard.buffers["acc"]  # (device array, views): the engine's workspace entry
+            acc = shard.buffers["acc"]  # _Batch may have replaced it (it never does: rows fit)
             shard.buffers = None
+            batch = args = d_counts = d_offsets = None  # they hold views of the score rows
             del shard, index
             _free_device_memory()
     acc = None
@@ -293,8 +300,9 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
         kernel[blocks, (rg.lanes, rg.vertices)](d_indptr, d_idx, d_degree[:n], d_ais[:n], d_count[:n], d_rel[:n])
     clock.mark("relevance")
     indptr = d_indptr.copy_to_host()
-    indices = np.empty(nnz, np.int32)
-    weights = np.empty(nnz, np.float32)
+    host_array = cuda.pinned_array if geom.pinned and not simulator else np.empty
+    indices = host_array(nnz, np.int32)
+    weights = host_array(nnz, np.float32)
     if nnz:
         d_idx[:nnz].copy_to_host(indices)
         d_w[:nnz].copy_to_host(weights)
@@ -316,18 +324,15 @@ def _edge_capacity(simulator: bool) -> int:
     return max(1 << 20, int(EDGE_SHARE * mem[0]) // 8)
 
 
-def _rows_per_batch(n_docs: int, n_queries: int, batch_size: int | None, simulator: bool, acc) -> int:
-    """Query rows per batch: given, or as many as ROWS_SHARE of the free memory holds (at most
-    65,535: the grid's y dimension); with score rows handed over from an earlier shard, as many
-    as they hold (the later shards index fewer documents)."""
+def _score_row_entries(n: int, bounds: np.ndarray, batch_size: int | None, simulator: bool) -> int:
+    """int64 entries of the score rows: the largest shard's rows x documents (shards hold about
+    equal numbers of pairs), at most ``batch_size`` rows of the whole corpus when given, else at
+    most ROWS_SHARE of the free device memory (SIM_BATCH rows in the simulator)."""
+    largest = max(int(bounds[s + 1] - bounds[s]) * int(n - bounds[s]) for s in range(len(bounds) - 1))
     if batch_size:
-        rows = int(batch_size)
-    elif acc is not None:
-        rows = acc[0].size // max(1, n_docs)
+        cap = int(batch_size) * n
     elif simulator or device_memory() is None:
-        rows = SIM_BATCH
+        cap = SIM_BATCH * n
     else:
-        rows = int(ROWS_SHARE * device_memory()[0]) // (8 * max(1, n_docs))
-    if acc is not None:
-        rows = min(rows, acc[0].size // max(1, n_docs))
-    return max(1, min(rows, n_queries, 65535))
+        cap = int(ROWS_SHARE * device_memory()[0]) // 8
+    return max(n, min(largest, cap))
