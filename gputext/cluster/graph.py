@@ -170,11 +170,12 @@ def build_graph(X, beta: float, device: str | Backend = "auto", batch_size: int 
         raise InputError(f"batch_size must be a positive integer, got {batch_size}")
     bounds = shard_bounds(n, shards if shards is not None else default_shards(n))
     if backend.is_cuda and device_graph and n >= 2:
-        from .graph_cuda import build_graph_cuda
+        from .graph_cuda import _free_device_memory, build_graph_cuda
 
         t0 = time.perf_counter()
         out = build_graph_cuda(X, beta, bounds, batch_size, quiet, engine_geometry, graph_geometry,
                                relevance_geometry, edge_capacity, backend.simulator)
+        _free_device_memory()  # its device arrays are garbage now: free them (numba defers frees)
         if out is not None:
             up_ptr, indptr, indices, weights, degree, weight_sum, count, rel, dstats = out
             if up_ptr is None:
