@@ -51,3 +51,33 @@ def test_gpu_threshold_graph_equals_cpu():
     C = search_threshold(index, X, 0.3, "cosine", device="cpu", exclude_self=True)
     assert np.array_equal(G.indptr, C.indptr) and np.array_equal(G.indices, C.indices) and np.array_equal(G.data, C.data)
     assert G.nnz > 10000
+
+
+@pytest.mark.parametrize("k", [1, 30, 200])
+def test_gpu_grouped_topk_equals_cpu(k):
+    from gputext.engine import search_topk_grouped
+    X = random_corpus(12000, 3000, 0.01, seed=36, empty_rows=(4, 9), duplicates=((1, 2), (1, 11999)))
+    # groups: empty, tiny, one larger than a default segment (split and merged), uneven
+    group_ptr = np.array([0, 0, 3, 40, 5040, 5040, 9000, 12000], np.int64)
+    Q = sp.vstack([random_corpus(700, 3000, 0.02, seed=37), X[1], X[4]]).tocsr()
+    self_doc = np.full(Q.shape[0], -1, np.int64)
+    self_doc[-2] = 1
+    index = Index.from_csr(X)
+    stats = {}
+    metrics = ("cosine", "l1", "l2", "dot")
+    sg, dg = search_topk_grouped(index, Q, k, group_ptr, metrics, device="cuda", exclude_self=self_doc,
+                                 batch_size=256, stats=stats)
+    sc, dc = search_topk_grouped(index, Q, k, group_ptr, metrics, device="cpu", exclude_self=self_doc)
+    assert np.array_equal(dg, dc) and np.array_equal(sg, sc, equal_nan=True)
+    assert stats["merge_levels"] >= 1 and stats["batch_size"] == 256
+    out = np.empty((Q.shape[0], 7, 4 * k + 2), np.float32)
+    search_topk_grouped(index, Q, k, group_ptr, metrics, device="cuda", exclude_self=self_doc, pad="last", out=out,
+                        return_docs=False)
+    ref = np.empty_like(out)
+    search_topk_grouped(index, Q, k, group_ptr, metrics, device="cpu", exclude_self=self_doc, pad="last", out=ref,
+                        return_docs=False)
+    assert np.array_equal(out, ref)
+    for g in (2, 3):  # against search_topk over the group alone
+        lo, hi = group_ptr[g], group_ptr[g + 1]
+        idx, s = search_topk(Index.from_csr(X[lo:hi]), Q[:50], k, "l1", device="cpu")
+        assert np.array_equal(np.where(idx >= 0, idx + lo, -1), dg[:50, g, 1]) and np.array_equal(s, sg[:50, g, 1], equal_nan=True)
