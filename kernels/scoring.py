@@ -934,6 +934,9 @@ def ptx_kernels():
          "void(int32[:, :, ::1], float64[:, :, ::1], int64, int64, int32[:, :, ::1], float64[:, :, ::1])"),
         ("count_threshold", count_t, acc_sig + "float64, int32[:, ::1])"),
         ("write_threshold", write_t, acc_sig + "float64, int64[::1], int32[::1], float64[::1])"),
+        ("grouped_topk_k200", grouped_topk_kernel(*grouped_geometry(200, 5000)),
+         "void(int64[::1], int32[::1], float32[::1], int64, float64[:, ::1], int64[::1], int32[::1], float32[::1], "
+         "float64[:, ::1], int64[:, ::1], int64[::1], int64, int32[:, :, :, ::1], float64[:, :, :, ::1])"),
         ("grouped_topk", grouped_topk_kernel(*grouped_geometry(30, 600)),
          "void(int64[::1], int32[::1], float32[::1], int64, float64[:, ::1], int64[::1], int32[::1], float32[::1], "
          "float64[:, ::1], int64[:, ::1], int64[::1], int64, int32[:, :, :, ::1], float64[:, :, :, ::1])"),
