@@ -593,8 +593,9 @@ def dclustr_lists(indptr, indices, relevance, is_center, in_list):
     (all False on entry) receives L.  Returns (centers removed, vertices activated).
 
     Every rule reads C' as it was on entry and the relevances, so the result does not depend
-    on the order in which vertices are visited; each pass gathers over a vertex's own row (one
-    vertex per prange iteration, no two iterations write the same entry):
+    on the order in which vertices are visited.  best[] is a sequential scatter over the rows of
+    the centers; then one parallel pass over every row (one vertex per prange iteration, each
+    writing only its own entries) and one over the centers' rows:
       best[u]   = largest relevance of a center of C' covering u (u itself or a neighbour), -1 if none;
       V+ scan   : v (not in C', relevance > 0) enters L if best[v] < 0 (a), or some neighbour u has
                   best[u] < relevance(v) ((b): best[u] = -1 < relevance(v); (c) otherwise);
@@ -604,45 +605,43 @@ def dclustr_lists(indptr, indices, relevance, is_center, in_list):
                   relevance is > 0.
     """
     n = indptr.shape[0] - 1
-    best = np.empty(n, np.float64)
-    for u in prange(n):
-        b = relevance[u] if is_center[u] else -1.0
-        for p in range(indptr[u], indptr[u + 1]):
-            c = indices[p]
-            if is_center[c] and relevance[c] > b:
-                b = relevance[c]
-        best[u] = b
+    best = np.full(n, -1.0)
+    for c in range(n):  # scatter from the centers only (their rows are few): sequential, order-free max
+        if is_center[c]:
+            r = relevance[c]
+            if r > best[c]:
+                best[c] = r
+            for p in range(indptr[c], indptr[c + 1]):
+                u = indices[p]
+                if r > best[u]:
+                    best[u] = r
     active = np.zeros(n, np.bool_)
-    for u in prange(n):  # activated: some V+ neighbour w of u has relevance(w) > best[u]
-        for p in range(indptr[u], indptr[u + 1]):
-            w = indices[p]
-            if not is_center[w] and relevance[w] > 0.0 and relevance[w] > best[u]:
-                active[u] = True
-                break
-    leave = np.zeros(n, np.bool_)
-    for v in prange(n):
+    for v in prange(n):  # one pass over every row: activation of v, V+ scan of v, v as a more relevant neighbour
         rv = relevance[v]
-        take = False
-        if is_center[v]:  # C' scan of v: weak, or an activated neighbour
+        in_vplus = (not is_center[v]) and rv > 0.0
+        take = in_vplus and best[v] < 0.0  # (a)
+        top = -1.0  # largest relevance of a V+ neighbour of v
+        for p in range(indptr[v], indptr[v + 1]):
+            u = indices[p]
+            ru = relevance[u]
+            if is_center[u]:
+                if rv > ru:  # u is a weak center of C' and v its more relevant neighbour
+                    take = True
+            elif ru > top and ru > 0.0:
+                top = ru
+            if in_vplus and best[u] < rv:  # (b) or (c)
+                take = True
+        active[v] = top > best[v]
+        in_list[v] = take
+    leave = np.zeros(n, np.bool_)
+    for v in prange(n):  # C' scan (rows of centers only): weak, or an activated neighbour
+        if is_center[v]:
+            rv = relevance[v]
             for p in range(indptr[v], indptr[v + 1]):
                 u = indices[p]
                 if relevance[u] > rv or active[u]:
                     leave[v] = True
                     break
-        elif rv > 0.0:  # V+ scan of v: (a), (b), (c)
-            take = best[v] < 0.0
-            if not take:
-                for p in range(indptr[v], indptr[v + 1]):
-                    if best[indices[p]] < rv:
-                        take = True
-                        break
-        if not take:  # v is the more relevant neighbour of a center of C' (that center is weak)
-            for p in range(indptr[v], indptr[v + 1]):
-                c = indices[p]
-                if is_center[c] and rv > relevance[c]:
-                    take = True
-                    break
-        in_list[v] = take
     removed = 0
     n_active = 0
     for v in range(n):
