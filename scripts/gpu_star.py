@@ -390,6 +390,18 @@ def run_preset(args, preset, first, backend, cpu, gpu, env, goals):
         tr = dev_t["stages"].get("transfer", 0.0)
         main["transfer"] = {"bytes": moved_t, "seconds": tr, "gbps": moved_t / tr / 1e9 if tr else None}
         log(f"[{preset}] relevance kernel: {main['relevance_kernel']}; transfer: {main['transfer']}")
+    if gpu:  # the previous path: engine threshold selector, edges assembled on the host
+        from gputext.cluster.graph import build_graph
+        from gputext.cluster.star import compute_relevance
+        t = time.perf_counter()
+        g_old = build_graph(X, args.beta, backend, device_graph=False)
+        compute_relevance(g_old, backend)
+        main["engine_path"] = {"graph_relevance": time.perf_counter() - t,
+                               "identical_graph": bool(np.array_equal(g_old.indptr, dev_res.graph.indptr)
+                                                       and np.array_equal(g_old.indices, dev_res.graph.indices)
+                                                       and np.array_equal(g_old.weights, dev_res.graph.weights))}
+        del g_old
+        log(f"[{preset}] engine path (host assembly): {main['engine_path']}")
     if gpu:  # the CSR copied into page-locked host arrays instead (allocation included)
         from gputext.cluster.graph_cuda import DeviceGraphGeometry
         from gputext.cluster.star import cluster_star
@@ -541,6 +553,10 @@ def markdown(r, goals, dev):
             tr = m["transfer"]
             lines.append(f"[{preset}] CSR + relevance to the host: {tr['bytes'] / 1e9:.2f} GB in {fmt(tr['seconds'])} s "
                          f"= {tr['gbps']:.1f} GB/s (pageable)")
+        if "engine_path" in m:
+            ep = m["engine_path"]
+            lines.append(f"[{preset}] previous path (engine selector, host assembly): graph + relevance "
+                         f"{fmt(ep['graph_relevance'])} s; same graph: {ep['identical_graph']}")
         if "pinned" in m:
             pn = m["pinned"]
             lines.append(f"[{preset}] with page-locked host arrays: transfer {fmt(pn['transfer'])} s (allocation "
