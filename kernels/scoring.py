@@ -1408,3 +1408,14 @@ def centroid_features_cpu(q_indptr, q_indices, q_data, S, ss, counts, own_group,
                 l2 = math.sqrt(sq)
             out[i, g, col_cos] = np.float32(cos)
             out[i, g, col_l2] = np.float32(l2)
+
+
+@numba.njit(parallel=True, cache=True)
+def set_columns_cpu(out, values, col):
+    """out[i, g, col:col + values.shape[2]] = values[i, g, :] for every (i, g), rows in parallel
+    (out float32 (Q, G, width), values float32 (Q, G, n)): the meta-features' centroid columns."""
+    n = values.shape[2]
+    for i in prange(out.shape[0]):
+        for g in range(out.shape[1]):
+            for j in range(n):
+                out[i, g, col + j] = values[i, g, j]

@@ -192,7 +192,7 @@ def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info) -> np.ndarray:
                         return_docs=False, quiet=quiet, stats=search_stats, host_work=centroid_columns)
     stages["search_ms"] = 1e3 * (time.perf_counter() - t)  # includes the centroid features
     t = time.perf_counter()
-    M[:, :, 3 * k:] = centroids
+    scoring.set_columns_cpu(M, centroids, 3 * k)
     stages["assembly_ms"] = 1e3 * (time.perf_counter() - t)
     info["search_seconds"] = stages["search_ms"] / 1e3
     info["stages"] = {**stages, **{"search." + key: v for key, v in search_stats.get("stages", {}).items()}}
