@@ -1069,6 +1069,9 @@ def grouped_geometry(k: int, largest_group: int, block: int | None = None, items
             items *= 2
         while items > 1 and grouped_shared_bytes(block, items, _cap(k, items)) > 46 * 1024:
             items //= 2
+    if grouped_shared_bytes(block, items, _cap(k, items)) > 48 * 1024:
+        raise ValueError(f"block={block} x items={items} needs {grouped_shared_bytes(block, items, _cap(k, items))} B "
+                         "of shared memory (at most 48 KB)")
     return block, items, _cap(k, items)
 
 

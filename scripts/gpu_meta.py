@@ -153,6 +153,7 @@ def twenty_ng(args, has_gpu, threads):
         stage_rows("20NG", device, mf.info, med)
     cpu_s, cpu_mf = out["cpu"]
     if has_gpu:
+        geometry_sweep(train.X, y, C, test.X, sec, cpu_mf)
         gpu_s, gpu_mf = out["cuda"]
         same = bool(np.array_equal(gpu_mf.train, cpu_mf.train) and np.array_equal(gpu_mf.queries, cpu_mf.queries))
         sec.update(speedup=cpu_s / gpu_s, identical=same)
@@ -170,6 +171,43 @@ def twenty_ng(args, has_gpu, threads):
     sec.update(reference_rows=rows.tolist(), reference_ok=ok, reference_max_rel_err=err)
     row("20NG", "= float64 reference (8 sampled rows)", "yes" if ok else "NO", f"max rel. error {err:.1e}")
     RESULTS["sections"]["20ng"] = sec
+
+
+def geometry_sweep(Xtr, y, C, Xte, sec, cpu_mf):
+    """The fused kernel's launch geometry on 20NG: the engine's grouped search (3 metrics, k = 30,
+    the meta-features' call) with a few (block, items) choices; kernel time (CUDA events, median
+    of 5) and whether the result is still the CPU twin's."""
+    from gputext.engine import Geometry, Index, search_topk_grouped
+    from gputext.knn.metafeatures import _vstack
+
+    labelled = np.nonzero(y >= 0)[0]
+    order = labelled[np.argsort(y[labelled], kind="stable")]
+    group_ptr = np.concatenate([[0], np.cumsum(np.bincount(y[labelled], minlength=C))]).astype(np.int64)
+    index = Index.from_csr(Xtr[order])
+    Q = _vstack(Xtr, Xte)
+    self_doc = np.full(Q.shape[0], -1, np.int64)
+    self_doc[order] = np.arange(order.size)
+    out = np.empty((Q.shape[0], C, 92), np.float32)
+    ref = np.vstack([cpu_mf.train, cpu_mf.queries]).reshape(Q.shape[0], C, 92)[:, :, :90]
+    sweep = {}
+    for block, items in ((128, 8), (64, 16), (256, 4), (128, 4), (32, 32)):
+        geom = Geometry(group_block=block, group_items=items)
+        times = []
+        try:
+            for _ in range(6):
+                st = {}
+                search_topk_grouped(index, Q, 30, group_ptr, ("cosine", "l1", "l2"), "cuda", exclude_self=self_doc,
+                                    pad="last", out=out, return_docs=False, geometry=geom, stats=st)
+                times.append(st["stages"]["score_select_ms"] + st["stages"].get("merge_ms", 0.0))
+        except Exception as exc:
+            row("20NG geometry", f"block {block} x items {items}", f"ERROR {type(exc).__name__}: {str(exc)[:120]}")
+            continue
+        same = bool(np.array_equal(out[:, :, :90], ref))
+        ms = statistics.median(times[1:])
+        sweep[f"{block}x{items}"] = {"kernel_ms": ms, "segments": st["segments"], "identical": same}
+        row("20NG geometry", f"block {block} x items {items} ({st['segments']} segments)", f"{ms:.2f} ms",
+            "scoring + selection (+ merge); " + ("= CPU twin" if same else "DIFFERENT"))
+    sec["geometry_sweep"] = sweep
 
 
 def zipf_corpus(n_docs, n_terms, terms_per_doc, seed, offset=5.0):
