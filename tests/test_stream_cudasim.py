@@ -35,9 +35,11 @@ def _setup(n_rows=21, K=4, n_terms=10, n_docs=3, seed=0):
     return E, terms, weights, ibuf, fbuf, upd, table, n_post, n_docs, n_rows
 
 
-@pytest.mark.parametrize("tpb,max_docs,K", [(8, 4, 4), (16, 3, 4), (16, 4, 19)])
-def test_score_and_reduce_kernels_equal_twins(tpb, max_docs, K):
-    """K = 19 crosses the scan's 8-slot load groups twice and ends inside the third one."""
+@pytest.mark.parametrize("tpb,max_docs,K,smem_keys", [(8, 4, 4, 0), (16, 3, 4, 0), (16, 4, 19, 0), (16, 4, 19, 4096),
+                                                      (16, 4, 19, 32)])
+def test_score_and_reduce_kernels_equal_twins(tpb, max_docs, K, smem_keys):
+    """K = 19 crosses the scan's 8-slot load groups twice and ends inside the third one;
+    smem_keys 4096 probes the keys' shared-memory copy, 32 is smaller than the table (global)."""
     from numba import cuda
     E, terms, weights, ibuf, fbuf, upd, table, n_post, n_docs, n_rows = _setup(K=K, n_terms=10 if K < 10 else 40)
     n_blocks = (n_rows + tpb - 1) // tpb
@@ -50,7 +52,9 @@ def test_score_and_reduce_kernels_equal_twins(tpb, max_docs, K):
 
     d_t, d_w = cuda.to_device(terms), cuda.to_device(weights)
     d_ps, d_pr = cuda.device_array(n_docs * n_blocks), cuda.device_array(n_docs * n_blocks, np.int32)
-    E.score_kernel(tpb, max_docs)[n_blocks, tpb](d_t, d_w, n_rows, cuda.to_device(ibuf), cuda.to_device(fbuf),
+    if smem_keys:
+        assert (table <= smem_keys) == (smem_keys == 4096)
+    E.score_kernel(tpb, max_docs, smem_keys)[n_blocks, tpb](d_t, d_w, n_rows, cuda.to_device(ibuf), cuda.to_device(fbuf),
                                                  len(upd), table, n_post, n_docs, d_ps, d_pr)
     np.testing.assert_array_equal(d_ps.copy_to_host(), part_sim)
     np.testing.assert_array_equal(d_pr.copy_to_host(), part_row)
