@@ -37,7 +37,7 @@ import numpy as np
 from numba import cuda
 
 from ..backend import device_memory
-from ..engine.cuda_backend import _Batch, _blocks, build_shard, plan_shards
+from ..engine.cuda_backend import _Batch, _blocks, build_shard, copy_back, plan_shards
 from ..engine.index import Index
 from ..engine.search import Geometry
 from ..io.corpus import csr_arrays
@@ -59,12 +59,20 @@ class DeviceGraphGeometry:
     threads per block (grid-stride, at most split_max_blocks blocks); sort_block/sort_words:
     ``lower_sort_kernel`` threads per row and bitmap words per tile (a multiple of sort_block),
     at most sort_max_blocks blocks; small_block: the 1-d kernels (row_lengths, ais).
-    pinned: copy the CSR into freshly allocated page-locked host arrays (faster copy, but the
-    allocation itself costs; off by default, scripts/gpu_star.py measures both)."""
+    transfer: how the CSR comes to the host: "staged" (default: chunks of ``staging_bytes`` go
+    device -> two page-locked buffers kept for the process, asynchronously, while every core copies
+    the previous chunk into the result and takes its first-touch page faults; the engine's
+    ``copy_back``), "pageable" (one plain copy into fresh numpy arrays) or "pinned" (fresh
+    page-locked result arrays; their allocation is paid every call).  scripts/gpu_star.py
+    measures the three."""
 
     def __init__(self, write_block=256, write_items=16, split_block=256, split_max_blocks=65536,
-                 sort_block=256, sort_words=2048, sort_max_blocks=65536, small_block=256, pinned=False):
-        self.pinned = bool(pinned)
+                 sort_block=256, sort_words=2048, sort_max_blocks=65536, small_block=256, transfer="staged",
+                 staging_bytes=32 << 20):
+        if transfer not in ("staged", "pageable", "pinned"):
+            raise ValueError(f"transfer must be staged, pageable or pinned, got {transfer!r}")
+        self.transfer = transfer
+        self.staging_bytes = int(staging_bytes)
         self.write_block = write_block
         self.write_items = write_items
         self.split_block = split_block
@@ -300,12 +308,16 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
         kernel[blocks, (rg.lanes, rg.vertices)](d_indptr, d_idx, d_degree[:n], d_ais[:n], d_count[:n], d_rel[:n])
     clock.mark("relevance")
     indptr = d_indptr.copy_to_host()
-    host_array = cuda.pinned_array if geom.pinned and not simulator else np.empty
+    host_array = cuda.pinned_array if geom.transfer == "pinned" and not simulator else np.empty
     indices = host_array(nnz, np.int32)
     weights = host_array(nnz, np.float32)
     if nnz:
-        d_idx[:nnz].copy_to_host(indices)
-        d_w[:nnz].copy_to_host(weights)
+        if geom.transfer == "staged":
+            copy_back(d_idx[:nnz], indices, geom.staging_bytes)
+            copy_back(d_w[:nnz], weights, geom.staging_bytes)
+        else:
+            d_idx[:nnz].copy_to_host(indices)
+            d_w[:nnz].copy_to_host(weights)
     degree = d_degree.copy_to_host()[:n]
     wsum = d_wsum.copy_to_host()[:n]
     if n:
