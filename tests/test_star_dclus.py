@@ -343,3 +343,24 @@ def test_parallel_candidate_list_equals_the_sequential_procedure(seed):
         removed, n_active = dclus.dclustr_lists(g.indptr, g.indices, rel, is_center, in_list)
         assert in_list.tolist() == expect_list and is_center.tolist() == expect_kept
         assert (removed, n_active) == (expect_removed, expect_active)
+
+
+def test_owner_rows_of_ordered_engine_output_equal_the_sorting_path():
+    """The additions' owner rows (what assign_pcc examines and what is appended on disk) from the
+    engine's ordered output equal those of the general path (shuffled edges, swapped ends)."""
+    rng = np.random.default_rng(0)
+    for trial in range(60):
+        n_old, n_new = int(rng.integers(0, 25)), int(rng.integers(1, 25))
+        no = [(o, v) for v in range(n_old, n_old + n_new) for o in range(n_old) if rng.random() < 0.3]
+        nn = [(x, y) for x in range(n_old, n_old + n_new) for y in range(x + 1, n_old + n_new) if rng.random() < 0.3]
+        o_old, o_new = (np.array([p[i] for p in no], np.int32) for i in (0, 1))
+        a, b = (np.array([p[i] for p in nn], np.int32) for i in (0, 1))
+        w_no, w_nn = rng.random(len(no)).astype(np.float32), rng.random(len(nn)).astype(np.float32)
+        ptr, idx, val = dclus._new_owner_rows(n_old, n_new, (o_old, o_new, w_no), (a, b, w_nn))
+        p1, p2 = rng.permutation(len(no)), rng.permutation(len(nn))
+        ptr2, idx2, val2 = dclus._new_owner_rows(n_old, n_new, (o_old[p1], o_new[p1], w_no[p1]), (b[p2], a[p2], w_nn[p2]))
+        assert np.array_equal(ptr, ptr2) and np.array_equal(idx, idx2) and np.array_equal(val, val2)
+        for r in range(n_new):  # row r: old neighbours, then later new ones, ascending
+            v = n_old + r
+            expect = sorted([o for o, x in no if x == v] + [y for x, y in nn if x == v])
+            assert idx[ptr[r]:ptr[r + 1]].tolist() == expect

@@ -798,46 +798,49 @@ class UpdateReport:
 
 # ----------------------------------------------------------------------------- the update
 
-@numba.njit(cache=True)
+@numba.njit(parallel=True, cache=True)
 def _owner_rows_in_order(n_old, n_new, o_old, o_new, o_w, a, b, w):
     """Owner rows from the engine's ordered output, or (False, ...) when it is not in order.
 
     In order means: new-old edges by ascending new vertex, old ids strictly ascending within one;
     new-new edges (a < b) by ascending a, b strictly ascending within one.  Row v is then its old
-    neighbours followed by its later new neighbours (old ids < new ids: ascending).  One
-    sequential pass over each edge list (memory bound)."""
-    for e in range(1, o_new.shape[0]):
-        if o_new[e] < o_new[e - 1] or (o_new[e] == o_new[e - 1] and o_old[e] <= o_old[e - 1]):
-            return False, np.zeros(1, np.int64), np.empty(0, np.int32), np.empty(0, np.float32)
-    for e in range(a.shape[0]):
-        if b[e] <= a[e] or (e > 0 and (a[e] < a[e - 1] or (a[e] == a[e - 1] and b[e] <= b[e - 1]))):
-            return False, np.zeros(1, np.int64), np.empty(0, np.int32), np.empty(0, np.float32)
-    for e in range(o_new.shape[0]):
+    neighbours (a contiguous run of the new-old edges) followed by its later new neighbours (a
+    run of the new-new edges); old ids < new ids, so rows are ascending.  The order checks are
+    parallel reductions, the run bounds binary searches, then one row per prange iteration
+    copies its two runs."""
+    n_no = o_new.shape[0]
+    n_nn = a.shape[0]
+    bad = 0
+    for e in prange(n_no):
         if o_new[e] < n_old or o_new[e] >= n_old + n_new or o_old[e] < 0 or o_old[e] >= n_old:
-            return False, np.zeros(1, np.int64), np.empty(0, np.int32), np.empty(0, np.float32)
-    for e in range(a.shape[0]):
-        if a[e] < n_old or b[e] >= n_old + n_new:
-            return False, np.zeros(1, np.int64), np.empty(0, np.int32), np.empty(0, np.float32)
+            bad += 1
+        elif e > 0 and (o_new[e] < o_new[e - 1] or (o_new[e] == o_new[e - 1] and o_old[e] <= o_old[e - 1])):
+            bad += 1
+    for e in prange(n_nn):
+        if a[e] < n_old or b[e] <= a[e] or b[e] >= n_old + n_new:
+            bad += 1
+        elif e > 0 and (a[e] < a[e - 1] or (a[e] == a[e - 1] and b[e] <= b[e - 1])):
+            bad += 1
+    if bad > 0:
+        return False, np.zeros(1, np.int64), np.empty(0, np.int32), np.empty(0, np.float32)
+    keys = np.arange(n_old, n_old + n_new + 1).astype(o_new.dtype)
+    s_no = np.searchsorted(o_new, keys)  # run of row r: [s_no[r], s_no[r+1])
+    s_nn = np.searchsorted(a, keys)
     ptr = np.zeros(n_new + 1, np.int64)
-    for e in range(o_new.shape[0]):
-        ptr[o_new[e] - n_old + 1] += 1
-    for e in range(a.shape[0]):
-        ptr[a[e] - n_old + 1] += 1
     for r in range(n_new):
-        ptr[r + 1] += ptr[r]
+        ptr[r + 1] = ptr[r] + (s_no[r + 1] - s_no[r]) + (s_nn[r + 1] - s_nn[r])
     idx = np.empty(ptr[n_new], np.int32)
     val = np.empty(ptr[n_new], np.float32)
-    cur = ptr[:-1].copy()
-    for e in range(o_new.shape[0]):  # old neighbours first ...
-        r = o_new[e] - n_old
-        idx[cur[r]] = o_old[e]
-        val[cur[r]] = o_w[e]
-        cur[r] += 1
-    for e in range(a.shape[0]):  # ... then the later new ones
-        r = a[e] - n_old
-        idx[cur[r]] = b[e]
-        val[cur[r]] = w[e]
-        cur[r] += 1
+    for r in prange(n_new):
+        d = ptr[r]
+        for e in range(s_no[r], s_no[r + 1]):  # old neighbours first ...
+            idx[d] = o_old[e]
+            val[d] = o_w[e]
+            d += 1
+        for e in range(s_nn[r], s_nn[r + 1]):  # ... then the later new ones
+            idx[d] = b[e]
+            val[d] = w[e]
+            d += 1
     return True, ptr, idx, val
 
 
