@@ -398,9 +398,12 @@ def topk_grouped_cuda(index: Index, Q, k, codes, group_ptr, self_doc, pad_last, 
     """Host driver of the grouped GPU pipeline: one upload of the queries, per batch one fused
     accumulate+select launch (grid: segments x queries), merge launches only for groups spanning
     several segments, one finishing launch, one copy of the batch's scores into ``out`` (and of
-    the documents when wanted), through pinned staging buffers (copy_back). host_work: called
-    once after the first batch's launches, while the device computes. Stage times (CUDA events)
-    go to stats["stages"] in ms (host_work: the part of its time the device did not hide)."""
+    the documents when wanted), through pinned staging buffers (copy_back). Kernels run on one
+    stream and copies on another, so batch i is copied back while batch i+1 is computed (on a
+    real device at least geom.pipeline batches when there are enough queries). host_work: called
+    once after the first batch's launches, while the device computes. stats["stages"] (ms):
+    host_prep, index_upload (first call on an Index), query_upload (CUDA events), kernels (CUDA
+    events, all batches), copy_back and host_work (host wall time, overlapped with kernels)."""
     from .search import grouped_query_info
 
     stats = {} if stats is None else stats
@@ -455,54 +458,86 @@ def topk_grouped_cuda(index: Index, Q, k, codes, group_ptr, self_doc, pad_last, 
     mark("query_upload")
     host_prep = time.perf_counter() - t0
     want_docs = docs.shape[0] > 0
-    # device memory per query: segment lists (+ merge levels) 2 x 12 B, scores 4 B, documents 8 B
-    per_query = 24 * n_seg * n_m * k + 4 * n_groups * width + (8 * n_groups * n_m * k if want_docs else 0)
+    # device memory per query: segment lists (+ merge levels) 2 x 12 B, scores and documents
+    # twice (two batches in flight: one being copied back while the next is computed)
+    per_query = 24 * n_seg * n_m * k + 2 * (4 * n_groups * width + (8 * n_groups * n_m * k if want_docs else 0))
     if batch_size:
         rows = max(1, min(int(batch_size), n_q, 65535))
     else:
         mem = device_memory()
         rows = n_q if mem is None else int(ROWS_SHARE * mem[0] // max(per_query, 1))
         rows = max(1, min(n_q, 65535, rows if mem is not None else SIM_BATCH))
+        if mem is not None and geom.pipeline > 1 and n_q >= 2 * geom.pipeline_min_rows:
+            # at least ``pipeline`` batches, so that copying one back overlaps computing the next
+            rows = min(rows, max(geom.pipeline_min_rows, -(-n_q // geom.pipeline)))
     stats.update(batch_size=rows, segments=n_seg, geometry=(block, items), merge_levels=len(plan),
                  index_bytes=dev.nbytes, rows_bytes=rows * per_query)
     work = dev.work
     fb = geom.finish_block
-    batches = range(0, n_q, rows)
+    compute = cuda.stream()  # kernels; the copy stream waits for a batch's event, not for later kernels
+    copy = cuda.stream()
+    kernel_events = []  # (start, end) of each batch's kernels on the compute stream
+    copy_s = 0.0
+    host_work_s = 0.0
+    batches = list(range(0, n_q, rows))
+    pending = None  # (done event, device scores, device docs, lo, hi) of the batch to copy back
+
+    def drain(item):
+        nonlocal copy_s
+        t = time.perf_counter()
+        done, d_out, d_docs, lo, hi = item
+        done.wait(copy)
+        copy_back(d_out, out[lo:hi], geom.staging_bytes, copy)
+        if want_docs:
+            d_docs.copy_to_host(docs[lo:hi], stream=copy)
+            copy.synchronize()
+        copy_s += time.perf_counter() - t
+
     with progress(len(batches) if len(batches) > 1 else 0, "scoring (cuda)", quiet) as bar:
-        for lo in batches:
+        for i, lo in enumerate(batches):
             hi = min(n_q, lo + rows)
             nb = hi - lo
+            start = cuda.event()
+            start.record(compute)
             l_doc = work.get("seg_doc", (nb, n_seg, n_m, k), np.int32)
             l_key = work.get("seg_key", (nb, n_seg, n_m, k), np.float64)
-            select[(n_seg, nb), block](d_qptr, d_qind, d_qdat, lo, d_qinfo, dev.term_ptr, dev.post_doc, dev.post_w,
-                                       d_dn, d_seg, d_codes, k, l_doc, l_key)
-            mark("score_select")
+            select[(n_seg, nb), block, compute](d_qptr, d_qind, d_qdat, lo, d_qinfo, dev.term_ptr, dev.post_doc,
+                                                dev.post_w, d_dn, d_seg, d_codes, k, l_doc, l_key)
             for level, (d_lo, d_hi, n_out) in enumerate(d_plan):
                 o_doc = work.get(f"merge_doc{level % 2}", (nb, n_out, n_m, k), np.int32)
                 o_key = work.get(f"merge_key{level % 2}", (nb, n_out, n_m, k), np.float64)
-                merge[(n_out, nb, n_m), geom.merge_block](l_doc, l_key, d_lo, d_hi, k, o_doc, o_key)
+                merge[(n_out, nb, n_m), geom.merge_block, compute](l_doc, l_key, d_lo, d_hi, k, o_doc, o_key)
                 l_doc, l_key = o_doc, o_key
-            mark("merge")
-            d_out = work.get("out", (nb, n_groups, width), np.float32)
-            d_docs = work.get("docs", (nb, n_groups, n_m, k) if want_docs else (1, 1, 1, 1), np.int64)
+            d_out = work.get(f"out{i % 2}", (nb, n_groups, width), np.float32)
+            d_docs = work.get(f"docs{i % 2}", (nb, n_groups, n_m, k) if want_docs else (1, 1, 1, 1), np.int64)
             n_el = nb * n_groups * width
-            scoring.grouped_finish[min(_blocks(n_el, fb), 65535 * 4), fb](l_doc, l_key, d_qinfo, lo, d_codes,
-                                                                          int(pad_last), int(want_docs), d_out, d_docs)
-            mark("finish")
-            if host_work is not None and lo == 0:
-                host_work()  # the device is busy with the first batch meanwhile
-                mark("host_work")
-            copy_back(d_out, out[lo:hi], geom.staging_bytes)
-            if want_docs:
-                d_docs.copy_to_host(docs[lo:hi])
-            mark("copy_back")
-            bar.update(1)
+            scoring.grouped_finish[min(_blocks(n_el, fb), 65535 * 4), fb, compute](
+                l_doc, l_key, d_qinfo, lo, d_codes, int(pad_last), int(want_docs), d_out, d_docs)
+            done = cuda.event()
+            done.record(compute)
+            kernel_events.append((start, done))
+            if i == 0 and host_work is not None:
+                t = time.perf_counter()
+                host_work()  # the device computes the first batch meanwhile
+                host_work_s = time.perf_counter() - t
+            if pending is not None:
+                drain(pending)  # batch i-1 comes back while batch i is computed
+                bar.update(1)
+            pending = (done, d_out, d_docs, lo, hi)
+        drain(pending)
+        bar.update(1)
     cuda.synchronize()
+    mark("end")
     stages = {"host_prep_ms": 1e3 * host_prep}
-    for (_, a), (stage, b) in zip(events[:-1], events[1:]):
+    for (_, a), (stage, b) in zip(events[:-2], events[1:-1]):
         if stage == "index_upload" and not fresh:
             continue
-        stages[stage + "_ms"] = stages.get(stage + "_ms", 0.0) + _elapsed_ms(a, b)
+        stages[stage + "_ms"] = _elapsed_ms(a, b)
+    stages["kernels_ms"] = sum(_elapsed_ms(a, b) for a, b in kernel_events)  # scoring, selection, merge, finish
+    stages["batches"] = len(batches)
+    stages["copy_back_ms"] = 1e3 * copy_s  # host wall time, overlapped with the next batch's kernels
+    if host_work is not None:
+        stages["host_work_ms"] = 1e3 * host_work_s  # overlapped with the first batch's kernels
     stats["stages"] = stages
     stats["seconds"] = time.perf_counter() - t0
 
@@ -534,19 +569,20 @@ def _copy_parallel(src, dst):
             dst[i] = src[i]
 
 
-def copy_back(d_arr, host, staging_bytes: int) -> None:
+def copy_back(d_arr, host, staging_bytes: int, stream=None) -> None:
     """Copy a C-contiguous device array into a C-contiguous host array of the same shape: chunks
     of rows go device -> pinned staging buffer asynchronously (on a stream; full PCIe speed) while
     the previous chunk is copied staging -> host by every core (which also takes the first-touch
     page faults of a fresh host array in parallel). staging_bytes <= 0: one plain copy_to_host."""
     n = d_arr.shape[0]
     row_bytes = max(1, host.nbytes // max(n, 1))
+    stream = stream or cuda.stream()
     if staging_bytes <= 0 or host.nbytes <= row_bytes or n == 0:
-        d_arr.copy_to_host(host)
+        d_arr.copy_to_host(host, stream=stream)
+        stream.synchronize()
         return
     rows = max(1, staging_bytes // row_bytes)
     bufs = _staging(rows * row_bytes)
-    stream = cuda.stream()
     pending = None  # (event, staging view, host view) of the chunk in flight
     for ci, r0 in enumerate(range(0, n, rows)):
         r1 = min(n, r0 + rows)

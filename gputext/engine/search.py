@@ -41,6 +41,8 @@ class Geometry:
     group_items: int | None = None  # None: fewest (<= 16) covering the largest group
     finish_block: int = 256
     staging_bytes: int = 32 << 20  # copy-back chunk through pinned buffers; 0: plain copy
+    pipeline: int = 4  # grouped selector: split the queries into at least this many batches ...
+    pipeline_min_rows: int = 1024  # ... of at least this many queries, to overlap copies and kernels
 
 
 def _metric_code(metric: str) -> int:
