@@ -382,20 +382,22 @@ def symmetric_from_owner(row_start, row_len, idx, w, local_of, n_chunks, with_we
     return indptr, out_idx, out_w
 
 
-@numba.njit(cache=True)
+@numba.njit(parallel=True, cache=True)
 def _add_owner_stats(ptr, idx, w, first, degree, weight_sum):
     """Add the edges of owner rows (row r = vertex first + r; neighbours idx, weights w) to both
     endpoints' degree (int32) and fixed-point weight sum (int64, 2**FIX_BITS units: exact and
-    order-free).  Sequential scatter."""
-    for r in range(ptr.shape[0] - 1):
-        v = first + r
+    order-free).  The owners' side one row per prange iteration, the neighbours' side a
+    sequential scatter (after it: the two loops never write the same entry at once)."""
+    for r in prange(ptr.shape[0] - 1):
+        s = numba.int64(0)
         for p in range(ptr[r], ptr[r + 1]):
-            f = kstar.fixed_weight(w[p])
-            u = idx[p]
-            degree[v] += 1
-            degree[u] += 1
-            weight_sum[v] += f
-            weight_sum[u] += f
+            s += kstar.fixed_weight(w[p])
+        degree[first + r] += ptr[r + 1] - ptr[r]
+        weight_sum[first + r] += s
+    for p in range(idx.shape[0]):
+        u = idx[p]
+        degree[u] += 1
+        weight_sum[u] += kstar.fixed_weight(w[p])
 
 
 def _n_chunks() -> int:
