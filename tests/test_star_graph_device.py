@@ -127,3 +127,14 @@ def test_lower_sort_kernel_ranks_rows():
     assert up_len.sum() == 0
     assert d_idx.copy_to_host().tolist() == np.concatenate(lower).tolist()
     assert np.array_equal(d_w.copy_to_host(), (np.concatenate(lower).astype(np.float32) + 0.5) / 100)
+
+
+def test_no_terms_and_no_edges_on_the_device():
+    import scipy.sparse as sp
+    for X in (sp.csr_matrix((5, 4), dtype=np.float32), random_corpus(6, 40, 2, seed=3)):
+        cpu = build_graph(X, 0.9, "cpu")
+        dev = build_graph(X, 0.9, "cuda", engine_geometry=ENGINE_TINY, graph_geometry=TINY,
+                          relevance_geometry=REL_TINY)
+        assert dev.stats["assembly"] == "device"
+        assert_same_graph(dev, cpu)
+        assert dev.relevance.tolist() == [0.0] * X.shape[0]
