@@ -936,10 +936,11 @@ def ptx_kernels():
         ("write_threshold", write_t, acc_sig + "float64, int64[::1], int32[::1], float64[::1])"),
         ("grouped_topk_k200", grouped_topk_kernel(*grouped_geometry(200, 5000)),
          "void(int64[::1], int32[::1], float32[::1], int64, float64[:, ::1], int64[::1], int32[::1], float32[::1], "
-         "float64[:, ::1], int64[:, ::1], int64[::1], int64, int32[:, :, :, ::1], float64[:, :, :, ::1])"),
+         "float64[:, ::1], int64[:, ::1], int64[:, ::1], int64[::1], int64, int32[:, :, :, ::1], float64[:, :, :, ::1])"),
         ("grouped_topk", grouped_topk_kernel(*grouped_geometry(30, 600)),
          "void(int64[::1], int32[::1], float32[::1], int64, float64[:, ::1], int64[::1], int32[::1], float32[::1], "
-         "float64[:, ::1], int64[:, ::1], int64[::1], int64, int32[:, :, :, ::1], float64[:, :, :, ::1])"),
+         "float64[:, ::1], int64[:, ::1], int64[:, ::1], int64[::1], int64, int32[:, :, :, ::1], float64[:, :, :, ::1])"),
+        ("segment_offsets", segment_offsets, "void(int64[::1], int32[::1], int64[::1], int64[:, ::1])"),
         ("merge_lists", merge_lists_kernel(128, 1024),
          "void(int32[:, :, :, ::1], float64[:, :, :, ::1], int64[::1], int64[::1], int64, int32[:, :, :, ::1], float64[:, :, :, ::1])"),
         ("grouped_finish", grouped_finish,
@@ -1099,9 +1100,10 @@ def grouped_topk_kernel(block: int, items: int, cap: int):
 
     Accumulation (shared int64 acc_dot / acc_l1 [block*items], zeroed first): the query's terms
     are taken block at a time; thread tid takes term j = chunk + tid, finds the part of the term's
-    posting list that falls in the segment by two binary searches (post_doc is sorted within each
-    list: the index's postings as built by build_postings_cpu) and its length goes through a
-    block exclusive scan (t_off). The chunk's postings are then split evenly: thread tid takes
+    posting list that falls in the segment (seg_table[t, s] .. seg_table[t, s+1], made by
+    segment_offsets; or, when seg_table is not (n_terms, n_seg+1), by two binary searches: post_doc
+    is sorted within each list, the index's postings as built by build_postings_cpu) and its
+    length goes through a block exclusive scan (t_off). The chunk's postings are then split evenly: thread tid takes
     positions tid, tid + block, ... (binary search in t_off once, then walking forward) and adds
     int64(contribution * scale) with shared-memory atomics (exact, order-free). A syncthreads
     separates the chunks.
@@ -1120,7 +1122,7 @@ def grouped_topk_kernel(block: int, items: int, cap: int):
 
     @cuda.jit
     def grouped_topk(q_indptr, q_indices, q_data, q_lo, qinfo, term_ptr, post_doc, post_w, dn, seg_range,
-                     metrics, k, out_doc, out_key):
+                     seg_table, metrics, k, out_doc, out_key):
         acc_dot = cuda.shared.array(seg_len, numba.int64)
         acc_l1 = cuda.shared.array(seg_len, numba.int64)
         keys = cuda.shared.array(seg_len, numba.float64)
@@ -1148,6 +1150,7 @@ def grouped_topk_kernel(block: int, items: int, cap: int):
         s_dot = qinfo[q, 0]
         s_l1 = qinfo[q, 1]
         me = numba.int64(qinfo[q, 2])
+        use_table = seg_table.shape[1] == seg_range.shape[0] + 1
         for j in range(tid, seg_len, block):
             acc_dot[j] = 0
             acc_l1[j] = 0
@@ -1159,9 +1162,13 @@ def grouped_topk_kernel(block: int, items: int, cap: int):
             cnt = 0
             if j < p1:
                 t = q_indices[j]
-                end = term_ptr[t + 1]
-                first = _lower_bound(post_doc, term_ptr[t], end, seg_lo)
-                last = _lower_bound(post_doc, first, end, seg_hi)
+                if use_table:
+                    first = seg_table[t, s]
+                    last = seg_table[t, s + 1]
+                else:
+                    end = term_ptr[t + 1]
+                    first = _lower_bound(post_doc, term_ptr[t], end, seg_lo)
+                    last = _lower_bound(post_doc, first, min(end, first + (seg_hi - seg_lo)), seg_hi)
                 t_start[tid] = first
                 t_w[tid] = q_data[j]
                 cnt = last - first
@@ -1259,6 +1266,19 @@ def grouped_topk_kernel(block: int, items: int, cap: int):
             cuda.syncthreads()  # candidates read before the next metric resets them
 
     return grouped_topk
+
+
+@cuda.jit
+def segment_offsets(term_ptr, post_doc, bounds, table):
+    """Grid-stride loop over (term t, boundary j): table[t, j] = the first position of t's posting
+    list (sorted by document) whose document is >= bounds[j] (int64 (n_seg+1,): the segments'
+    first documents, then n_docs), so that segment s of term t is table[t, s] .. table[t, s+1]."""
+    n_b = bounds.shape[0]
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for e in range(start, table.shape[0] * n_b, stride):
+        t = e // n_b
+        j = e % n_b
+        table[t, j] = _lower_bound(post_doc, term_ptr[t], term_ptr[t + 1], bounds[j])
 
 
 @kernel_cache

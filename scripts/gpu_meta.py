@@ -193,8 +193,9 @@ def geometry_sweep(Xtr, y, C, Xte, sec, cpu_mf):
     out = np.empty((Q.shape[0], C, 92), np.float32)
     ref = np.vstack([cpu_mf.train, cpu_mf.queries]).reshape(Q.shape[0], C, 92)[:, :, :90]
     sweep = {}
-    for block, items in ((128, 8), (64, 16), (256, 4), (128, 4), (32, 32)):
-        geom = Geometry(group_block=block, group_items=items)
+    for block, items, table in ((128, 8, True), (128, 8, False), (64, 16, True), (256, 4, True), (128, 4, True),
+                                (32, 32, True)):
+        geom = Geometry(group_block=block, group_items=items, **({} if table else {"segment_table_bytes": 0}))
         times = []
         try:
             for _ in range(6):
@@ -203,12 +204,15 @@ def geometry_sweep(Xtr, y, C, Xte, sec, cpu_mf):
                                     pad="last", out=out, return_docs=False, geometry=geom, stats=st)
                 times.append(st["stages"]["kernels_ms"])
         except Exception as exc:
-            row("20NG geometry", f"block {block} x items {items}", f"ERROR {type(exc).__name__}: {str(exc)[:120]}")
+            row("20NG geometry", f"block {block} x items {items}{'' if table else ', binary search'}",
+                f"ERROR {type(exc).__name__}: {str(exc)[:120]}")
             continue
         same = bool(np.array_equal(out[:, :, :90], ref))
         ms = statistics.median(times[1:])
-        sweep[f"{block}x{items}"] = {"kernel_ms": ms, "segments": st["segments"], "identical": same}
-        row("20NG geometry", f"block {block} x items {items} ({st['segments']} segments)", f"{ms:.2f} ms",
+        sweep[f"{block}x{items}{'' if table else '-search'}"] = {"kernel_ms": ms, "segments": st["segments"],
+                                                                 "identical": same}
+        row("20NG geometry", f"block {block} x items {items} ({st['segments']} segments"
+            f"{'' if table else ', binary search instead of the segment table'})", f"{ms:.2f} ms",
             "kernels (all batches); " + ("= CPU twin" if same else "DIFFERENT"))
     sec["geometry_sweep"] = sweep
 

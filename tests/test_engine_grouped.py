@@ -129,10 +129,10 @@ def test_grouped_cuda_equals_cpu_in_simulator(items, pad):
     Q = sp.vstack([random_corpus(2, 12, 0.3, seed=22), X[3]]).tocsr()
     self_doc = np.array([-1, 5, 3], np.int64)
     index = Index.from_csr(X)
-    # staging_bytes: the copy back goes through the pinned buffers in chunks of a few rows (items 1)
-    # or in one plain copy (items 4)
+    # items 1: the copy back goes through the pinned buffers in chunks of a few rows, segments
+    # found through the (term, segment) table; items 4: one plain copy, binary searches
     tiny = Geometry(group_block=8, group_items=items, merge_block=8, merge_width=16, finish_block=8,
-                    staging_bytes=400 if items == 1 else 0)
+                    staging_bytes=400 if items == 1 else 0, segment_table_bytes=1 << 20 if items == 1 else 0)
     sc, dc = search_topk_grouped(index, Q, 5, gp, ("cosine", "l1", "l2"), device="cpu", exclude_self=self_doc, pad=pad)
     sg, dg = search_topk_grouped(index, Q, 5, gp, ("cosine", "l1", "l2"), device="cuda", exclude_self=self_doc,
                                  pad=pad, geometry=tiny, batch_size=2)

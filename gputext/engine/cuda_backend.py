@@ -360,6 +360,7 @@ class SortedIndex:
     nbytes: int
     dn: dict  # tuple of metric codes -> device float64 (n_metrics, n_docs)
     work: _Workspace
+    tables: dict  # the last segment table: key (segment bounds) and device int64 (n_terms, n_seg+1)
 
 
 def sorted_index(index: Index) -> SortedIndex:
@@ -368,9 +369,14 @@ def sorted_index(index: Index) -> SortedIndex:
         p = index.cpu()
         cached = SortedIndex(cuda.to_device(p.term_ptr), cuda.to_device(p.post_doc if p.post_doc.size else np.zeros(1, np.int32)),
                              cuda.to_device(p.post_w if p.post_w.size else np.zeros(1, np.float32)),
-                             p.term_ptr.nbytes + p.post_doc.nbytes + p.post_w.nbytes, {}, _Workspace())
+                             p.term_ptr.nbytes + p.post_doc.nbytes + p.post_w.nbytes, {}, _Workspace(), {})
         index.device_cache["sorted"] = cached
     return cached
+
+
+def work_table_empty():
+    """A (1, 1) int64 device array: tells the fused kernel to binary-search instead."""
+    return cuda.to_device(np.zeros((1, 1), np.int64))
 
 
 def merge_plan(lists_per_group: np.ndarray, fan: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -449,6 +455,22 @@ def topk_grouped_cuda(index: Index, Q, k, codes, group_ptr, self_doc, pad_last, 
             at += 1
     n_seg = seg_range.shape[0]
     d_seg = cuda.to_device(seg_range)
+    # where each term's list enters each segment, computed once (unless the table is too large:
+    # then the fused kernel binary-searches)
+    table_bytes = 8 * index.n_terms * (n_seg + 1)
+    if 0 < table_bytes <= geom.segment_table_bytes and index.n_terms > 0:
+        bounds = np.append(seg_range[:, 0], index.n_docs).astype(np.int64)
+        tkey = ("table", bounds.tobytes())
+        if dev.tables.get("key") != tkey:
+            dev.tables.clear()
+            table = cuda.device_array((index.n_terms, n_seg + 1), np.int64)
+            n_el = table.size
+            scoring.segment_offsets[min(_blocks(n_el, 256), 65535 * 4), 256](dev.term_ptr, dev.post_doc,
+                                                                               cuda.to_device(bounds), table)
+            dev.tables.update(key=tkey, table=table)
+        d_table = dev.tables["table"]
+    else:
+        d_table = work_table_empty()
     fan = max(2, geom.merge_width // _next_pow2(k))
     plan = merge_plan(per_group, fan)
     d_plan = [(cuda.to_device(lo), cuda.to_device(hi), lo.size) for lo, hi, _ in plan]
@@ -502,7 +524,7 @@ def topk_grouped_cuda(index: Index, Q, k, codes, group_ptr, self_doc, pad_last, 
             l_doc = work.get("seg_doc", (nb, n_seg, n_m, k), np.int32)
             l_key = work.get("seg_key", (nb, n_seg, n_m, k), np.float64)
             select[(n_seg, nb), block, compute](d_qptr, d_qind, d_qdat, lo, d_qinfo, dev.term_ptr, dev.post_doc,
-                                                dev.post_w, d_dn, d_seg, d_codes, k, l_doc, l_key)
+                                                dev.post_w, d_dn, d_seg, d_table, d_codes, k, l_doc, l_key)
             for level, (d_lo, d_hi, n_out) in enumerate(d_plan):
                 o_doc = work.get(f"merge_doc{level % 2}", (nb, n_out, n_m, k), np.int32)
                 o_key = work.get(f"merge_key{level % 2}", (nb, n_out, n_m, k), np.float64)

@@ -43,6 +43,7 @@ class Geometry:
     staging_bytes: int = 32 << 20  # copy-back chunk through pinned buffers; 0: plain copy
     pipeline: int = 4  # grouped selector: split the queries into at least this many batches ...
     pipeline_min_rows: int = 1024  # ... of at least this many queries, to overlap copies and kernels
+    segment_table_bytes: int = 256 << 20  # largest (term, segment) offset table; beyond: binary search
 
 
 def _metric_code(metric: str) -> int:
