@@ -340,6 +340,12 @@ class _Workspace:
     def __init__(self):
         self.buffers: dict = {}
 
+    def release(self, larger_than: int) -> None:
+        """Drop buffers above a size once a search ends (those of big batches)."""
+        for name, arr in list(self.buffers.items()):
+            if arr.nbytes > larger_than:
+                del self.buffers[name]
+
     def get(self, name: str, shape: tuple, dtype):
         size = int(np.prod(shape))
         arr = self.buffers.get(name)
@@ -359,7 +365,6 @@ class SortedIndex:
     post_w: object
     nbytes: int
     dn: dict  # tuple of metric codes -> device float64 (n_metrics, n_docs)
-    work: _Workspace
     tables: dict  # the last segment table: key (segment bounds) and device int64 (n_terms, n_seg+1)
 
 
@@ -369,9 +374,12 @@ def sorted_index(index: Index) -> SortedIndex:
         p = index.cpu()
         cached = SortedIndex(cuda.to_device(p.term_ptr), cuda.to_device(p.post_doc if p.post_doc.size else np.zeros(1, np.int32)),
                              cuda.to_device(p.post_w if p.post_w.size else np.zeros(1, np.float32)),
-                             p.term_ptr.nbytes + p.post_doc.nbytes + p.post_w.nbytes, {}, _Workspace(), {})
+                             p.term_ptr.nbytes + p.post_doc.nbytes + p.post_w.nbytes, {}, {})
         index.device_cache["sorted"] = cached
     return cached
+
+
+_GROUPED_WORK = _Workspace()  # the grouped selector's batch buffers, shared by every Index (one search at a time)
 
 
 def work_table_empty():
@@ -494,7 +502,7 @@ def topk_grouped_cuda(index: Index, Q, k, codes, group_ptr, self_doc, pad_last, 
             rows = min(rows, max(geom.pipeline_min_rows, -(-n_q // geom.pipeline)))
     stats.update(batch_size=rows, segments=n_seg, geometry=(block, items), merge_levels=len(plan),
                  index_bytes=dev.nbytes, rows_bytes=rows * per_query)
-    work = dev.work
+    work = _GROUPED_WORK
     fb = geom.finish_block
     compute = cuda.stream()  # kernels; the copy stream waits for a batch's event, not for later kernels
     copy = cuda.stream()
@@ -561,6 +569,7 @@ def topk_grouped_cuda(index: Index, Q, k, codes, group_ptr, self_doc, pad_last, 
     if host_work is not None:
         stages["host_work_ms"] = 1e3 * host_work_s  # overlapped with the first batch's kernels
     stats["stages"] = stages
+    work.release(larger_than=1 << 30)
     stats["seconds"] = time.perf_counter() - t0
 
 
