@@ -327,7 +327,7 @@ def _topk_grouped_cpu(index, Q, k, codes, group_ptr, self_doc, pad_last, out, do
     t1 = time.perf_counter()
     n_q = Q.shape[0]
     want = docs.shape[0] > 0
-    batches = _batches(n_q, batch_size, 1 << 16)
+    batches = _batches(n_q, batch_size, 4096)  # progress shown between batches
     with progress(len(batches) if len(batches) > 1 else 0, "scoring (cpu)", quiet) as bar:
         for lo, hi in batches:
             indptr, indices, data = csr_arrays(Q[lo:hi]) if (lo, hi) != (0, n_q) else csr_arrays(Q)
