@@ -4,8 +4,9 @@
 One run, on the GPU host, with the peer (a full OClustR recluster of the union, written the same
 way) measured in the same run:
 
-  1. a Reu-50K-shaped synthetic corpus (``gputext corpus synth`` preset, seed 2, as in
-     scripts/gpu_star.py) of --base + max(--adds) documents; the first --base documents are
+  1. for each of --presets (default reu-50k, the tf preset of gpu_star's update benchmark, and
+     reu-50k-tfidf, its sparser tf-idf twin) a synthetic corpus (seed 2, as in scripts/gpu_star.py)
+     of --base + max(--adds) documents; the first --base documents are
      clustered and written (no compression, like the benchmark of gpu_star.py);
   2. for every N in --adds: ``dclus.update`` adding the next N documents (end to end: reading the
      added corpus, update, writing the result file) against a full recluster of the union (end to
@@ -51,7 +52,8 @@ def parse_args():
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--out", default=os.environ.get("OUT", "out"))
     p.add_argument("--beta", type=float, default=0.25)
-    p.add_argument("--preset", default="reu-50k", help="synthetic corpus shape (gputext corpus synth preset)")
+    p.add_argument("--presets", default="reu-50k,reu-50k-tfidf",
+                   help="synthetic corpus shapes (gputext corpus synth presets), comma-separated; each gets the whole run")
     p.add_argument("--base", type=int, help="documents clustered before the additions (default 50000; quick 3000)")
     p.add_argument("--adds", help="additions, comma-separated (default 5000,10000; quick 500,1000)")
     p.add_argument("--repeats", type=int, help="timed runs of each (default 3; quick 2)")
@@ -61,6 +63,7 @@ def parse_args():
     args.base = args.base or (3000 if q else 50000)
     args.adds = [int(x) for x in (args.adds or ("500,1000" if q else "5000,10000")).split(",")]
     args.repeats = args.repeats or (2 if q else 3)
+    args.presets = [x for x in args.presets.split(",") if x]
     return args
 
 
@@ -165,7 +168,7 @@ def update_stages(stats):
     return out
 
 
-def run(args, backend, cpu, tmp):
+def run(args, preset, backend, cpu, tmp):
     from gputext.cluster import dclus
     from gputext.cluster.star import cluster_star
     from gputext.io import read_corpus, write_corpus
@@ -173,14 +176,14 @@ def run(args, backend, cpu, tmp):
     rows = []
     total = args.base + max(args.adds)
     t = time.perf_counter()
-    whole = corpus(total, args.preset)
+    whole = corpus(total, preset)
     log(f"corpus: {total} docs, {whole.X.nnz} nnz ({time.perf_counter() - t:.1f} s)")
     base = whole.take(np.arange(args.base))
     base_path = os.path.join(tmp, "base.h5")
     t = time.perf_counter()
     res = cluster_star(base.X, args.beta, backend)
     dclus.write_result(base, res, base_path, args.beta, backend.name, compression=None)
-    base_info = {"docs": args.base, "edges": res.graph.n_edges, "clusters": res.n_clusters,
+    base_info = {"preset": preset, "docs": args.base, "edges": res.graph.n_edges, "clusters": res.n_clusters,
                  "seconds": time.perf_counter() - t, "file_bytes": os.path.getsize(base_path)}
     log(f"base: {base_info}")
     del res
@@ -220,7 +223,7 @@ def run(args, backend, cpu, tmp):
             log(f"+{n_add} run {rep}: update {upd_runs[-1]['total']:.2f} s, full {full_runs[-1]['total']:.2f} s")
         upd = {k: median([r[k] for r in upd_runs[1:]]) for k in upd_runs[0]}
         fl = {k: median([r[k] for r in full_runs[1:]]) for k in full_runs[0]}
-        row = {"n_base": args.base, "n_add": n_add, "update": upd, "full": fl,
+        row = {"preset": preset, "n_base": args.base, "n_add": n_add, "update": upd, "full": fl,
                "ratio_total": upd["total"] / fl["total"], "ratio_compute": upd["compute"] / fl["compute"],
                "components_touched": report.components_touched, "components_total": report.components_total,
                "pccs_loaded": report.pccs_loaded, "pccs_total": report.pccs_total,
@@ -266,33 +269,33 @@ def fmt(x, digits=3):
 def markdown(r):
     env = r["env"]
     lines = [f"### gputext DClustR update vs full recluster ({env.get('gpu') or env['backend']}, "
-             f"{env['cpu_threads']} CPU threads, {r['preset']}, beta {r['beta']}, {r['date']})", ""]
-    b = r["base"]
-    lines.append(f"Base: {b['docs']:,} documents, {b['edges']:,} edges, {b['clusters']:,} clusters, "
-                 f"file {b['file_bytes'] / 2**20:.0f} MiB, clustered + written in {b['seconds']:.2f} s")
-    lines += ["", "| added | update s (compute) | full s (compute) | ratio end to end (compute) | components touched | "
+             f"{env['cpu_threads']} CPU threads, beta {r['beta']}, graph format {r['graph_format']}, {r['date']})", ""]
+    for b in r["base"]:
+        lines.append(f"Base ({b['preset']}): {b['docs']:,} documents, {b['edges']:,} edges, {b['clusters']:,} clusters, "
+                     f"file {b['file_bytes'] / 2**20:.0f} MiB, clustered + written in {b['seconds']:.2f} s")
+    lines += ["", "| preset | added | update s (compute) | full s (compute) | ratio end to end (compute) | components touched | "
               "PCCs loaded | vertices in touched components | new edges | union edges | graph == union | "
               "same clusters as full / F | device == CPU twin |",
-              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"]
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"]
     for u in r["update"]:
-        lines.append(f"| {u['n_add']:,} | {fmt(u['update']['total'], 2)} ({fmt(u['update']['compute'], 2)}) | "
+        lines.append(f"| {u['preset']} | {u['n_add']:,} | {fmt(u['update']['total'], 2)} ({fmt(u['update']['compute'], 2)}) | "
                      f"{fmt(u['full']['total'], 2)} ({fmt(u['full']['compute'], 2)}) | {u['ratio_total']:.3f} "
                      f"({u['ratio_compute']:.3f}) | {u['components_touched']:,} / {u['components_total']:,} | "
                      f"{u['pccs_loaded']:,} / {u['pccs_total']:,} | {u.get('affected_vertices') or 0:,} | "
                      f"{u['new_edges']:,} | {u['edges_full']:,} | {u['graph_equals_union']} | "
                      f"{u['same_clusters_as_full']} / {u['agreement_fbcubed']:.3f} | {u.get('device_equals_cpu', 'n/a')} |")
     lines += ["", "Update stages (median seconds): " + ", ".join(["read added corpus"] + [s.replace("_", " ") for s in UPDATE_STAGES]),
-              "", "| added | read added | " + " | ".join(s.replace("_", " ") for s in UPDATE_STAGES) + " | total |",
-              "| ---: " * (len(UPDATE_STAGES) + 3) + "|"]
+              "", "| preset | added | read added | " + " | ".join(s.replace("_", " ") for s in UPDATE_STAGES) + " | total |",
+              "| --- " + "| ---: " * (len(UPDATE_STAGES) + 3) + "|"]
     for u in r["update"]:
         s = u["update"]
-        lines.append(f"| {u['n_add']:,} | {fmt(s.get('read_added'))} | " + " | ".join(fmt(s.get(k)) for k in UPDATE_STAGES)
+        lines.append(f"| {u['preset']} | {u['n_add']:,} | {fmt(s.get('read_added'))} | " + " | ".join(fmt(s.get(k)) for k in UPDATE_STAGES)
                      + f" | {fmt(s['total'])} |")
-    lines += ["", "| full recluster of | read | scoring | assembly | relevance | cover | write | total |",
-              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines += ["", "| preset | full recluster of | read | scoring | assembly | relevance | cover | write | total |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for u in r["update"]:
         s = u["full"]
-        lines.append(f"| {u['n_base'] + u['n_add']:,} | " + " | ".join(fmt(s.get(k)) for k in
+        lines.append(f"| {u['preset']} | {u['n_base'] + u['n_add']:,} | " + " | ".join(fmt(s.get(k)) for k in
                                                                   ("read", "scoring", "assembly", "relevance", "cover", "write"))
                      + f" | {fmt(s['total'])} |")
     if any("relevance_kernel_union_s" in u for u in r["update"]):
@@ -300,15 +303,15 @@ def markdown(r):
         for u in r["update"]:
             k = u.get("relevance_kernel_union_s")
             if isinstance(k, float):
-                lines.append(f"Relevance kernel on the union graph (+{u['n_add']:,}, CUDA events): {k * 1e3:.2f} ms")
+                lines.append(f"Relevance kernel on the union graph ({u['preset']}, +{u['n_add']:,}, CUDA events): {k * 1e3:.2f} ms")
     lines += ["", "| goal | target | measured | met |", "| --- | --- | --- | --- |"]
     for u in r["update"]:
         if u["n_add"] == 10000 and u["n_base"] == 50000:
-            lines.append(f"| add 10,000 to 50,000 vs full recluster (end to end) | <= 0.20 | {u['ratio_total']:.3f} "
+            lines.append(f"| {u['preset']}: add 10,000 to 50,000 vs full recluster (end to end) | <= 0.20 | {u['ratio_total']:.3f} "
                          f"(compute {u['ratio_compute']:.3f}) | {'yes' if u['ratio_total'] <= 0.2 else 'NO'} |")
     for u in r["update"]:
         ok = u["graph_equals_union"] and u.get("device_equals_cpu", True)
-        lines.append(f"| +{u['n_add']:,}: stored graph == union graph; device == CPU twin | identical | "
+        lines.append(f"| {u['preset']} +{u['n_add']:,}: stored graph == union graph; device == CPU twin | identical | "
                      f"{u['graph_equals_union']} / {u.get('device_equals_cpu', 'not run')} | {'yes' if ok else 'NO'} |")
     return "\n".join(lines)
 
@@ -324,19 +327,23 @@ def main():
     t_start = time.perf_counter()
     results = {"script": "scripts/gpu_dclus.py", "argv": sys.argv[1:],
                "date": datetime.datetime.now().isoformat(timespec="seconds"), "quick": args.quick, "beta": args.beta,
-               "preset": args.preset, "env": device_info(backend),
+               "presets": args.presets, "env": device_info(backend),
                "graph_format": getattr(dclus, "GRAPH_FORMAT_VERSION", 1)}
     log(f"device: {results['env']}")
     # warm-up: compile every kernel and jitted helper of both paths
     with tempfile.TemporaryDirectory(prefix="gpu_dclus_warm_") as tmp:
-        small = corpus(700, args.preset, seed=9)
+        small = corpus(700, args.presets[0], seed=9)
         for be in dict.fromkeys([backend, cpu]):
             a, b = small.take(np.arange(500)), small.take(np.arange(500, 700))
             res = cluster_star(a.X, args.beta, be)
             dclus.write_result(a, res, os.path.join(tmp, "w.h5"), args.beta, be.name, compression=None)
             dclus.update(os.path.join(tmp, "w.h5"), b, os.path.join(tmp, "w2.h5"), be, compression=None)
-    with tempfile.TemporaryDirectory(prefix="gpu_dclus_") as tmp:
-        results["base"], results["update"] = run(args, backend, cpu, tmp)
+    results["base"], results["update"] = [], []
+    for preset in args.presets:
+        with tempfile.TemporaryDirectory(prefix="gpu_dclus_") as tmp:
+            base_info, rows = run(args, preset, backend, cpu, tmp)
+        results["base"].append(base_info)
+        results["update"] += rows
     results["seconds"] = time.perf_counter() - t_start
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "gpu_dclus.json")
