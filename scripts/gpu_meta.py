@@ -123,6 +123,12 @@ def stage_rows(section, device, info, total_s):
     for key, label in order:
         if key in st:
             parts.append(f"{label} {st[key]:.1f}")
+    if "search_ms" in st:
+        other = 1e3 * total_s - st.get("index_ms", 0.0) - st["search_ms"] - st.get("assembly_ms", 0.0)
+        parts.append(f"other (validation, stacking) {other:.1f}")
+        inside = st["search_ms"] - sum(st.get(key, 0.0) for key in (
+            "search.host_prep_ms", "search.score_select_ms", "search.kernels_ms", "search.copy_back_ms"))
+        parts.append(f"search wall not in its stages {inside:.1f}")
     if "search.batches" in st:
         parts.append(f"in {st['search.batches']} batches")
     row(section, f"{device} stages (ms)", "; ".join(parts), f"total {1e3 * total_s:.1f} ms")
