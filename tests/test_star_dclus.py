@@ -364,3 +364,30 @@ def test_owner_rows_of_ordered_engine_output_equal_the_sorting_path():
             v = n_old + r
             expect = sorted([o for o, x in no if x == v] + [y for x, y in nn if x == v])
             assert idx[ptr[r]:ptr[r + 1]].tolist() == expect
+
+
+@pytest.mark.cudasim
+def test_update_on_cuda_writes_the_same_file_as_cpu(tmp_path):
+    """Simulator, tiny sizes: scoring of the additions and relevance on device="cuda" give the same
+    clusters and the same stored graph (every dataset) as the CPU twin."""
+    from gputext.backend import resolve
+    from gputext.cluster.star import RelevanceGeometry
+    from gputext.engine import Geometry
+    try:
+        backend = resolve("cuda")
+    except InputError:
+        pytest.skip("no CUDA device and no simulator")
+    tiny = Geometry(accumulate_block=8, accumulate_items=2, select_block=8, select_items=2, merge_block=8,
+                    merge_width=16, build_block=8, scan_block=8, scan_items=2)
+    X = random_corpus(17, 10, 4, seed=5)
+    old, new, _ = split_corpus(X, 12)
+    cluster_file(old, 0.3, str(tmp_path / "old.h5"))
+    dclus.update(str(tmp_path / "old.h5"), new, str(tmp_path / "cpu.h5"), device="cpu")
+    dclus.update(str(tmp_path / "old.h5"), new, str(tmp_path / "gpu.h5"), device=backend,
+                 geometry=RelevanceGeometry(4, 2, 4), engine_geometry=tiny)
+    assert read_clusters(str(tmp_path / "cpu.h5")) == read_clusters(str(tmp_path / "gpu.h5"))
+    with h5py.File(tmp_path / "cpu.h5") as a, h5py.File(tmp_path / "gpu.h5") as b:
+        g1, g2 = a["uns/gputext/star/graph"], b["uns/gputext/star/graph"]
+        assert set(g1) == set(g2)
+        for key in g1:
+            assert np.array_equal(g1[key][()], g2[key][()]), key
