@@ -391,3 +391,24 @@ def test_update_on_cuda_writes_the_same_file_as_cpu(tmp_path):
         assert set(g1) == set(g2)
         for key in g1:
             assert np.array_equal(g1[key][()], g2[key][()]), key
+
+
+def test_coalesced_reads_do_not_change_the_update(tmp_path, monkeypatch):
+    """Touched PCC ranges are read one by one (READ_GAP = 0), merged across small gaps, or as one
+    read: the loaded rows, clusters and stored graph are the same."""
+    X = random_corpus(160, 150, 6, seed=6)  # many components: several separate touched ranges
+    old, new, _ = split_corpus(X, 120)
+    cluster_file(old, 0.3, str(tmp_path / "old.h5"))
+    outs = []
+    for gap in (0, 5, 1 << 30):
+        monkeypatch.setattr(dclus, "READ_GAP", gap)
+        out = str(tmp_path / f"gap{gap}.h5")
+        rep = dclus.update(str(tmp_path / "old.h5"), new, out, device="cpu")
+        outs.append((out, rep))
+    assert outs[0][1].pccs_loaded > 1 and outs[0][1].pccs_loaded < outs[0][1].pccs_total
+    first = read_clusters(outs[0][0])
+    for out, rep in outs[1:]:
+        assert read_clusters(out) == first and rep.entries_loaded == outs[0][1].entries_loaded
+        with h5py.File(outs[0][0]) as a, h5py.File(out) as b:
+            for key in ("adj_indptr", "adj_indices", "adj_weights", "degree", "weight_sum", "order"):
+                assert np.array_equal(a[f"uns/gputext/star/graph/{key}"][()], b[f"uns/gputext/star/graph/{key}"][()])

@@ -106,6 +106,7 @@ GRAPH_KEY = "uns/gputext/star/graph"
 STAR_KEY = "uns/gputext/star"
 GRAPH_FORMAT_VERSION = 2  # 1: symmetric rows rewritten on every update (refused with a clear error)
 CHUNK_ENTRIES = 1 << 20  # entries per HDF5 chunk of the two growable edge datasets (4 MiB, no compression)
+READ_GAP = 1 << 16  # stored entries between two touched ranges below which both are read as one
 
 
 # ----------------------------------------------------------------------------- PCCs
@@ -530,11 +531,13 @@ def read_graph_meta(f: h5py.File, path: str, n_docs: int) -> GraphOnDisk:
 
 
 def load_pcc_rows(f: h5py.File, meta: GraphOnDisk, pccs: np.ndarray, extra: int = 0):
-    """Read the owner rows of the given PCCs (sorted PCC ids) from disk: one read per run of
-    consecutive PCCs, straight into one buffer (``extra`` free entries left at its end).
-    Returns (positions int64 (m,) in storage order, row_start int64 (m,), row_len int64 (m,),
-    indices int32 (entries + extra,)); only adj_indices is read (the update needs no weights:
-    degrees and fixed-point weight sums are stored per document)."""
+    """Read the owner rows of the given PCCs (sorted PCC ids) from disk straight into one buffer
+    (``extra`` free entries left at its end).  Runs of consecutive PCCs are contiguous ranges of
+    the edge datasets; ranges less than READ_GAP entries apart are read as one (the gap is read
+    and ignored), so a component spread over many PCCs costs few reads.
+    Returns (positions int64 (m,) in storage order, row_start int64 (m,) into the buffer, row_len
+    int64 (m,), buffer int32); only adj_indices is read (the update needs no weights: degrees and
+    fixed-point weight sums are stored per document)."""
     ds = f[GRAPH_KEY]["adj_indices"]
     pccs = np.asarray(pccs, np.int64)
     if len(pccs) == 0:
@@ -548,15 +551,22 @@ def load_pcc_rows(f: h5py.File, meta: GraphOnDisk, pccs: np.ndarray, extra: int 
     lengths = r1 - r0
     positions = np.repeat(r1 - np.cumsum(lengths), lengths) + np.arange(int(lengths.sum()))
     row_len = meta.adj_indptr[positions + 1] - meta.adj_indptr[positions]
-    row_start = np.zeros(len(positions), np.int64)
-    np.cumsum(row_len[:-1], out=row_start[1:])
-    buf = np.empty(int(row_len.sum()) + extra, np.int32)
-    d = 0
-    for a, b in zip(r0, r1):
-        e0, e1 = int(meta.adj_indptr[a]), int(meta.adj_indptr[b])
-        if e1 > e0:
-            ds.read_direct(buf, np.s_[e0:e1], np.s_[d:d + e1 - e0])
-        d += e1 - e0
+    # read ranges: runs closer than READ_GAP entries are merged
+    e0, e1 = meta.adj_indptr[r0], meta.adj_indptr[r1]
+    new_range = np.concatenate([[True], e0[1:] - e1[:-1] > READ_GAP])
+    range_of_run = np.cumsum(new_range) - 1
+    read_lo = e0[new_range]
+    read_hi = np.maximum.reduceat(e1, np.flatnonzero(new_range))
+    buf_at = np.zeros(len(read_lo), np.int64)
+    np.cumsum((read_hi - read_lo)[:-1], out=buf_at[1:])
+    total = int((read_hi - read_lo).sum())
+    run_of_pos = np.repeat(np.arange(len(r0)), lengths)
+    rng = range_of_run[run_of_pos]
+    row_start = buf_at[rng] + (meta.adj_indptr[positions] - read_lo[rng])
+    buf = np.empty(total + extra, np.int32)
+    for lo, hi, at in zip(read_lo.tolist(), read_hi.tolist(), buf_at.tolist()):
+        if hi > lo:
+            ds.read_direct(buf, np.s_[lo:hi], np.s_[at:at + hi - lo])
     return positions, row_start, row_len, buf
 
 
@@ -945,7 +955,8 @@ def update(clusters_path: str, added: Corpus, output: str, device: str | Backend
     with h5py.File(clusters_path, "r") as f:
         positions, row_start, row_len, buf = load_pcc_rows(f, meta, old_affected, extra=len(own_idx))
     n_loaded_entries = int(row_len.sum())
-    buf[n_loaded_entries:] = own_idx  # the new owner rows after the loaded ones: one index array
+    tail = len(buf) - len(own_idx)
+    buf[tail:] = own_idx  # the new owner rows after the loaded ones: one index array
     t_load = time.perf_counter()
 
     # the local graph of the affected components (vertices in ascending global id)
@@ -958,7 +969,7 @@ def update(clusters_path: str, added: Corpus, output: str, device: str | Backend
     lo = local_of[old_vertices]
     start[lo] = row_start
     length[lo] = row_len
-    start[m - n_new:] = n_loaded_entries + own_ptr[:-1]
+    start[m - n_new:] = tail + own_ptr[:-1]
     length[m - n_new:] = np.diff(own_ptr)
     indptr, indices, _ = symmetric_from_owner(start, length, buf, np.empty(0, np.float32), local_of, _n_chunks(), False)
     local_degree = np.diff(indptr).astype(np.int32)
