@@ -42,9 +42,13 @@ def cuda_status() -> tuple[bool, str]:
     if simulator_enabled():
         return True, "numba CUDA simulator (NUMBA_ENABLE_CUDASIM=1)"
     try:
+        import numba
         from numba import cuda
     except Exception as exc:  # numba-cuda missing or broken
         return False, f"numba.cuda cannot be imported: {exc}"
+    # small grids are legitimate here (one block per document of a batch, single-query searches):
+    # numba's low-occupancy warning would only be noise on the users' terminal
+    numba.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
     try:
         if not cuda.is_available():
             return False, "no CUDA driver or GPU found"
