@@ -240,7 +240,6 @@ def run(args, preset, backend, cpu, tmp):
         row["agreement_onmi_max"] = metrics.onmi(mu, mf)["max"]
         row["same_clusters_as_full"] = bool(np.array_equal(cu, cf) and mu.shape == mf.shape and (mu != mf).nnz == 0)
         if backend.is_cuda and not backend.simulator:
-            from gputext.cluster.graph import StarGraph  # noqa: F401 (the local graph is rebuilt below)
             try:
                 g, _ = dclus.read_stored_graph(upd_path)
                 row["relevance_kernel_union_s"] = relevance_events(g)

@@ -45,9 +45,10 @@ The update (``update``)
 2. Assign the new vertices to PCCs (new PCCs, links to old ones) as above.
 3. The affected connected components are those of the new PCCs (union-find over the links).
    Only their old PCCs' owner rows are read from disk (adj_indices only, one read per run of
-   consecutive PCCs, runs closer than READ_GAP entries merged, into one buffer); with the new vertices' owner rows they give the symmetric
-   adjacency of the affected components in local ids (``symmetric_from_owner``: parallel
-   counting-sort transpose and per-row merge), checked against the stored degrees.
+   consecutive PCCs, runs closer than READ_GAP entries merged, into one buffer); with the new
+   vertices' owner rows they give the symmetric adjacency of the affected components in local
+   ids (``symmetric_from_owner``: parallel counting-sort transpose and per-row merge), checked
+   against the stored degrees.
 4. Relevance of every vertex of the affected components is recomputed on the device.
 5. DClustR's cover update (paper section 2.2) with C' = the old centers of those components:
    V+ (vertices not in C' with relevance > 0) is scanned: v enters the candidate list L when
