@@ -412,3 +412,38 @@ def test_coalesced_reads_do_not_change_the_update(tmp_path, monkeypatch):
         with h5py.File(outs[0][0]) as a, h5py.File(out) as b:
             for key in ("adj_indptr", "adj_indices", "adj_weights", "degree", "weight_sum", "order"):
                 assert np.array_equal(a[f"uns/gputext/star/graph/{key}"][()], b[f"uns/gputext/star/graph/{key}"][()])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_symmetric_from_owner_equals_scipy_for_any_ownership_and_chunks(seed):
+    """Each edge stored once, in the row of a random endpoint, rows scattered in the buffer: the
+    symmetric CSR (in local ids, rows sorted) equals scipy's A + A.T, for any number of chunks."""
+    rng = np.random.default_rng(seed)
+    n_global = 60
+    vertices = np.sort(rng.choice(n_global, 40, replace=False))  # the local vertex set
+    local_of = np.full(n_global, -1, np.int32)
+    local_of[vertices] = np.arange(len(vertices), dtype=np.int32)
+    m = len(vertices)
+    dense = np.triu(rng.random((m, m)) < 0.2, 1)
+    a, b = np.nonzero(dense)
+    w = rng.random(len(a)).astype(np.float32)
+    owner_is_a = rng.random(len(a)) < 0.5
+    own, other = np.where(owner_is_a, a, b), np.where(owner_is_a, b, a)
+    rows = [sorted(zip(vertices[other[own == k]].tolist(), w[own == k].tolist())) for k in range(m)]
+    order = rng.permutation(m)  # rows laid out in a random order in the buffer, with gaps
+    idx, ws, start, length = [], [], np.zeros(m, np.int64), np.zeros(m, np.int64)
+    for k in order:
+        idx += [-7] * int(rng.integers(0, 3))
+        ws += [0.0] * (len(idx) - len(ws))
+        start[k], length[k] = len(idx), len(rows[k])
+        idx += [g for g, _ in rows[k]]
+        ws += [x for _, x in rows[k]]
+    idx, ws = np.array(idx, np.int32), np.array(ws, np.float32)
+    ref = sp.coo_matrix((w, (a, b)), shape=(m, m)).tocsr()
+    ref = (ref + ref.T).tocsr()
+    ref.sort_indices()
+    for chunks in (1, 3, 64):
+        ptr, ind, val = dclus.symmetric_from_owner(start, length, idx, ws, local_of, chunks, True)
+        assert np.array_equal(ptr, ref.indptr) and np.array_equal(ind, ref.indices) and np.array_equal(val, ref.data)
+        ptr2, ind2, val2 = dclus.symmetric_from_owner(start, length, idx, ws, local_of, chunks, False)
+        assert np.array_equal(ptr2, ptr) and np.array_equal(ind2, ind) and len(val2) == 0

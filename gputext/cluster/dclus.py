@@ -402,8 +402,10 @@ def _add_owner_stats(ptr, idx, w, first, degree, weight_sum):
         weight_sum[u] += kstar.fixed_weight(w[p])
 
 
-def _n_chunks() -> int:
-    return int(numba.get_num_threads())
+def _n_chunks(m: int) -> int:
+    """Owner-row chunks of symmetric_from_owner: one per thread, with the (chunks x m) int32
+    counters kept under 512 MiB (the result does not depend on the number of chunks)."""
+    return int(max(1, min(numba.get_num_threads(), (1 << 27) // max(int(m), 1))))
 
 
 # ----------------------------------------------------------------------------- file: graph group
@@ -586,7 +588,7 @@ def read_stored_graph(path: str) -> tuple[StarGraph, PCCs]:
     start = meta.adj_indptr[pos]
     length = meta.adj_indptr[pos + 1] - start
     ptr, indices, weights = symmetric_from_owner(start, length, idx, w, np.arange(n_docs, dtype=np.int32),
-                                                 _n_chunks(), True)
+                                                 _n_chunks(n_docs), True)
     degree, weight_sum = kstar.row_stats(ptr, weights)
     if not (np.array_equal(degree, meta.degree) and np.array_equal(weight_sum, meta.weight_sum)):
         raise FormatError(f"{path}: /{GRAPH_KEY}/degree or weight_sum disagree with the stored edges")
@@ -972,7 +974,7 @@ def update(clusters_path: str, added: Corpus, output: str, device: str | Backend
     length[lo] = row_len
     start[m - n_new:] = tail + own_ptr[:-1]
     length[m - n_new:] = np.diff(own_ptr)
-    indptr, indices, _ = symmetric_from_owner(start, length, buf, np.empty(0, np.float32), local_of, _n_chunks(), False)
+    indptr, indices, _ = symmetric_from_owner(start, length, buf, np.empty(0, np.float32), local_of, _n_chunks(m), False)
     local_degree = np.diff(indptr).astype(np.int32)
     if not np.array_equal(local_degree, degree[vertices]):
         raise AssertionError("the loaded components disagree with the stored degrees")
