@@ -147,6 +147,26 @@ def canonical_sumsq_cpu(X, out):
         out[i] = _canonical_cross(X[i], X[i], False, p)
 
 
+@numba.njit(cache=True)
+def query_norms_serial(Q, n, qq, rq):
+    """Host staging of a small query batch without a parallel-region launch (which cost more than
+    the work for one query): qq[i] = canonical float64 sum of Q[i, j]**2 (bit-identical to
+    canonical_sumsq_cpu) and rq[i] = float32(1 / sqrt(qq[i])) (0 for a zero row), i < n; rows
+    n .. Q.shape[0]-1 get qq = 0, rq = 0. Q (n_alloc, n_terms) f32 C; qq (n_alloc,) f64;
+    rq (n_alloc,) f32."""
+    p = np.empty(EXACT_LANES, dtype=np.float64)
+    for i in range(Q.shape[0]):
+        if i < n:
+            v = _canonical_cross(Q[i], Q[i], False, p)
+        else:
+            v = 0.0
+        qq[i] = v
+        if v > 0.0:
+            rq[i] = np.float32(1.0 / np.sqrt(v))
+        else:
+            rq[i] = np.float32(0.0)
+
+
 @numba.njit(parallel=True, cache=True)
 def row_abs_sums_cpu(X, out):
     """out[i] = float64 sum_j |X[i, j]| (used only for error bounds). X float32 C; out float64."""
@@ -951,8 +971,11 @@ def make_finish_kernel(threads_per_block: int, buffer_size: int, max_candidates:
     lane 0 applies the final formula. (3) bitonic sort of (score, document) in shared memory
     (float64 and int32 (max_candidates,)), best first, ties -> lower document. (4) write res and
     final_idx (finish_cpu's docstring gives them), so that the host needs one copy per call.
-    Synchronisation: inside the merge, after each rescoring round's partials and tree level, after
-    each compare-exchange step, and after each row's writes.
+    The slices' complete flags and thresholds are reduced by every thread (slices tid, tid + TPB,
+    ..., shared atomic min / max into the scratch ``st``), not walked by each thread in turn.
+    Synchronisation: inside the merge, around the slice reduction (seeded, complete, read), after
+    each rescoring round's partials and tree level, after each compare-exchange step, and after
+    each row's writes.
     Arguments as finish_cpu; kprime <= max_candidates.
     """
     TPB, CAP, MAXC, UN = int(threads_per_block), int(buffer_size), int(max_candidates), int(unroll)
@@ -994,11 +1017,20 @@ def make_finish_kernel(threads_per_block: int, buffer_size: int, max_candidates:
             else:
                 n, complete, thr = block_select(cand_key[r], cand_idx[r], True, True, 0, width, -1, kprime, tid,
                                                 gmax, buf, hist, st, sp, win)
-                for sl in range(n_slices):
+                # the slices' flags and thresholds, reduced by all threads (shared atomics), not one
+                # slice after another
+                if tid == 0:
+                    st[0] = complete
+                    st[1] = thr
+                cuda.syncthreads()  # reduction seeded
+                for sl in range(tid, n_slices, TPB):
                     if cand_complete[r, sl] == 0:
-                        complete = 0
-                        if cand_thr[r, sl] > thr:
-                            thr = cand_thr[r, sl]
+                        cuda.atomic.min(st, 0, 0)
+                        cuda.atomic.max(st, 1, cand_thr[r, sl])
+                cuda.syncthreads()  # reduction complete
+                complete = st[0]
+                thr = st[1]
+                cuda.syncthreads()  # read before the scratch is reused
             n_rounds = (n + GROUPS - 1) // GROUPS
             for rnd in range(n_rounds):
                 c = rnd * GROUPS + g
@@ -1082,6 +1114,69 @@ def make_finish_kernel(threads_per_block: int, buffer_size: int, max_candidates:
             cuda.syncthreads()  # row written before the next row reuses shared memory
 
     return dense_finish
+
+
+@numba.njit(cache=True)
+def certify_unpack_cpu(res, k, metric, gamma, nonneg, nq, qq, max_norm, max_sq, tiny, rows, out_idx, out_score,
+                       status):
+    """Host side of a finish round in one call: the certificate of every result row and, for the
+    rows it proves, the answer written out (float64 score -> float32).
+
+    res (n_rows, 2k + RES_EXTRA) f64 as make_finish_kernel writes it; metric 0..3; gamma the
+    relative float32 error bound of a key; nonneg (n_batch,) bool (query and documents
+    non-negative), nq (n_batch,) f64 = |q|, qq (n_batch,) f64 = |q|^2 (canonical), indexed by
+    rows (n_rows,) int32 (batch row of each result row); max_norm, max_sq: largest |d|, |d|^2;
+    tiny = n_terms 2**-140. out_idx (n_batch, k) int32 and out_score (n_batch, k) f32 get the
+    rows whose status is 1. status (n_rows,) int8: 1 certified, 0 not (k' must grow),
+    2 only the index rule for zero scores can decide (thr = 0 on non-negative data; the host
+    checks it on the final candidate list).
+    The arithmetic is gputext.knn.dense._certified's, operation for operation (float64, no
+    fastmath). The left-out documents' largest key is the float32 whose ordered form is res[r, 2k+1].
+    """
+    one = np.empty(1, dtype=np.uint32)
+    as_f = one.view(np.float32)
+    for r in range(res.shape[0]):
+        q = rows[r]
+        s_k = res[r, 2 * k - 1]
+        ok = res[r, 2 * k] == 1.0
+        st = 0
+        if ok:
+            st = 1
+        else:
+            o = np.int64(res[r, 2 * k + 1])
+            if o >= _SIGN:
+                one[0] = np.uint32(o - _SIGN)
+            else:
+                one[0] = np.uint32(_ALL32 - o)
+            thr = np.float64(as_f[0])
+            if metric <= 1:
+                scale = 1.0 if metric == 0 else nq[q] * max_norm
+                if nonneg[q] and thr > 0:
+                    U = thr / (1 - gamma)
+                else:
+                    U = thr + gamma * scale
+                U = U + tiny
+                U = U + abs(U) * 1e-12
+                if s_k > U:
+                    st = 1
+                elif nonneg[q] and thr == 0:
+                    st = 2
+            elif metric == 2:
+                E = gamma * (nq[q] * max_norm + 0.5 * max_sq) + tiny
+                slack = 1e-12 * (qq[q] + max_sq + 2 * nq[q] * max_norm)
+                L = np.sqrt(max(0.0, qq[q] - 2 * (thr + E) - slack))
+                if s_k < L:
+                    st = 1
+            else:
+                L = (-thr) / (1 + gamma)
+                L = L - abs(L) * 1e-12 - tiny
+                if s_k < L:
+                    st = 1
+        status[r] = st
+        if st == 1:
+            for i in range(k):
+                out_idx[q, i] = np.int32(res[r, i])
+                out_score[q, i] = np.float32(res[r, k + i])
 
 
 # ----------------------------------------------------------------------------- CPU exact search

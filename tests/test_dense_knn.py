@@ -322,3 +322,75 @@ def test_cuda_index_reused_across_calls_in_simulator():
         sd = leave if leave is not None else False
         got = index.search(Q[rows], k, metric, exclude_self=sd)
         assert_same(got, reference(X, Q[rows], k, metric, self_doc=leave))
+
+
+# ----------------------------------------------------------------------------- host side of the CUDA path
+
+
+@pytest.mark.parametrize("metric", METRICS)
+@pytest.mark.parametrize("signed", [False, True])
+def test_compiled_certificate_equals_numpy_certificate(metric, signed):
+    """certify_unpack_cpu (one compiled call per round) decides every row as _certified (NumPy)
+    does, writes exactly the proved rows, and flags the zero-key rows the NumPy form settles by
+    index; thresholds are placed right at the bound so both outcomes occur."""
+    from gputext.knn.dense import _BoundInputs, _certified, _stats, _zero_rule
+
+    rng = np.random.default_rng(21 + signed)
+    X, Q = quarter_data(60, 33, 40, seed=22 + signed, signed=signed)
+    code = kd.METRIC_CODE[metric]
+    qq = np.empty(40); kd.canonical_sumsq_cpu(Q, qq)
+    b = _BoundInputs(code, 34, Q, qq, _stats(X), 33)
+    k, n = 3, 40
+    rows = rng.permutation(n)[:30].astype(np.int32)
+    res = np.zeros((30, 2 * k + kd.RES_EXTRA))
+    res[:, :k] = rng.integers(0, 60, (30, k))
+    s_k = rng.random(30) * (1 if code <= 1 else 4)
+    s_k[::7] = 0.0
+    res[:, 2 * k - 1] = s_k
+    res[:, k:2 * k - 1] = s_k[:, None] + 0.25
+    res[:, 2 * k] = (rng.random(30) < 0.2).astype(float)
+    # thresholds around the value that makes s_k equal to the bound
+    if code <= 1:
+        t = s_k * (1 + rng.choice([-1, 1], 30) * 1e-6)
+    elif code == 2:
+        t = (qq[rows] - s_k ** 2) / 2 * (1 + rng.choice([-1, 1], 30) * 1e-5)
+    else:
+        t = -s_k * (1 + rng.choice([-1, 1], 30) * 1e-5)
+    t[::9] = 0.0
+    bits = t.astype(np.float32).view(np.uint32)
+    res[:, 2 * k + 1] = [kd._ordered_cpu(u) for u in bits]
+    cand = rng.integers(-1, 60, (30, k + 2)).astype(np.int32)
+    self_doc = rng.integers(-1, 60, n)
+    want_ok = _certified(code, b, rows, res[:, :k].astype(np.int32), res[:, k:2 * k], res[:, 2 * k] == 1.0,
+                         res[:, 2 * k + 1].astype(np.int64), k, lambda: cand, 60, self_doc)
+    out_idx = np.full((n, k), -7, np.int32)
+    out_score = np.full((n, k), -7, np.float32)
+    status = np.empty(30, np.int8)
+    kd.certify_unpack_cpu(res, k, code, b.gamma, b.nonneg, b.nq, b.qq, b.docs.max_norm, b.docs.max_sq, b.tiny,
+                          rows, out_idx, out_score, status)
+    got_ok = status == 1
+    zero = np.nonzero(status == 2)[0]
+    got_ok[zero] = _zero_rule(rows, zero, res[:, k - 1].astype(np.int64), res[:, 2 * k - 1], cand, 60, self_doc)
+    np.testing.assert_array_equal(got_ok, want_ok)
+    assert 0 < want_ok.sum() < 30  # both outcomes exercised
+    for r in range(30):
+        if status[r] == 1:
+            np.testing.assert_array_equal(out_idx[rows[r]], res[r, :k].astype(np.int32))
+            np.testing.assert_array_equal(out_score[rows[r]], res[r, k:2 * k].astype(np.float32))
+        else:
+            assert (out_idx[rows[r]] == -7).all()
+
+
+def test_serial_query_norms_equal_parallel_twin():
+    """The small-batch staging (no parallel launch) gives the canonical sums bit for bit, 1/|q| as
+    NumPy computes it, zeros for padding rows."""
+    rng = np.random.default_rng(30)
+    Q = rng.standard_normal((5, 1000)).astype(np.float32)
+    Q[1] = 0
+    want = np.empty(5); kd.canonical_sumsq_cpu(Q, want)
+    qq = np.full(5, -1.0); rq = np.full(5, -1, np.float32)
+    kd.query_norms_serial(Q, 4, qq, rq)
+    np.testing.assert_array_equal(qq[:4], want[:4])
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(rq[:4], np.where(want[:4] > 0, 1.0 / np.sqrt(want[:4]), 0.0).astype(np.float32))
+    assert qq[4] == 0 and rq[4] == 0
