@@ -475,16 +475,22 @@ class DenseIndex:
                 elif nb < g.gemm_min_queries:
                     kern = kd.make_matvec_kernel(g.matvec_threads, g.threads_per_row, qpp, g.unroll, is_l1)
                     blocks = g.matvec_blocks or min(-(-n_docs // (g.matvec_threads // g.threads_per_row)), 8 * sms)
-                    kern[blocks, g.matvec_threads](dev["X"], q_dev, nb, rq_dev, dev["rd"], dev["half"], code, keys)
+                    keys_launch = (kern, blocks, g.matvec_threads,
+                                   (dev["X"], q_dev, nb, rq_dev, dev["rd"], dev["half"], code, keys))
+                    _launch(keys_launch)
                     chain = kd.chain_length("matvec", n_terms, g.threads_per_row)
                     self.last_run["kernel"] = "matvec"
                 else:
                     bm, bn, bk, tm, tn = g.gemm_tile
                     kern = kd.make_gemm_kernel(bm, bn, bk, tm, tn, is_l1)
                     grid = (-(-n_docs // bn), -(-nb // bm))
-                    kern[grid, (bm // tm) * (bn // tn)](dev["X"], q_dev, nb, rq_dev, dev["rd"], dev["half"], code, keys)
+                    keys_launch = (kern, grid, (bm // tm) * (bn // tn),
+                                   (dev["X"], q_dev, nb, rq_dev, dev["rd"], dev["half"], code, keys))
+                    _launch(keys_launch)
                     chain = kd.chain_length("gemm", n_terms)
                     self.last_run["kernel"] = "gemm"
+                if prof.on and self.last_run["kernel"] != "cublas":
+                    self.last_run.setdefault("launches", {})["keys"] = keys_launch
                 prof.stage("keys")
                 bound = _BoundInputs(code, chain, Qh[:nb], qq[:nb], self.stats, n_terms)
                 self._select_rescore(keys, q_dev, qq_dev, sd_dev, nb, k, code, bound, sms,
@@ -535,13 +541,18 @@ class DenseIndex:
             res = self._buffer("res", (n_rows, width_res), np.float64)
             final_idx = self._buffer("final_idx", (n_rows, kprime), np.int32)
             prof.mark()
-            select[(min(n_rows, 65535), n_slices), g.select_threads](
-                key_bits, rows_dev, kprime, sd_dev, cand_idx, cand_key, cand_count, cand_complete, cand_thr)
+            sel_launch = (select, (min(n_rows, 65535), n_slices), g.select_threads,
+                          (key_bits, rows_dev, kprime, sd_dev, cand_idx, cand_key, cand_count, cand_complete, cand_thr))
+            fin_launch = (finish, min(n_rows, 65535), g.finish_threads,
+                          (dev["X"], q_dev, rows_dev, cand_idx, cand_key, cand_count, cand_complete, cand_thr, kprime,
+                           qq_dev, dev["dd"], code, k, res, final_idx))
+            _launch(sel_launch)
             prof.stage("select")
-            finish[min(n_rows, 65535), g.finish_threads](
-                dev["X"], q_dev, rows_dev, cand_idx, cand_key, cand_count, cand_complete, cand_thr, kprime,
-                qq_dev, dev["dd"], code, k, res, final_idx)
+            _launch(fin_launch)
             prof.stage("merge_rescore_sort")
+            if prof.on:  # kept for replays (scripts/gpu_knn_classify.py times each kernel alone)
+                self.last_run.setdefault("launches", {}).update(select=sel_launch, finish=fin_launch,
+                                                                 select_slices=n_slices, kprime=kprime)
             res_h = self._pinned("res", (n_rows, width_res), np.float64)
             res.copy_to_host(res_h, stream=stream)
             stream.synchronize()
@@ -601,6 +612,12 @@ class DenseIndex:
                 out_score[row] = np.nan
                 out_idx[row, :order.size] = docs[order]
                 out_score[row, :order.size] = vals[order].astype(np.float32)
+
+
+def _launch(spec):
+    """Launch (kernel, grid, block, args) as recorded in last_run["launches"] when profiling."""
+    kern, grid, block, args = spec
+    kern[grid, block](*args)
 
 
 _CUPY_FINISH: dict = {}
