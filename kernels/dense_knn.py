@@ -712,8 +712,18 @@ def _make_block_select(threads_per_block: int, buffer_size: int, max_candidates:
     return block_select
 
 
+def _jit_kernel(max_registers: int):
+    """cuda.jit, with a per-thread register cap when ``max_registers`` > 0 (ptxas spills the rest
+    to local memory). Without a cap the select and finish kernels take ~230-250 registers at 256
+    threads (ptxas, sm_90), i.e. one block per multiprocessor; 128 allows two. The simulator has
+    no registers: the cap is left out there."""
+    if int(max_registers) > 0 and not numba.config.ENABLE_CUDASIM:
+        return cuda.jit(max_registers=int(max_registers))
+    return cuda.jit
+
+
 @lru_cache(maxsize=None)
-def make_select_kernel(threads_per_block: int, buffer_size: int, max_candidates: int):
+def make_select_kernel(threads_per_block: int, buffer_size: int, max_candidates: int, max_registers: int = 0):
     """Per (query row, document slice): the kprime largest keys (ties: lower document).
 
     Launch: grid (any number of blocks, n_slices); ``threads_per_block`` threads (a power of two).
@@ -726,11 +736,12 @@ def make_select_kernel(threads_per_block: int, buffer_size: int, max_candidates:
     Shared memory: buffer_size * 8 + max_candidates * 4 + threads_per_block * 8 + 1 KiB.
     Synchronisation: inside the selection, and after each row's outputs are written.
     Arguments and outputs exactly as select_candidates_cpu (kprime <= max_candidates).
+    ``max_registers`` > 0 caps the registers per thread (occupancy; see ``_jit_kernel``).
     """
     TPB, CAP, MAXC = int(threads_per_block), int(buffer_size), int(max_candidates)
     block_select = _make_block_select(TPB, CAP, MAXC)
 
-    @cuda.jit
+    @_jit_kernel(max_registers)
     def dense_select_candidates(key_bits, row_ids, kprime, self_doc,
                                 cand_idx, cand_key, cand_count, cand_complete, cand_thr):
         gmax = cuda.shared.array(TPB, int64)
@@ -956,7 +967,8 @@ def finish_cpu(X, Q, row_ids, cand_idx, cand_key, cand_count, cand_complete, can
 
 
 @lru_cache(maxsize=None)
-def make_finish_kernel(threads_per_block: int, buffer_size: int, max_candidates: int, unroll: int = 4):
+def make_finish_kernel(threads_per_block: int, buffer_size: int, max_candidates: int, unroll: int = 4,
+                       max_registers: int = 0):
     """One block per query row: merge the slices' candidates, rescore them exactly, sort, write.
 
     Launch: 1-d grid (any number of blocks; rows blockIdx.x, blockIdx.x + gridDim.x, ...),
@@ -976,14 +988,15 @@ def make_finish_kernel(threads_per_block: int, buffer_size: int, max_candidates:
     Synchronisation: inside the merge, around the slice reduction (seeded, complete, read), after
     each rescoring round's partials and tree level, after each compare-exchange step, and after
     each row's writes.
-    Arguments as finish_cpu; kprime <= max_candidates.
+    Arguments as finish_cpu; kprime <= max_candidates. ``max_registers`` > 0 caps the registers
+    per thread (see ``_jit_kernel``).
     """
     TPB, CAP, MAXC, UN = int(threads_per_block), int(buffer_size), int(max_candidates), int(unroll)
     assert TPB % EXACT_LANES == 0 and UN >= 1
     GROUPS = TPB // EXACT_LANES
     block_select = _make_block_select(TPB, CAP, MAXC)
 
-    @cuda.jit
+    @_jit_kernel(max_registers)
     def dense_finish(X, Q, row_ids, cand_idx, cand_key, cand_count, cand_complete, cand_thr, kprime, qq, dd, metric, k,
                      res, final_idx):
         gmax = cuda.shared.array(TPB, int64)

@@ -146,6 +146,34 @@ def kernel_replay(index, Q, k, n=20):
     return out
 
 
+SELECT_VARIANTS = [  # (select registers, finish registers, select blocks: 0 = 2 x SMs, -1 = 1 x SMs)
+    (0, 0, 0), (128, 128, 0), (64, 128, 0), (0, 0, -1), (128, 128, -1)]
+
+
+def select_variants(section, index, Q, k, reps, sms):
+    """The exact search (the index's current key backend) with each selection geometry of
+    SELECT_VARIANTS: register caps of the select / finish kernels (occupancy: uncapped they take
+    ~230-250 registers = one block per SM) and the number of slices for few queries; whole search
+    (CUDA events) and each kernel alone (replay). The index's geometry is restored afterwards."""
+    from dataclasses import replace
+    base = index.geometry
+    out = []
+    for sreg, freg, blocks in SELECT_VARIANTS:
+        sel_blocks = sms if blocks == -1 else blocks
+        index.geometry = replace(base, select_registers=sreg, finish_registers=freg, select_blocks=sel_blocks)
+        ms = gpu_ms(lambda: index.search(Q, k), reps)
+        rep = kernel_replay(index, Q, k, n=8)
+        entry = dict(select_registers=sreg, finish_registers=freg, select_blocks=sel_blocks or 2 * sms, search_ms=ms,
+                     select_gpu_ms=rep.get("select", {}).get("gpu_ms"), finish_gpu_ms=rep.get("finish", {}).get("gpu_ms"),
+                     slices=rep.get("select_slices"))
+        out.append(entry)
+        row(section, f"selection geometry: registers select {sreg or 'free'} / finish {freg or 'free'}, "
+                     f"{entry['select_blocks']} select blocks ({entry['slices']} slices)",
+            f"search {ms:.3f} ms", f"select {entry['select_gpu_ms']:.3f} ms, finish {entry['finish_gpu_ms']:.3f} ms (GPU, alone)")
+    index.geometry = base
+    return out
+
+
 def replay_row(section, replay):
     parts = ", ".join(f"{name} {v['gpu_ms']:.3f} ms ({v['launch_us']:.0f} us)" for name, v in replay.items()
                       if isinstance(v, dict))
@@ -275,6 +303,8 @@ def bench_one_query(args, dev_name, copy_bw):
     search_ms = gpu_ms(lambda: index.search(q, 30), reps)
     stages_numba = stage_breakdown(index, q, 30, reps)
     replay = kernel_replay(index, q, 30)
+    n_sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
+    variants = select_variants("one query", index, q, 30, reps, n_sms)
     index.geometry = replace(geom, key_backend="cublas")
     search_cublas_ms = gpu_ms(lambda: index.search(q, 30), reps)
     stages_cublas = stage_breakdown(index, q, 30, reps)
@@ -305,7 +335,7 @@ def bench_one_query(args, dev_name, copy_bw):
                                             search_cublas_keys_ms=search_cublas_ms,
                                             search_auto_ms=search_auto_ms, auto_keys=auto_kernel,
                                             stages_numba_keys=stages_numba, stages_cublas_keys=stages_cublas,
-                                            kernels_alone=replay, escalated=index.last_run.get("escalated"))
+                                            kernels_alone=replay, selection_variants=variants, escalated=index.last_run.get("escalated"))
     frac = lambda ms: f"{nbytes / (ms / 1e3) / copy_bw:.0%} of copy" + (f", {nbytes / (ms / 1e3) / nominal:.0%} of nominal" if nominal else "")  # noqa: E731
     row("one query", "matvec kernel (keys only)", f"{kernel_ms:.3f} ms = {nbytes / kernel_ms / 1e6:.0f} GB/s", frac(kernel_ms))
     row("one query", "cuBLAS gemv (CuPy)", f"{gemv_ms:.3f} ms = {nbytes / gemv_ms / 1e6:.0f} GB/s", frac(gemv_ms))
@@ -372,6 +402,8 @@ def bench_batches(args, dev_name):
         stages_numba = stage_breakdown(index, Q, 30, max(3, args.repeats // 3))
         replay = kernel_replay(index, Q, 30, n=8)
         from dataclasses import replace
+        variants = select_variants(f"{nq} queries", index, Q, 30, max(3, args.repeats // 3),
+                                   cuda.get_current_device().MULTIPROCESSOR_COUNT)
         index.geometry = replace(best_geom, key_backend="cublas")
         search_cublas_ms = gpu_ms(lambda: index.search(Q, 30), args.repeats)
         stages_cublas = stage_breakdown(index, Q, 30, max(3, args.repeats // 3))
@@ -390,7 +422,7 @@ def bench_batches(args, dev_name):
         agree = float(np.mean([np.isin(a, b).mean() for a, b in zip(ours[0], theirs[0])]))
         out[nq] = dict(kernel_ms=kernel_ms, tile=tile, search_ms=search_ms, cublas_gemm_ms=gemm_ms, peer_ms=peer_ms,
                        search_cublas_keys_ms=search_cublas_ms, stages_numba_keys=stages_numba,
-                       stages_cublas_keys=stages_cublas, kernels_alone=replay,
+                       stages_cublas_keys=stages_cublas, kernels_alone=replay, selection_variants=variants,
                        escalated=index.last_run.get("escalated"), overlap_with_peer=agree)
         row(f"{nq} queries", f"GEMM kernel {tile} (keys only)", f"{kernel_ms:.2f} ms = {flops / kernel_ms / 1e9:.1f} TFLOP/s")
         row(f"{nq} queries", "cuBLAS SGEMM (CuPy)", f"{gemm_ms:.2f} ms = {flops / gemm_ms / 1e9:.1f} TFLOP/s")

@@ -394,3 +394,16 @@ def test_serial_query_norms_equal_parallel_twin():
     with np.errstate(divide="ignore"):
         np.testing.assert_array_equal(rq[:4], np.where(want[:4] > 0, 1.0 / np.sqrt(want[:4]), 0.0).astype(np.float32))
     assert qq[4] == 0 and rq[4] == 0
+
+
+def test_select_and_finish_register_caps_reach_the_compiler():
+    """DenseGeometry's register caps become the kernels' max_registers (occupancy: two blocks per
+    multiprocessor); 0 leaves the compiler's choice. (The simulator has no registers.)"""
+    import numba
+    if numba.config.ENABLE_CUDASIM:
+        pytest.skip("the simulator has no registers")
+    g = DenseGeometry()
+    assert g.select_registers == 128 and g.finish_registers == 128
+    assert kd.make_select_kernel(256, 2048, 2048, g.select_registers).targetoptions["max_registers"] == 128
+    assert kd.make_finish_kernel(256, 2048, 2048, 8, g.finish_registers).targetoptions["max_registers"] == 128
+    assert kd.make_select_kernel(256, 2048, 2048, 0).targetoptions.get("max_registers") is None

@@ -63,6 +63,11 @@ class DenseGeometry:
     select_blocks: int = 0
     max_slice_candidates: int = 16384  # per query: slices * k' listed by the select kernel
     finish_threads: int = 256
+    # register caps per thread of the select / finish kernels (0: the compiler's choice, ~230-250 at
+    # 256 threads = one block per multiprocessor, so the 2 x SMs slices of one query ran in two
+    # waves); 128: two blocks per multiprocessor, a few hundred bytes spilled (ptxas sm_90)
+    select_registers: int = 128
+    finish_registers: int = 128
     finish_unroll: int = 8  # float64 loads per lane in flight while rescoring (no local memory: PTX checked)
     rescore_threads: int = 256  # exact fallback only
     max_candidates: int = 2048  # k' per query (shared memory of the finish kernel: 12 bytes each)
@@ -513,8 +518,9 @@ class DenseIndex:
         key_bits = self._view("key_bits", keys)
         pending = np.arange(nb, dtype=np.int32)
         kprime = min(k + g.extra_candidates, n_docs)
-        select = kd.make_select_kernel(g.select_threads, g.select_buffer, g.max_candidates)
-        finish = kd.make_finish_kernel(g.finish_threads, g.select_buffer, g.max_candidates, g.finish_unroll)
+        select = kd.make_select_kernel(g.select_threads, g.select_buffer, g.max_candidates, g.select_registers)
+        finish = kd.make_finish_kernel(g.finish_threads, g.select_buffer, g.max_candidates, g.finish_unroll,
+                                       g.finish_registers)
         width_res = 2 * k + kd.RES_EXTRA
         first = True
         while pending.size:
