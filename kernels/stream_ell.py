@@ -176,6 +176,7 @@ lower_bound_cpu = numba.njit(inline="always")(_lower_bound)
 better_cpu = numba.njit(inline="always")(_better)
 slot_dev = cuda.jit(device=True, inline=True)(_slot)
 scan_row_dev = cuda.jit(device=True, inline=True)(_scan_row)
+FUSE_MAX_DOCS = 4  # batches up to this size reduce inside the scan launch (score_kernel(..., fused=True))
 SMEM_KEYS = 2048  # hash slots copied to shared memory (8 KB): tables of batches up to ~7 documents of K = 35
 SCAN_UNROLL = 8  # term loads a scanning thread issues at once (the kernel's straight-line t0..t7)
 
@@ -183,22 +184,27 @@ SCAN_UNROLL = 8  # term loads a scanning thread issues at once (the kernel's str
 # ----------------------------------------------------------------------------- CUDA kernels
 
 @kernel_cache
-def score_kernel(threads_per_block: int, max_docs: int, smem_keys: int = 0):
+def score_kernel(threads_per_block: int, max_docs: int, smem_keys: int = 0, fused: bool = False):
     """The best-cluster kernel for ``threads_per_block`` threads (rows) per block and batches of
     at most ``max_docs`` documents (``max_docs <= threads_per_block``). ``smem_keys`` > 0: a
     launch whose hash table has at most that many slots first copies the table's keys into
     shared memory (int32 [smem_keys]) and probes them there (a warp's 32 random probes then cost
     a few bank conflicts instead of up to 32 L1 cache lines); larger tables are probed in global
-    memory as with ``smem_keys`` = 0.
+    memory as with ``smem_keys`` = 0. ``fused``: the last block to finish (a ticket from an atomic
+    counter after a threadfence) also does ``reduce_kernel``'s work and writes ``best``: one launch
+    instead of two, for small batches (the latency mode), where a launch costs as much as the scan.
+    It writes ``out_best`` as ``reduce_kernel`` writes ``best``.
 
     ``score_blocks[n_blocks, threads_per_block](ell_terms, ell_weights, n_rows, ibuf, fbuf, n_upd,
-    table_size, n_postings, n_docs, part_sim, part_row)`` with n_blocks = ceil(n_rows / threads_per_block):
+    table_size, n_postings, n_docs, part_sim, part_row, counter, out_best)`` with n_blocks = ceil(n_rows / threads_per_block):
 
     - ell_terms int32 (K, stride), ell_weights float32 (K, stride): the ELL matrix (written for
       the rows in the update buffer, read for the others); n_rows <= stride.
     - ibuf int32, fbuf float32: packed update buffer + hash table + postings (module docstring).
     - part_sim float64, part_row int32 (>= n_docs * n_blocks): the block-local best of document d
       in block b at [d * n_blocks + b] (row -1 and NO_SIM when the block has no row).
+    - counter int32 (1,), zero before the launch and left zero after it; out_best float64 (2, >= n_docs)
+      as in ``reduce_kernel`` (both only used when ``fused``).
 
     Thread ``tx`` of block ``b`` owns row ``r = b * threads_per_block + tx``. Shared memory:
     ``acc`` float64 [threads_per_block][max_docs + 1] (one float64 per (row, document), the +1
@@ -229,13 +235,17 @@ def score_kernel(threads_per_block: int, max_docs: int, smem_keys: int = 0):
     acc_len = tpb * pitch  # a closure constant: numba needs literal shared-array shapes
     smem_keys = int(smem_keys)
     keys_len = max(smem_keys, 1)
+    fused = bool(fused)
+    if fused and tpb & (tpb - 1):
+        raise ValueError(f"a fused reduction needs a power-of-two threads_per_block, got {tpb}")
 
     @cuda.jit
     def score_blocks(ell_terms, ell_weights, n_rows, ibuf, fbuf, n_upd, table_size, n_postings, n_docs, part_sim,
-                     part_row):
+                     part_row, counter, out_best):
         acc = cuda.shared.array(acc_len, numba.float64)
         cand_sim = cuda.shared.array(tpb, numba.float64)
         cand_row = cuda.shared.array(tpb, numba.int32)
+        last = cuda.shared.array(1, numba.int32)
         s_keys = cuda.shared.array(keys_len, numba.int32)
         tx = cuda.threadIdx.x
         block = cuda.blockIdx.x
@@ -315,6 +325,39 @@ def score_kernel(threads_per_block: int, max_docs: int, smem_keys: int = 0):
             best_r = cand_row[tx]
             part_sim[tx * n_blocks + block] = cand_sim[tx]
             part_row[tx * n_blocks + block] = row0 + best_r if best_r >= 0 else -1
+
+        if fused:
+            cuda.threadfence()  # this block's partials are visible to every block before its ticket
+            cuda.syncthreads()  # ... for all of the block's writing threads
+            if tx == 0:
+                last[0] = 1 if cuda.atomic.add(counter, 0, 1) == n_blocks - 1 else 0
+            cuda.syncthreads()  # the ticket's verdict is visible to the whole block
+            if last[0] == 1:  # block-uniform: the last block reduces every document's partials
+                for d in range(n_docs):
+                    bs = NO_SIM
+                    br = -1
+                    for b in range(tx, n_blocks, tpb):
+                        s = part_sim[d * n_blocks + b]
+                        r = part_row[d * n_blocks + b]
+                        if better_dev(s, r, bs, br):
+                            bs = s
+                            br = r
+                    cand_sim[tx] = bs
+                    cand_row[tx] = br
+                    cuda.syncthreads()  # all thread bests visible
+                    step = tpb // 2
+                    while step > 0:
+                        if tx < step and better_dev(cand_sim[tx + step], cand_row[tx + step], cand_sim[tx], cand_row[tx]):
+                            cand_sim[tx] = cand_sim[tx + step]
+                            cand_row[tx] = cand_row[tx + step]
+                        cuda.syncthreads()  # round complete before the next halving reads
+                        step //= 2
+                    if tx == 0:
+                        out_best[0, d] = cand_sim[0]
+                        out_best[1, d] = numba.float64(cand_row[0])
+                    cuda.syncthreads()  # cand_* are read before the next document overwrites them
+                if tx == 0:
+                    counter[0] = 0  # ready for the next launch
 
     return score_blocks
 
@@ -512,9 +555,9 @@ def ptx_kernels():
     ell = "int32[:, ::1], float32[:, ::1]"
     return [
         ("score_blocks", score_kernel(128, 32),
-         f"void({ell}, int64, int32[::1], float32[::1], int64, int64, int64, int64, float64[::1], int32[::1])"),
-        ("score_blocks_smem_keys", score_kernel(256, 1, SMEM_KEYS),
-         f"void({ell}, int64, int32[::1], float32[::1], int64, int64, int64, int64, float64[::1], int32[::1])"),
+         f"void({ell}, int64, int32[::1], float32[::1], int64, int64, int64, int64, float64[::1], int32[::1], int32[::1], float64[:, ::1])"),
+        ("score_blocks_smem_keys_fused", score_kernel(256, 1, SMEM_KEYS, True),
+         f"void({ell}, int64, int32[::1], float32[::1], int64, int64, int64, int64, float64[::1], int32[::1], int32[::1], float64[:, ::1])"),
         ("reduce_blocks", reduce_kernel(256), "void(float64[::1], int32[::1], int64, int64, float64[:, ::1])"),
         ("apply_updates", apply_updates, f"void({ell}, int32[::1], float32[::1], int64)"),
         ("grow_copy", grow_copy, f"void({ell}, int64, {ell})"),

@@ -137,7 +137,10 @@ class _EllScanner:
             self.d_best = cuda.device_array((2, max_docs), np.float64)
             # small batches (the latency mode) probe a copy of the hash keys in shared memory
             self.smem_keys = self.table_max if self.table_max <= E.SMEM_KEYS else 0
-            self.score_k = E.score_kernel(threads_per_block, max_docs, self.smem_keys)
+            # ... and reduce inside the same launch (the last block to finish does it)
+            self.fused = max_docs <= E.FUSE_MAX_DOCS and not threads_per_block & (threads_per_block - 1)
+            self.score_k = E.score_kernel(threads_per_block, max_docs, self.smem_keys, self.fused)
+            self.d_counter = cuda.to_device(np.zeros(1, np.int32))
             self.reduce_k = E.reduce_kernel(reduce_threads)
             self._h2d = None
             if not backend.simulator:
@@ -276,9 +279,11 @@ class _EllScanner:
                 ev0, ev1 = self.cu.event(), self.cu.event()
                 ev0.record(self.stream)
             self.score_k[n_blocks, self.tpb, self.stream](self.terms, self.weights, n_rows, ibuf, fbuf, n_upd,
-                                                         table_size, n_post, n_docs, self.part_sim, self.part_row)
-            self.reduce_k[n_docs, self.reduce_tpb, self.stream](self.part_sim, self.part_row, n_blocks, n_docs,
-                                                               self.d_best)
+                                                         table_size, n_post, n_docs, self.part_sim, self.part_row,
+                                                         self.d_counter, self.d_best)
+            if not self.fused:
+                self.reduce_k[n_docs, self.reduce_tpb, self.stream](self.part_sim, self.part_row, n_blocks, n_docs,
+                                                                   self.d_best)
             if self.timing:
                 ev1.record(self.stream)
             self.d_best.copy_to_host(self.h_best, stream=self.stream)
