@@ -235,17 +235,20 @@ _finish_key_dev = cuda.jit(device=True, inline=True)(_finish_key_py)
 
 @lru_cache(maxsize=None)
 def make_matvec_kernel(threads_per_block: int, threads_per_row: int, queries_per_pass: int,
-                       unroll: int, is_l1: bool):
+                       unroll: int, is_l1: bool, rows_per_thread: int = 1):
     """The paper's kernel: block-strided matrix-vector product + shared-memory tree reduction.
 
     Launch: 1-d grid (any number of blocks), ``threads_per_block`` threads.
-    Work: a block owns rows_per_block = threads_per_block // threads_per_row documents at a time
-    (rows blockIdx.x*rows_per_block + slot, then strided by gridDim.x*rows_per_block); the
-    ``threads_per_row`` lanes of a row walk its terms j = lane, lane + threads_per_row, ...
-    (``unroll`` loads issued before use), each multiplying by ``queries_per_pass`` queries at once
-    (X is read once per pass). Lanes then sum their partials by a tree reduction in shared memory
-    (float32 (queries_per_pass, threads_per_block)), and lane 0 applies the metric's finish
-    (divides by the norms for cosine) and writes keys[q, row].
+    Work: a block owns rows_per_block = (threads_per_block // threads_per_row) * rows_per_thread
+    documents at a time: slot = tid // threads_per_row takes rows row0 + slot + s * (TPB // TPR),
+    s < rows_per_thread (row0 = blockIdx.x * rows_per_block, then strided by
+    gridDim.x * rows_per_block); the ``threads_per_row`` lanes of a row walk its terms
+    j = lane, lane + threads_per_row, ... (``unroll`` loads per row issued before use, so
+    unroll * rows_per_thread loads in flight), each multiplying by ``queries_per_pass`` queries at
+    once (X is read once per pass). Lanes then sum their partials by a tree reduction in shared
+    memory (float32 (queries_per_pass * rows_per_thread, threads_per_block)); one tree serves all
+    rows_per_thread rows, so a block synchronises rows_per_thread times less often per document.
+    Lane 0 applies the metric's finish (divides by the norms for cosine) and writes keys[q, row].
     Synchronisation: syncthreads after the partials are stored, after each tree level, and before
     the shared array is reused for the next rows.
     Arguments: X (n_docs, n_terms) f32 C; Q (n_alloc, n_terms) f32 C with n_alloc a multiple of
@@ -253,17 +256,21 @@ def make_matvec_kernel(threads_per_block: int, threads_per_row: int, queries_per
     rd, half_sqd (n_docs,) f32; metric int64; keys (n_alloc, n_docs) f32 (rows < n_queries written).
     ``is_l1`` (compile time) swaps the product for |q - x|.
     Float32 error: each key sums ceil(n_terms / threads_per_row) terms per lane sequentially, then
-    log2(threads_per_row) tree levels (``chain_length`` gives the bound the host uses).
+    log2(threads_per_row) tree levels (``chain_length`` gives the bound the host uses), whatever
+    rows_per_thread is.
     """
     TPB, TPR, QPP, UNROLL, L1 = int(threads_per_block), int(threads_per_row), int(queries_per_pass), int(unroll), bool(is_l1)
-    assert TPB % TPR == 0 and TPR & (TPR - 1) == 0 and QPP >= 1 and UNROLL >= 1
-    ROWS = TPB // TPR
+    RPT = int(rows_per_thread)
+    assert TPB % TPR == 0 and TPR & (TPR - 1) == 0 and QPP >= 1 and UNROLL >= 1 and RPT >= 1
+    SLOTS = TPB // TPR
+    ROWS = SLOTS * RPT
+    NACC = QPP * RPT
 
     @cuda.jit
     def dense_matvec_keys(X, Q, n_queries, rq, rd, half_sqd, metric, keys):
-        partial = cuda.shared.array((QPP, TPB), float32)
-        acc = cuda.local.array(QPP, float32)
-        xs = cuda.local.array(UNROLL, float32)
+        partial = cuda.shared.array((NACC, TPB), float32)
+        acc = cuda.local.array(NACC, float32)
+        xs = cuda.local.array((RPT, UNROLL), float32)
         tid = cuda.threadIdx.x
         lane = tid % TPR
         slot = tid // TPR
@@ -272,44 +279,67 @@ def make_matvec_kernel(threads_per_block: int, threads_per_row: int, queries_per
         step = TPR * UNROLL
         for q0 in range(0, n_queries, QPP):
             for row0 in range(cuda.blockIdx.x * ROWS, n_docs, cuda.gridDim.x * ROWS):
-                r = row0 + slot
-                for t in range(QPP):
-                    acc[t] = 0
-                if r < n_docs:
+                for a in range(NACC):
+                    acc[a] = 0
+                r_last = row0 + slot + (RPT - 1) * SLOTS
+                if r_last < n_docs:
+                    # every row of this thread exists: RPT x UNROLL loads before use
                     j = lane
                     while j + (UNROLL - 1) * TPR < n_terms:
-                        for u in range(UNROLL):
-                            xs[u] = X[r, j + u * TPR]
+                        for s in range(RPT):
+                            for u in range(UNROLL):
+                                xs[s, u] = X[row0 + slot + s * SLOTS, j + u * TPR]
                         for u in range(UNROLL):
                             for t in range(QPP):
-                                if L1:
-                                    acc[t] += abs(Q[q0 + t, j + u * TPR] - xs[u])
-                                else:
-                                    acc[t] += xs[u] * Q[q0 + t, j + u * TPR]
+                                qv = Q[q0 + t, j + u * TPR]
+                                for s in range(RPT):
+                                    if L1:
+                                        acc[t * RPT + s] += abs(qv - xs[s, u])
+                                    else:
+                                        acc[t * RPT + s] += xs[s, u] * qv
                         j += step
                     while j < n_terms:
-                        x = X[r, j]
-                        for t in range(QPP):
-                            if L1:
-                                acc[t] += abs(Q[q0 + t, j] - x)
-                            else:
-                                acc[t] += x * Q[q0 + t, j]
+                        for s in range(RPT):
+                            x = X[row0 + slot + s * SLOTS, j]
+                            for t in range(QPP):
+                                if L1:
+                                    acc[t * RPT + s] += abs(Q[q0 + t, j] - x)
+                                else:
+                                    acc[t * RPT + s] += x * Q[q0 + t, j]
                         j += TPR
-                for t in range(QPP):
-                    partial[t, tid] = acc[t]
+                else:
+                    # the last rows of the matrix: row by row, missing rows stay 0
+                    for s in range(RPT):
+                        r = row0 + slot + s * SLOTS
+                        if r < n_docs:
+                            j = lane
+                            while j < n_terms:
+                                x = X[r, j]
+                                for t in range(QPP):
+                                    if L1:
+                                        acc[t * RPT + s] += abs(Q[q0 + t, j] - x)
+                                    else:
+                                        acc[t * RPT + s] += x * Q[q0 + t, j]
+                                j += TPR
+                for a in range(NACC):
+                    partial[a, tid] = acc[a]
                 cuda.syncthreads()  # every lane's partial is in shared memory
-                s = TPR // 2
-                while s > 0:
-                    if lane < s:
-                        for t in range(QPP):
-                            partial[t, tid] += partial[t, tid + s]
+                h = TPR // 2
+                while h > 0:
+                    if lane < h:
+                        for a in range(NACC):
+                            partial[a, tid] += partial[a, tid + h]
                     cuda.syncthreads()  # this tree level is complete before the next reads it
-                    s //= 2
-                if lane == 0 and r < n_docs:
-                    for t in range(QPP):
-                        q = q0 + t
-                        if q < n_queries:
-                            keys[q, r] = _finish_key_dev(partial[t, tid], metric, rq[q], rd[r], half_sqd[r])
+                    h //= 2
+                if lane == 0:
+                    for s in range(RPT):
+                        r = row0 + slot + s * SLOTS
+                        if r < n_docs:
+                            for t in range(QPP):
+                                q = q0 + t
+                                if q < n_queries:
+                                    keys[q, r] = _finish_key_dev(partial[t * RPT + s, tid], metric, rq[q], rd[r],
+                                                                 half_sqd[r])
                 cuda.syncthreads()  # lane 0 has read the sums before the next rows overwrite them
 
     return dense_matvec_keys
@@ -1255,6 +1285,7 @@ def ptx_kernels():
     return [
         ("dense_matvec_keys", make_matvec_kernel(256, 32, 4, 4, False), _KEYS_SIG),
         ("dense_matvec_keys_l1", make_matvec_kernel(256, 32, 4, 4, True), _KEYS_SIG),
+        ("dense_matvec_keys_rows4", make_matvec_kernel(256, 32, 1, 4, False, 4), _KEYS_SIG),
         ("dense_gemm_keys", make_gemm_kernel(128, 128, 8, 8, 8, False), _KEYS_SIG),
         ("dense_gemm_keys_l1", make_gemm_kernel(64, 64, 8, 4, 4, True), _KEYS_SIG),
         ("dense_select_candidates", make_select_kernel(256, 2048, 2048), _SELECT_SIG),

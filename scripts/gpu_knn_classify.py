@@ -263,7 +263,8 @@ def topk_peer(k: int):
 # ----------------------------------------------------------------------------- 1. one query
 
 
-MATVEC_CONFIGS = [(256, 32, 1, 4), (256, 32, 1, 8), (256, 64, 1, 4), (256, 128, 1, 4), (512, 64, 1, 8), (128, 32, 1, 8)]
+MATVEC_CONFIGS = [(256, 32, 1, 4, 1), (256, 32, 1, 8, 1), (256, 64, 1, 4, 1), (512, 64, 1, 8, 1), (128, 32, 1, 8, 1),
+                  (256, 32, 1, 4, 2), (256, 32, 1, 4, 4), (256, 32, 1, 8, 2), (256, 16, 1, 4, 4)]  # (..., rows per thread)
 GEMM_CONFIGS = [(128, 128, 8, 8, 8), (64, 128, 8, 8, 8), (128, 64, 8, 8, 8), (128, 128, 16, 8, 8), (64, 64, 8, 4, 4),
                 (64, 64, 16, 4, 8)]
 
@@ -284,16 +285,17 @@ def bench_one_query(args, dev_name, copy_bw):
     best = None
     index = DenseIndex(X, "cuda")  # X uploaded once
     dev = index._device_arrays()
-    for tpb, tpr, qpp, unroll in MATVEC_CONFIGS:
-        geom = DenseGeometry(matvec_threads=tpb, threads_per_row=tpr, queries_per_pass=qpp, unroll=unroll)
-        kern = kd.make_matvec_kernel(tpb, tpr, qpp, unroll, False)
+    for tpb, tpr, qpp, unroll, rpt in MATVEC_CONFIGS:
+        geom = DenseGeometry(matvec_threads=tpb, threads_per_row=tpr, queries_per_pass=qpp, unroll=unroll,
+                             matvec_rows=rpt)
+        kern = kd.make_matvec_kernel(tpb, tpr, qpp, unroll, False, rpt)
         qd = cuda.to_device(q)
         rq = cuda.to_device(np.ones(1, np.float32))
         keys = cuda.device_array((1, n_docs), np.float32)
         sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
-        blocks = min(-(-n_docs // (tpb // tpr)), 8 * sms)
+        blocks = min(-(-n_docs // ((tpb // tpr) * rpt)), 8 * sms)
         ms = gpu_ms(lambda: kern[blocks, tpb](dev["X"], qd, 1, rq, dev["rd"], dev["half"], 0, keys), reps)
-        log(f"    matvec tpb={tpb} tpr={tpr} unroll={unroll}: {ms:.3f} ms, {nbytes / ms / 1e6:.0f} GB/s")
+        log(f"    matvec tpb={tpb} tpr={tpr} unroll={unroll} rows/thread={rpt}: {ms:.3f} ms, {nbytes / ms / 1e6:.0f} GB/s")
         if best is None or ms < best[0]:
             best = (ms, geom)
     kernel_ms, geom = best

@@ -251,6 +251,8 @@ def test_keys_kernels_equal_twin_in_simulator():
         want = np.empty((4, 19), np.float32)
         kd.approx_keys_cpu(X, Q, 4, rq, rd, half, code, want)
         for kern, launch in ((kd.make_matvec_kernel(16, 4, 2, 2, code == 3), (2, 16)),
+                             (kd.make_matvec_kernel(16, 4, 2, 2, code == 3, 3), (1, 16)),  # 3 rows per thread, ragged end
+                             (kd.make_matvec_kernel(16, 4, 1, 3, code == 3, 2), (2, 16)),
                              (kd.make_gemm_kernel(8, 8, 4, 2, 2, code == 3), ((3, 1), 16)),
                              (kd.make_gemm_kernel(8, 8, 4, 4, 4, code == 3), ((3, 1), 4))):  # vector layout
             got = cuda.device_array((4, 19), np.float32)

@@ -55,6 +55,7 @@ class DenseGeometry:
     threads_per_row: int = 32
     queries_per_pass: int = 4
     unroll: int = 4
+    matvec_rows: int = 1  # rows per thread of the matvec kernel (one shared-memory tree for all of them)
     matvec_blocks: int = 0
     gemm_tile: tuple = (128, 128, 8, 8, 8)  # block queries, block docs, block terms, thread queries, thread docs
     gemm_min_queries: int = 16  # batches with fewer queries use the matrix-vector kernel
@@ -478,8 +479,10 @@ class DenseIndex:
                     chain = kd.chain_length("gemm", n_terms)
                     self.last_run["kernel"] = "cublas"
                 elif nb < g.gemm_min_queries:
-                    kern = kd.make_matvec_kernel(g.matvec_threads, g.threads_per_row, qpp, g.unroll, is_l1)
-                    blocks = g.matvec_blocks or min(-(-n_docs // (g.matvec_threads // g.threads_per_row)), 8 * sms)
+                    kern = kd.make_matvec_kernel(g.matvec_threads, g.threads_per_row, qpp, g.unroll, is_l1,
+                                                 g.matvec_rows)
+                    rows_per_block = (g.matvec_threads // g.threads_per_row) * g.matvec_rows
+                    blocks = g.matvec_blocks or min(-(-n_docs // rows_per_block), 8 * sms)
                     keys_launch = (kern, blocks, g.matvec_threads,
                                    (dev["X"], q_dev, nb, rq_dev, dev["rd"], dev["half"], code, keys))
                     _launch(keys_launch)
