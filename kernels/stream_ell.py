@@ -114,58 +114,15 @@ def _better(sim, row, best_sim, best_row):
     return sim > best_sim or (sim == best_sim and row < best_row)
 
 
-def _slot(term, n, row, ell_weights, keys, o_key, ibuf, fbuf, o_val, o_first, o_pdoc, o_pw, mask, acc, base):
-    """Score slot n of ``row`` (its term ``term`` >= 0) against the batch: probe the hash table's
-    keys (``keys[o_key:]``: the packed buffer, or its copy in shared memory) and, on a hit only,
-    read the slot's weight and add weight * posting weight into acc[base + doc]."""
-    h = probe_dev(keys, o_key, mask, term)
+def _slot(term, n, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base):
+    """Score slot n of ``row`` (its term ``term`` >= 0) against the batch: probe the hash table and,
+    on a hit only, read the slot's weight and add weight * posting weight into acc[base + doc]."""
+    h = probe_dev(ibuf, o_key, mask, term)
     if h >= 0:
         w = numba.float64(ell_weights[n, row])
         u = ibuf[o_val + h]
         for p in range(ibuf[o_first + u], ibuf[o_first + u + 1]):
             acc[base + ibuf[o_pdoc + p]] += w * numba.float64(fbuf[o_pw + p])
-
-
-def _scan_row(row, ell_terms, ell_weights, keys, o_key, ibuf, fbuf, o_val, o_first, o_pdoc, o_pw, mask, acc, base):
-    """Score every used slot of ``row`` (slots in order until term -1) against the batch."""
-    K = ell_terms.shape[0]
-    # SCAN_UNROLL independent term loads are issued before the first is probed, so a thread
-    # keeps 8 loads in flight instead of 1 (measured on an H100 at 1.6M rows: 0.42 -> 0.38 ms).
-    n = 0
-    while n < K:
-        t0 = ell_terms[n, row]
-        t1 = ell_terms[n + 1, row] if n + 1 < K else EMPTY
-        t2 = ell_terms[n + 2, row] if n + 2 < K else EMPTY
-        t3 = ell_terms[n + 3, row] if n + 3 < K else EMPTY
-        t4 = ell_terms[n + 4, row] if n + 4 < K else EMPTY
-        t5 = ell_terms[n + 5, row] if n + 5 < K else EMPTY
-        t6 = ell_terms[n + 6, row] if n + 6 < K else EMPTY
-        t7 = ell_terms[n + 7, row] if n + 7 < K else EMPTY
-        if t0 < 0:
-            break
-        slot_dev(t0, n, row, ell_weights, keys, o_key, ibuf, fbuf, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-        if t1 < 0:
-            break
-        slot_dev(t1, n + 1, row, ell_weights, keys, o_key, ibuf, fbuf, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-        if t2 < 0:
-            break
-        slot_dev(t2, n + 2, row, ell_weights, keys, o_key, ibuf, fbuf, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-        if t3 < 0:
-            break
-        slot_dev(t3, n + 3, row, ell_weights, keys, o_key, ibuf, fbuf, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-        if t4 < 0:
-            break
-        slot_dev(t4, n + 4, row, ell_weights, keys, o_key, ibuf, fbuf, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-        if t5 < 0:
-            break
-        slot_dev(t5, n + 5, row, ell_weights, keys, o_key, ibuf, fbuf, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-        if t6 < 0:
-            break
-        slot_dev(t6, n + 6, row, ell_weights, keys, o_key, ibuf, fbuf, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-        if t7 < 0:
-            break
-        slot_dev(t7, n + 7, row, ell_weights, keys, o_key, ibuf, fbuf, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-        n += SCAN_UNROLL
 
 
 probe_dev = cuda.jit(device=True, inline=True)(_probe)
@@ -175,44 +132,31 @@ probe_cpu = numba.njit(inline="always")(_probe)
 lower_bound_cpu = numba.njit(inline="always")(_lower_bound)
 better_cpu = numba.njit(inline="always")(_better)
 slot_dev = cuda.jit(device=True, inline=True)(_slot)
-scan_row_dev = cuda.jit(device=True, inline=True)(_scan_row)
-FUSE_MAX_DOCS = 4  # batches up to this size reduce inside the scan launch (score_kernel(..., fused=True))
-SMEM_KEYS = 2048  # hash slots copied to shared memory (8 KB): tables of batches up to ~7 documents of K = 35
 SCAN_UNROLL = 8  # term loads a scanning thread issues at once (the kernel's straight-line t0..t7)
 
 
 # ----------------------------------------------------------------------------- CUDA kernels
 
 @kernel_cache
-def score_kernel(threads_per_block: int, max_docs: int, smem_keys: int = 0, fused: bool = False):
+def score_kernel(threads_per_block: int, max_docs: int):
     """The best-cluster kernel for ``threads_per_block`` threads (rows) per block and batches of
-    at most ``max_docs`` documents (``max_docs <= threads_per_block``). ``smem_keys`` > 0: a
-    launch whose hash table has at most that many slots first copies the table's keys into
-    shared memory (int32 [smem_keys]) and probes them there (a warp's 32 random probes then cost
-    a few bank conflicts instead of up to 32 L1 cache lines); larger tables are probed in global
-    memory as with ``smem_keys`` = 0. ``fused``: the last block to finish (a ticket from an atomic
-    counter after a threadfence) also does ``reduce_kernel``'s work and writes ``best``: one launch
-    instead of two, for small batches (the latency mode), where a launch costs as much as the scan.
-    It writes ``out_best`` as ``reduce_kernel`` writes ``best``.
+    at most ``max_docs`` documents (``max_docs <= threads_per_block``).
 
     ``score_blocks[n_blocks, threads_per_block](ell_terms, ell_weights, n_rows, ibuf, fbuf, n_upd,
-    table_size, n_postings, n_docs, part_sim, part_row, counter, out_best)`` with n_blocks = ceil(n_rows / threads_per_block):
+    table_size, n_postings, n_docs, part_sim, part_row)`` with n_blocks = ceil(n_rows / threads_per_block):
 
     - ell_terms int32 (K, stride), ell_weights float32 (K, stride): the ELL matrix (written for
       the rows in the update buffer, read for the others); n_rows <= stride.
     - ibuf int32, fbuf float32: packed update buffer + hash table + postings (module docstring).
     - part_sim float64, part_row int32 (>= n_docs * n_blocks): the block-local best of document d
       in block b at [d * n_blocks + b] (row -1 and NO_SIM when the block has no row).
-    - counter int32 (1,), zero before the launch and left zero after it; out_best float64 (2, >= n_docs)
-      as in ``reduce_kernel`` (both only used when ``fused``).
 
     Thread ``tx`` of block ``b`` owns row ``r = b * threads_per_block + tx``. Shared memory:
     ``acc`` float64 [threads_per_block][max_docs + 1] (one float64 per (row, document), the +1
     pads away bank conflicts of the reduction) and ``cand_*`` [threads_per_block] for the
     reduction. Steps:
 
-    1. zero ``acc`` (strided over the block), copy the table keys to ``s_keys`` when they fit.
-       syncthreads: acc zeroed, keys copied.
+    1. zero ``acc`` (strided over the block). syncthreads: acc zeroed.
     2. each thread binary-searches its row in the sorted update rows (a few cached loads: the
        warp's threads read the same entries). If r is there: write its K slots into the ELL matrix
        and score them; else read slot n = 0, 1, ... until term -1 (SCAN_UNROLL = 8 slots' terms
@@ -233,20 +177,13 @@ def score_kernel(threads_per_block: int, max_docs: int, smem_keys: int = 0, fuse
     pitch = mdocs + 1
     groups = tpb // mdocs
     acc_len = tpb * pitch  # a closure constant: numba needs literal shared-array shapes
-    smem_keys = int(smem_keys)
-    keys_len = max(smem_keys, 1)
-    fused = bool(fused)
-    if fused and tpb & (tpb - 1):
-        raise ValueError(f"a fused reduction needs a power-of-two threads_per_block, got {tpb}")
 
     @cuda.jit
     def score_blocks(ell_terms, ell_weights, n_rows, ibuf, fbuf, n_upd, table_size, n_postings, n_docs, part_sim,
-                     part_row, counter, out_best):
+                     part_row):
         acc = cuda.shared.array(acc_len, numba.float64)
         cand_sim = cuda.shared.array(tpb, numba.float64)
         cand_row = cuda.shared.array(tpb, numba.int32)
-        last = cuda.shared.array(1, numba.int32)
-        s_keys = cuda.shared.array(keys_len, numba.int32)
         tx = cuda.threadIdx.x
         block = cuda.blockIdx.x
         n_blocks = cuda.gridDim.x
@@ -263,10 +200,7 @@ def score_kernel(threads_per_block: int, max_docs: int, smem_keys: int = 0, fuse
 
         for i in range(tx, acc_len, tpb):
             acc[i] = 0.0
-        if smem_keys > 0 and table_size <= smem_keys:
-            for i in range(tx, table_size, tpb):
-                s_keys[i] = ibuf[o_key + i]
-        cuda.syncthreads()  # acc zeroed (and the keys copied) before any thread probes or adds
+        cuda.syncthreads()  # acc zeroed before any thread adds into it
 
         if row < n_rows:
             mine = -1
@@ -287,10 +221,45 @@ def score_kernel(threads_per_block: int, max_docs: int, smem_keys: int = 0, fuse
                             u = ibuf[o_val + h]
                             for p in range(ibuf[o_first + u], ibuf[o_first + u + 1]):
                                 acc[base + ibuf[o_pdoc + p]] += numba.float64(w) * numba.float64(fbuf[o_pw + p])
-            elif smem_keys > 0 and table_size <= smem_keys:
-                scan_row_dev(row, ell_terms, ell_weights, s_keys, 0, ibuf, fbuf, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
             else:
-                scan_row_dev(row, ell_terms, ell_weights, ibuf, o_key, ibuf, fbuf, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
+                # SCAN_UNROLL independent term loads are issued before the first is probed, so a
+                # thread keeps 8 loads in flight instead of 1 (the scan is latency-bound: with one
+                # load at a time every slot waits a full DRAM round trip).
+                n = 0
+                while n < K:
+                    t0 = ell_terms[n, row]
+                    t1 = ell_terms[n + 1, row] if n + 1 < K else EMPTY
+                    t2 = ell_terms[n + 2, row] if n + 2 < K else EMPTY
+                    t3 = ell_terms[n + 3, row] if n + 3 < K else EMPTY
+                    t4 = ell_terms[n + 4, row] if n + 4 < K else EMPTY
+                    t5 = ell_terms[n + 5, row] if n + 5 < K else EMPTY
+                    t6 = ell_terms[n + 6, row] if n + 6 < K else EMPTY
+                    t7 = ell_terms[n + 7, row] if n + 7 < K else EMPTY
+                    if t0 < 0:
+                        break
+                    slot_dev(t0, n, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
+                    if t1 < 0:
+                        break
+                    slot_dev(t1, n + 1, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
+                    if t2 < 0:
+                        break
+                    slot_dev(t2, n + 2, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
+                    if t3 < 0:
+                        break
+                    slot_dev(t3, n + 3, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
+                    if t4 < 0:
+                        break
+                    slot_dev(t4, n + 4, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
+                    if t5 < 0:
+                        break
+                    slot_dev(t5, n + 5, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
+                    if t6 < 0:
+                        break
+                    slot_dev(t6, n + 6, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
+                    if t7 < 0:
+                        break
+                    slot_dev(t7, n + 7, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
+                    n += SCAN_UNROLL
         cuda.syncthreads()  # every row of the block has its similarities in acc
 
         g = tx // mdocs
@@ -325,39 +294,6 @@ def score_kernel(threads_per_block: int, max_docs: int, smem_keys: int = 0, fuse
             best_r = cand_row[tx]
             part_sim[tx * n_blocks + block] = cand_sim[tx]
             part_row[tx * n_blocks + block] = row0 + best_r if best_r >= 0 else -1
-
-        if fused:
-            cuda.threadfence()  # this block's partials are visible to every block before its ticket
-            cuda.syncthreads()  # ... for all of the block's writing threads
-            if tx == 0:
-                last[0] = 1 if cuda.atomic.add(counter, 0, 1) == n_blocks - 1 else 0
-            cuda.syncthreads()  # the ticket's verdict is visible to the whole block
-            if last[0] == 1:  # block-uniform: the last block reduces every document's partials
-                for d in range(n_docs):
-                    bs = NO_SIM
-                    br = -1
-                    for b in range(tx, n_blocks, tpb):
-                        s = part_sim[d * n_blocks + b]
-                        r = part_row[d * n_blocks + b]
-                        if better_dev(s, r, bs, br):
-                            bs = s
-                            br = r
-                    cand_sim[tx] = bs
-                    cand_row[tx] = br
-                    cuda.syncthreads()  # all thread bests visible
-                    step = tpb // 2
-                    while step > 0:
-                        if tx < step and better_dev(cand_sim[tx + step], cand_row[tx + step], cand_sim[tx], cand_row[tx]):
-                            cand_sim[tx] = cand_sim[tx + step]
-                            cand_row[tx] = cand_row[tx + step]
-                        cuda.syncthreads()  # round complete before the next halving reads
-                        step //= 2
-                    if tx == 0:
-                        out_best[0, d] = cand_sim[0]
-                        out_best[1, d] = numba.float64(cand_row[0])
-                    cuda.syncthreads()  # cand_* are read before the next document overwrites them
-                if tx == 0:
-                    counter[0] = 0  # ready for the next launch
 
     return score_blocks
 
@@ -555,9 +491,7 @@ def ptx_kernels():
     ell = "int32[:, ::1], float32[:, ::1]"
     return [
         ("score_blocks", score_kernel(128, 32),
-         f"void({ell}, int64, int32[::1], float32[::1], int64, int64, int64, int64, float64[::1], int32[::1], int32[::1], float64[:, ::1])"),
-        ("score_blocks_smem_keys_fused", score_kernel(256, 1, SMEM_KEYS, True),
-         f"void({ell}, int64, int32[::1], float32[::1], int64, int64, int64, int64, float64[::1], int32[::1], int32[::1], float64[:, ::1])"),
+         f"void({ell}, int64, int32[::1], float32[::1], int64, int64, int64, int64, float64[::1], int32[::1])"),
         ("reduce_blocks", reduce_kernel(256), "void(float64[::1], int32[::1], int64, int64, float64[:, ::1])"),
         ("apply_updates", apply_updates, f"void({ell}, int32[::1], float32[::1], int64)"),
         ("grow_copy", grow_copy, f"void({ell}, int64, {ell})"),

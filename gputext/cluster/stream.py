@@ -94,9 +94,9 @@ def _check_params(threshold, max_terms, batch_size, candidates):
 
 
 def default_threads_per_block(batch_size: int) -> int:
-    """GPU scan kernel rows per block: 256 for small batches (measured on an H100 at 1.6M clusters,
-    batch 1: kernel 0.34 ms vs 0.38 ms with 128), 128 when the block's float64 accumulators
-    (rows x (batch + 1)) would otherwise not fit 48 KB of shared memory."""
+    """GPU scan kernel rows per block: 256 for small batches (H100, 1.6M clusters, batch 1, same
+    run: kernel 0.335 ms, p50 latency 0.439 ms vs 0.377 / 0.518 ms with 128), 128 when the block's
+    float64 accumulators (rows x (batch + 1)) would otherwise not fit 48 KB of shared memory."""
     return 256 if batch_size <= 8 else 128
 
 
@@ -135,12 +135,7 @@ class _EllScanner:
             self.d_fbuf = cuda.device_array(self.fbuf_len, np.float32)
             self.h_best = cuda.pinned_array((2, max_docs), np.float64)
             self.d_best = cuda.device_array((2, max_docs), np.float64)
-            # small batches (the latency mode) probe a copy of the hash keys in shared memory
-            self.smem_keys = self.table_max if self.table_max <= E.SMEM_KEYS else 0
-            # ... and reduce inside the same launch (the last block to finish does it)
-            self.fused = max_docs <= E.FUSE_MAX_DOCS and not threads_per_block & (threads_per_block - 1)
-            self.score_k = E.score_kernel(threads_per_block, max_docs, self.smem_keys, self.fused)
-            self.d_counter = cuda.to_device(np.zeros(1, np.int32))
+            self.score_k = E.score_kernel(threads_per_block, max_docs)
             self.reduce_k = E.reduce_kernel(reduce_threads)
             self._h2d = None
             if not backend.simulator:
@@ -279,11 +274,9 @@ class _EllScanner:
                 ev0, ev1 = self.cu.event(), self.cu.event()
                 ev0.record(self.stream)
             self.score_k[n_blocks, self.tpb, self.stream](self.terms, self.weights, n_rows, ibuf, fbuf, n_upd,
-                                                         table_size, n_post, n_docs, self.part_sim, self.part_row,
-                                                         self.d_counter, self.d_best)
-            if not self.fused:
-                self.reduce_k[n_docs, self.reduce_tpb, self.stream](self.part_sim, self.part_row, n_blocks, n_docs,
-                                                                   self.d_best)
+                                                         table_size, n_post, n_docs, self.part_sim, self.part_row)
+            self.reduce_k[n_docs, self.reduce_tpb, self.stream](self.part_sim, self.part_row, n_blocks, n_docs,
+                                                               self.d_best)
             if self.timing:
                 ev1.record(self.stream)
             self.d_best.copy_to_host(self.h_best, stream=self.stream)
