@@ -434,7 +434,6 @@ class DenseIndex:
         if not self._sms:
             self._sms = _multiprocessors()
         sms = self._sms
-        qpp = g.queries_per_pass
         by_keys = max(1, g.keys_bytes // (4 * n_docs))
         by_rows = max(1, g.query_bytes // max(1, 4 * n_terms))
         batch = max(1, min(Q.shape[0], by_keys, by_rows))
@@ -450,6 +449,9 @@ class DenseIndex:
             for lo in range(0, Q.shape[0], batch):
                 hi = min(Q.shape[0], lo + batch)
                 nb = hi - lo
+                # a batch smaller than queries_per_pass (one query) gets a matvec kernel for exactly
+                # its rows: no multiplications by zero padding rows
+                qpp = min(g.queries_per_pass, nb)
                 n_alloc = -(-nb // qpp) * qpp
                 prof.mark()
                 # host side of the batch, packed into one pinned buffer (rows, canonical |q|^2,
