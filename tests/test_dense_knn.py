@@ -409,3 +409,16 @@ def test_select_and_finish_register_caps_reach_the_compiler():
     assert kd.make_select_kernel(256, 2048, 2048, g.select_registers).targetoptions["max_registers"] == 128
     assert kd.make_finish_kernel(256, 2048, 2048, 8, g.finish_registers).targetoptions["max_registers"] == 128
     assert kd.make_select_kernel(256, 2048, 2048, 0).targetoptions.get("max_registers") is None
+
+
+@pytest.mark.cudasim
+def test_cuda_several_batches_sparse_queries_in_simulator():
+    """A call split into batches of 2, 2 and 1 queries (the packed staging per batch size, a
+    matvec kernel for the 1-query batch), sparse queries and left-out documents."""
+    from dataclasses import replace
+    X, Q = quarter_data(20, 9, 5, seed=3)
+    index = DenseIndex(X, "cuda", replace(SIM_GEOMETRY, keys_bytes=4 * 20 * 2))
+    leave = np.array([1, -1, 4, 19, -1])
+    assert_same(index.search(sp.csr_matrix(Q), 4, "l2", exclude_self=leave), reference(X, Q, 4, "l2", self_doc=leave))
+    assert index.last_run["rounds"] >= 3  # one finish round per batch at least
+    assert_same(index.search(Q, 3, "cosine"), reference(X, Q, 3, "cosine"))
