@@ -1093,7 +1093,7 @@ def _lower_bound(values, lo, hi, x):
 
 
 @kernel_cache
-def grouped_topk_kernel(block: int, items: int, cap: int):
+def grouped_topk_kernel(block: int, items: int, cap: int, max_registers: int = 0):
     """Fused accumulation and selection: block (s, b) scores query q = q_lo + b against the
     documents of segment s ([seg_range[s, 0], seg_range[s, 1]), at most block*items consecutive
     documents of one group) and keeps the segment's top k for every metric.
@@ -1115,12 +1115,17 @@ def grouped_topk_kernel(block: int, items: int, cap: int):
     q_indptr int64 (Q+1,), q_indices int32, q_data float32: all queries (uploaded once); qinfo
     float64 (Q, 3 + n_metrics) = (dot scale, l1 scale, document to leave out or -1, qn per metric);
     term_ptr int64, post_doc int32 (sorted within lists), post_w float32; dn float64 (n_metrics,
-    n_docs); seg_range int64 (n_seg, 2). Shared: see grouped_shared_bytes.
+    n_docs); seg_range int64 (n_seg, 2). Shared: see grouped_shared_bytes. Selection loops run
+    over the items that hold documents of the segment only (fewer for a short group).
+    max_registers > 0 caps the registers per thread (ptxas, sm_90, block 128 x items 8: 130
+    uncapped = 3 blocks per multiprocessor; 96 = 5 blocks, 80 bytes spilled; 64 = 7 (the shared
+    memory limit), 220 bytes spilled). The simulator has no registers: the cap is left out there.
     """
     seg_len = block * items
     off_len = block + 1
 
-    @cuda.jit
+    @(cuda.jit(max_registers=int(max_registers)) if max_registers > 0 and not numba.config.ENABLE_CUDASIM
+      else cuda.jit)
     def grouped_topk(q_indptr, q_indices, q_data, q_lo, qinfo, term_ptr, post_doc, post_w, dn, seg_range,
                      seg_table, metrics, k, out_doc, out_key):
         acc_dot = cuda.shared.array(seg_len, numba.int64)
@@ -1201,6 +1206,7 @@ def grouped_topk_kernel(block: int, items: int, cap: int):
                         cuda.atomic.add(acc_l1, d, numba.int64(contribution_dev(L1, qw, w) * s_l1))
                     p += block
             cuda.syncthreads()  # chunk done before t_start / t_off are rewritten
+        n_items = (seg_hi - seg_lo + block - 1) // block  # items that hold documents (the same for the whole block)
         for m in range(n_m):
             metric = metrics[m]
             sc = s_dot
@@ -1208,7 +1214,7 @@ def grouped_topk_kernel(block: int, items: int, cap: int):
                 sc = s_l1
             qnm = qinfo[q, 3 + m]
             best = -math.inf
-            for i in range(items):
+            for i in range(n_items):
                 loc = i * block + tid
                 d = seg_lo + loc
                 key = -math.inf
@@ -1230,7 +1236,7 @@ def grouped_topk_kernel(block: int, items: int, cap: int):
             cuda.syncthreads()  # keys, tmax, empty candidates and counter ready
             _bitonic_keys_desc(tmax, block, tid, block)
             tau = tmax[k - 1]
-            for i in range(items):
+            for i in range(n_items):
                 key = keys[i * block + tid]
                 if key > tau:
                     slot = cuda.atomic.add(counter, 0, 1)
@@ -1242,7 +1248,7 @@ def grouped_topk_kernel(block: int, items: int, cap: int):
             if n_gt < k and tau > -math.inf:
                 need = k - n_gt
                 taken = 0
-                for i in range(items):
+                for i in range(n_items):
                     key = keys[i * block + tid]
                     t_off[tid] = 1 if key == tau else 0
                     total = _block_exclusive_scan(t_off, tid, block)

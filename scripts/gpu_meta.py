@@ -215,9 +215,11 @@ def geometry_sweep(Xtr, y, C, Xte, sec, cpu_mf):
     out = np.empty((Q.shape[0], C, 92), np.float32)
     ref = np.vstack([cpu_mf.train, cpu_mf.queries]).reshape(Q.shape[0], C, 92)[:, :, :90]
     sweep = {}
-    for block, items, table in ((128, 8, True), (128, 8, False), (64, 16, True), (256, 4, True), (128, 4, True),
-                                (32, 32, True)):
-        geom = Geometry(group_block=block, group_items=items, **({} if table else {"segment_table_bytes": 0}))
+    variants = [(128, 8, True, r) for r in (96, 0, 128, 80, 64)] + [
+        (128, 8, False, 96), (64, 16, True, 96), (256, 4, True, 96), (128, 4, True, 96), (32, 32, True, 96)]
+    for block, items, table, regs in variants:
+        geom = Geometry(group_block=block, group_items=items, group_max_registers=regs,
+                        **({} if table else {"segment_table_bytes": 0}))
         times = []
         try:
             for _ in range(6):
@@ -226,14 +228,14 @@ def geometry_sweep(Xtr, y, C, Xte, sec, cpu_mf):
                                     pad="last", out=out, return_docs=False, geometry=geom, stats=st)
                 times.append(st["stages"]["kernels_ms"])
         except Exception as exc:
-            row("20NG geometry", f"block {block} x items {items}{'' if table else ', binary search'}",
+            row("20NG geometry", f"block {block} x items {items}, max registers {regs}{'' if table else ', binary search'}",
                 f"ERROR {type(exc).__name__}: {str(exc)[:120]}")
             continue
         same = bool(np.array_equal(out[:, :, :90], ref))
         ms = statistics.median(times[1:])
-        sweep[f"{block}x{items}{'' if table else '-search'}"] = {"kernel_ms": ms, "segments": st["segments"],
-                                                                 "identical": same}
-        row("20NG geometry", f"block {block} x items {items} ({st['segments']} segments"
+        sweep[f"{block}x{items}-r{regs}{'' if table else '-search'}"] = {"kernel_ms": ms, "segments": st["segments"],
+                                                                         "identical": same}
+        row("20NG geometry", f"block {block} x items {items}, max registers {regs or 'none'} ({st['segments']} segments"
             f"{'' if table else ', binary search instead of the segment table'})", f"{ms:.2f} ms",
             "kernels (all batches); " + ("= CPU twin" if same else "DIFFERENT"))
     sec["geometry_sweep"] = sweep
