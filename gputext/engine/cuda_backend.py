@@ -10,7 +10,6 @@ float64 values whichever shard a document is in).
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
