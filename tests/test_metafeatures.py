@@ -103,7 +103,7 @@ def test_bad_input():
 def test_cuda_equals_cpu_twin_in_simulator(monkeypatch):
     # the grouped engine path on the (simulated) device gives the CPU twin's matrix bit for bit
     from gputext.engine import Geometry, search as engine_search
-    tiny = Geometry(group_block=8, group_items=2, merge_block=8, merge_width=16, finish_block=32)
+    tiny = Geometry(group_block=8, group_items=2, merge_block=8, merge_width=16, finish_block=32, build_block=8)
     monkeypatch.setattr(engine_search, "Geometry", lambda: tiny)
     Xtr, y, Xq, C = random_problem(seed=4, n_train=14, n_test=2, n_terms=8, n_classes=3)
     a = compute_metafeatures(Xtr, y, C, Xq, k=3, method="inverted", device="cpu")

@@ -472,8 +472,9 @@ def topk_grouped_cuda(index: Index, Q, k, codes, group_ptr, self_doc, pad_last, 
             dev.tables.clear()
             table = cuda.device_array((index.n_terms, n_seg + 1), np.int64)
             n_el = table.size
-            scoring.segment_offsets[min(_blocks(n_el, 256), 65535 * 4), 256](dev.term_ptr, dev.post_doc,
-                                                                               cuda.to_device(bounds), table)
+            sb = geom.build_block
+            scoring.segment_offsets[min(_blocks(n_el, sb), 65535 * 4), sb](dev.term_ptr, dev.post_doc,
+                                                                             cuda.to_device(bounds), table)
             dev.tables.update(key=tkey, table=table)
         d_table = dev.tables["table"]
     else:
