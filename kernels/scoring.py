@@ -1054,20 +1054,20 @@ def topk_grouped_cpu(q_indptr, q_indices, q_data, scale, qn, self_doc, term_ptr,
                     out[i, g, j] = 0.0
 
 
-def grouped_geometry(k: int, largest_group: int, block: int | None = None, items: int | None = None) -> tuple[int, int, int]:
+def grouped_geometry(k: int, largest_group: int = 0, block: int | None = None, items: int | None = None) -> tuple[int, int, int]:
     """(block, items, cap) for grouped_topk_kernel: block a power of two >= k (default
-    max(128, next pow2 of k)); items a power of two, by default the fewest (at most 16) with
-    block*items >= the largest group, so that most groups are one segment; cap as topk_geometry.
-    Shared memory: 24 B a segment position (two int64 accumulators + float64 keys) + 24 B a
-    thread + 12*cap B, kept under 46 KB by halving items."""
+    max(128, next pow2 of k)); items a power of two, by default the most (at most 16) whose
+    shared memory stays under 46 KB: segments of block*items documents, a group larger than that
+    is split and merged. The default depends on k only, not on the data (largest_group is
+    ignored; kept for callers), so that one compiled kernel serves every corpus: the kernel loops
+    over the items that hold documents at run time. cap as topk_geometry. Shared memory: 24 B a
+    segment position (two int64 accumulators + float64 keys) + 24 B a thread + 12*cap B."""
     if block is None:
         block = max(128, _next_pow2(k))
     if block < k or block & (block - 1):
         raise ValueError(f"block must be a power of two >= k, got block={block}, k={k}")
     if items is None:
-        items = 1
-        while items < 16 and block * items < largest_group:
-            items *= 2
+        items = 16
         while items > 1 and grouped_shared_bytes(block, items, _cap(k, items)) > 46 * 1024:
             items //= 2
     if grouped_shared_bytes(block, items, _cap(k, items)) > 48 * 1024:
@@ -1156,7 +1156,8 @@ def grouped_topk_kernel(block: int, items: int, cap: int, max_registers: int = 0
         s_l1 = qinfo[q, 1]
         me = numba.int64(qinfo[q, 2])
         use_table = seg_table.shape[1] == seg_range.shape[0] + 1
-        for j in range(tid, seg_len, block):
+        n_items = (seg_hi - seg_lo + block - 1) // block  # items that hold documents (the same for the whole block)
+        for j in range(tid, n_items * block, block):
             acc_dot[j] = 0
             acc_l1[j] = 0
         p0 = q_indptr[q]
@@ -1206,7 +1207,6 @@ def grouped_topk_kernel(block: int, items: int, cap: int, max_registers: int = 0
                         cuda.atomic.add(acc_l1, d, numba.int64(contribution_dev(L1, qw, w) * s_l1))
                     p += block
             cuda.syncthreads()  # chunk done before t_start / t_off are rewritten
-        n_items = (seg_hi - seg_lo + block - 1) // block  # items that hold documents (the same for the whole block)
         for m in range(n_m):
             metric = metrics[m]
             sc = s_dot

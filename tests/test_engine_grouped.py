@@ -117,6 +117,9 @@ def test_bad_groups_and_options():
         search_topk_grouped(index, Q, 3, gp, ("cosine", "l2"), device="cpu", out=np.empty((Q.shape[0], 7, 5), np.float32))
     with pytest.raises(InputError, match="unknown metric"):
         search_topk_grouped(index, Q, 3, gp, ("cos",), device="cpu")
+    from gputext.backend import Backend
+    with pytest.raises(InputError, match="at most 512"):
+        search_topk_grouped(index, Q, 513, gp, device=Backend("cuda", True, "test"))
 
 
 @pytest.mark.cudasim

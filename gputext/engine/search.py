@@ -22,6 +22,7 @@ from .index import Index
 METRICS = tuple(scoring.METRICS)
 SIMILARITIES = ("cosine", "dot")  # larger is better; l2 and l1 are distances
 MAX_CUDA_K = 1024  # the top-k selection block has k <= block <= 1024 threads
+MAX_GROUPED_CUDA_K = 512  # the grouped kernel's shared memory (24 B a thread and a position) at block = k
 
 
 @dataclass
@@ -301,8 +302,9 @@ def search_topk_grouped(index: Index, Q, k: int, groups, metrics=("cosine",), de
         stats["backend"] = backend.name + (" (simulator)" if backend.simulator else "")
     if n_q and n_groups:
         if backend.is_cuda:
-            if k > MAX_CUDA_K:
-                raise InputError(f"k = {k} is more than the CUDA selector holds (at most {MAX_CUDA_K}); use --device cpu")
+            if k > MAX_GROUPED_CUDA_K:
+                raise InputError(f"k = {k} is more than the grouped CUDA selector holds (at most {MAX_GROUPED_CUDA_K}); "
+                                 "use --device cpu")
             from .cuda_backend import topk_grouped_cuda
             topk_grouped_cuda(index, Q, int(k), codes, group_ptr, self_doc, pad == "last", target, docs, batch_size,
                               quiet, geometry or Geometry(), stats, host_work)
