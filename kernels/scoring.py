@@ -704,6 +704,59 @@ def _block_exclusive_scan(flags, tid, block):
     return total
 
 
+@cuda.jit(device=True, inline=True)
+def _select_top_keys(keys, items, best, base, k, cap, tmax, cand_key, cand_doc, counter, flags, tid, block):
+    """Block-wide top-k of a segment's keys, in shared memory; every thread of the block calls it.
+
+    keys float64 [items * block] (thread tid holds entries i * block + tid, document base + that
+    index; -inf for none), best = the thread's largest key. tmax float64 [block], cand_key float64
+    / cand_doc int32 [cap], counter int32 [1], flags int32 [block] are scratch. The k-th largest of
+    the thread maxima is a lower bound tau on the k-th best key: keys > tau are placed by an atomic
+    counter, then keys == tau in index order (a block scan per item round) until k are held, and a
+    bitonic sort orders the candidates by (key desc, document asc). On return cand_*[:k] are the
+    segment's best (documents -1 / keys -inf past the segment's valid keys). Synchronises inside.
+    """
+    tmax[tid] = best
+    for j in range(tid, cap, block):
+        cand_doc[j] = -1
+        cand_key[j] = -math.inf
+    if tid == 0:
+        counter[0] = 0
+    cuda.syncthreads()  # keys, tmax, empty candidates and counter ready
+    _bitonic_keys_desc(tmax, block, tid, block)
+    tau = tmax[k - 1]
+    for i in range(items):
+        key = keys[i * block + tid]
+        if key > tau:
+            slot = cuda.atomic.add(counter, 0, 1)
+            cand_key[slot] = key
+            cand_doc[slot] = base + i * block + tid
+    cuda.syncthreads()  # all candidates above tau placed
+    n_gt = counter[0]
+    n_cand = n_gt
+    if n_gt < k and tau > -math.inf:
+        need = k - n_gt
+        taken = 0
+        for i in range(items):
+            key = keys[i * block + tid]
+            flags[tid] = 1 if key == tau else 0
+            total = _block_exclusive_scan(flags, tid, block)
+            pos = taken + flags[tid]
+            if key == tau and pos < need:
+                cand_key[n_gt + pos] = key
+                cand_doc[n_gt + pos] = base + i * block + tid
+            taken += total
+            cuda.syncthreads()  # flags reused next round
+            if taken >= need:
+                break
+        n_cand = n_gt + min(taken, need)
+    cuda.syncthreads()  # all candidates placed
+    n_sort = 2
+    while n_sort < n_cand:
+        n_sort *= 2
+    _bitonic_pairs(cand_key, cand_doc, n_sort, tid, block)
+
+
 def topk_geometry(k: int, block: int | None = None, items: int | None = None) -> tuple[int, int, int]:
     """(block, items, cap) for select_topk: block >= k a power of two, the segment's keys
     (block*items float64) plus candidates (cap = next pow2 of max(k, (k-1)*items)) in < 48 KB."""
@@ -771,45 +824,7 @@ def select_topk_kernel(block: int, items: int, cap: int):
             keys[i * block + tid] = key
             if key > best:
                 best = key
-        tmax[tid] = best
-        for j in range(tid, cap, block):
-            cand_doc[j] = -1
-            cand_key[j] = -math.inf
-        if tid == 0:
-            counter[0] = 0
-        cuda.syncthreads()  # keys, tmax, empty candidates and counter ready
-        _bitonic_keys_desc(tmax, block, tid, block)
-        tau = tmax[k - 1]
-        for i in range(items):
-            key = keys[i * block + tid]
-            if key > tau:
-                slot = cuda.atomic.add(counter, 0, 1)
-                cand_key[slot] = key
-                cand_doc[slot] = base + i * block + tid
-        cuda.syncthreads()  # all candidates above tau placed
-        n_gt = counter[0]
-        n_cand = n_gt
-        if n_gt < k and tau > -math.inf:
-            need = k - n_gt
-            taken = 0
-            for i in range(items):
-                key = keys[i * block + tid]
-                flags[tid] = 1 if key == tau else 0
-                total = _block_exclusive_scan(flags, tid, block)
-                pos = taken + flags[tid]
-                if key == tau and pos < need:
-                    cand_key[n_gt + pos] = key
-                    cand_doc[n_gt + pos] = base + i * block + tid
-                taken += total
-                cuda.syncthreads()  # flags reused next round
-                if taken >= need:
-                    break
-            n_cand = n_gt + min(taken, need)
-        cuda.syncthreads()  # all candidates placed
-        n_sort = 2
-        while n_sort < n_cand:
-            n_sort *= 2
-        _bitonic_pairs(cand_key, cand_doc, n_sort, tid, block)
+        _select_top_keys(keys, items, best, base, k, cap, tmax, cand_key, cand_doc, counter, flags, tid, block)
         for j in range(tid, k, block):
             out_doc[q, seg, j] = cand_doc[j]
             out_key[q, seg, j] = cand_key[j]
@@ -1227,45 +1242,7 @@ def grouped_topk_kernel(block: int, items: int, cap: int, max_registers: int = 0
                 keys[loc] = key
                 if key > best:
                     best = key
-            tmax[tid] = best
-            for j in range(tid, cap, block):
-                cand_doc[j] = -1
-                cand_key[j] = -math.inf
-            if tid == 0:
-                counter[0] = 0
-            cuda.syncthreads()  # keys, tmax, empty candidates and counter ready
-            _bitonic_keys_desc(tmax, block, tid, block)
-            tau = tmax[k - 1]
-            for i in range(n_items):
-                key = keys[i * block + tid]
-                if key > tau:
-                    slot = cuda.atomic.add(counter, 0, 1)
-                    cand_key[slot] = key
-                    cand_doc[slot] = seg_lo + i * block + tid
-            cuda.syncthreads()  # all candidates above tau placed
-            n_gt = counter[0]
-            n_cand = n_gt
-            if n_gt < k and tau > -math.inf:
-                need = k - n_gt
-                taken = 0
-                for i in range(n_items):
-                    key = keys[i * block + tid]
-                    t_off[tid] = 1 if key == tau else 0
-                    total = _block_exclusive_scan(t_off, tid, block)
-                    pos = taken + t_off[tid]
-                    if key == tau and pos < need:
-                        cand_key[n_gt + pos] = key
-                        cand_doc[n_gt + pos] = seg_lo + i * block + tid
-                    taken += total
-                    cuda.syncthreads()  # flags reused next round
-                    if taken >= need:
-                        break
-                n_cand = n_gt + min(taken, need)
-            cuda.syncthreads()  # all candidates placed
-            n_sort = 2
-            while n_sort < n_cand:
-                n_sort *= 2
-            _bitonic_pairs(cand_key, cand_doc, n_sort, tid, block)
+            _select_top_keys(keys, n_items, best, seg_lo, k, cap, tmax, cand_key, cand_doc, counter, t_off, tid, block)
             for j in range(tid, k, block):
                 out_doc[b, s, m, j] = cand_doc[j]
                 out_key[b, s, m, j] = cand_key[j]
