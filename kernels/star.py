@@ -28,6 +28,7 @@ import numpy as np
 from numba import cuda, prange
 
 from ._factory import kernel_cache
+from .scoring import _block_exclusive_scan
 
 FIX_BITS = 40
 FIX_SCALE = float(2 ** FIX_BITS)
@@ -342,28 +343,6 @@ def relevance_device(indptr, indices, degree, ais, lanes: int = 32, vertices: in
 def _fixed_weight_dev(w):
     """float32 weight -> int64 w * 2**40 (as ``fixed_weight``)."""
     return numba.int64(numba.float64(w) * FIX_SCALE)
-
-
-@cuda.jit(device=True, inline=True)
-def _block_exclusive_scan(flags, tid, block):
-    """In-place exclusive scan of shared int32 flags[block]; returns the total (Hillis-Steele,
-    a syncthreads around every round: read, then write; as kernels/scoring.py's)."""
-    own = flags[tid]
-    cuda.syncthreads()  # every flag written by the caller
-    offset = 1
-    while offset < block:
-        add = 0
-        if tid >= offset:
-            add = flags[tid - offset]
-        cuda.syncthreads()  # all reads of this round done
-        flags[tid] += add
-        cuda.syncthreads()  # all writes of this round done
-        offset *= 2
-    total = flags[block - 1]
-    cuda.syncthreads()  # everyone read the total before flags become exclusive
-    flags[tid] -= own
-    cuda.syncthreads()
-    return total
 
 
 @kernel_cache
