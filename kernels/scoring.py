@@ -87,6 +87,19 @@ contribution_dev = cuda.jit(device=True, inline=True)(_contribution)
 score_key_dev = cuda.jit(device=True, inline=True)(_score_key)
 
 
+@cuda.jit(device=True, inline=True)
+def last_le_dev(arr, lo, hi, value):
+    """Largest i in [lo, hi) with arr[i] <= value, for arr ascending and arr[lo] <= value: the row
+    (segment, term) of a flat position p in an offsets array, by binary search."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if arr[mid] <= value:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 @numba.njit(cache=True)
 def query_stats(q_indptr, q_indices, q_data, term_maxabs, metric):
     """Per query (host side, shared by both backends so they agree bit for bit).
@@ -516,17 +529,10 @@ def scatter_postings(indptr, indices, data, term_ptr, cursor, post_doc, post_w):
     nnz = indices.shape[0]
     if p >= nnz:
         return
-    lo = 0
-    hi = indptr.shape[0] - 1
-    while hi - lo > 1:  # largest row with indptr[row] <= p
-        mid = (lo + hi) // 2
-        if indptr[mid] <= p:
-            lo = mid
-        else:
-            hi = mid
+    row = last_le_dev(indptr, 0, indptr.shape[0] - 1, p)
     t = indices[p]
     slot = term_ptr[t] + cuda.atomic.add(cursor, t, 1)
-    post_doc[slot] = lo
+    post_doc[slot] = row
     post_w[slot] = data[p]
 
 
@@ -593,15 +599,7 @@ def accumulate_kernel(block: int, items: int):
         p = numba.int64(cuda.blockIdx.x) * (block * items) + cuda.threadIdx.x
         if p >= total:
             return
-        lo = 0
-        hi = n_seg
-        while hi - lo > 1:  # largest j with seg_off[j] <= p
-            mid = (lo + hi) // 2
-            if seg_off[mid] <= p:
-                lo = mid
-            else:
-                hi = mid
-        j = lo
+        j = last_le_dev(seg_off, 0, n_seg, p)
         for i in range(items):
             if p >= total:
                 return
@@ -1200,15 +1198,7 @@ def grouped_topk_kernel(block: int, items: int, cap: int, max_registers: int = 0
             cuda.syncthreads()  # t_off[block] visible
             p = tid
             if p < total:
-                lo = 0
-                hi = block
-                while hi - lo > 1:  # largest i with t_off[i] <= p
-                    mid = (lo + hi) // 2
-                    if t_off[mid] <= p:
-                        lo = mid
-                    else:
-                        hi = mid
-                i = lo
+                i = last_le_dev(t_off, 0, block, p)
                 while p < total:
                     while t_off[i + 1] <= p:
                         i += 1

@@ -28,7 +28,7 @@ import numpy as np
 from numba import cuda, prange
 
 from ._factory import kernel_cache
-from .scoring import _block_exclusive_scan
+from .scoring import _block_exclusive_scan, last_le_dev
 
 FIX_BITS = 40
 FIX_SCALE = float(2 ** FIX_BITS)
@@ -466,15 +466,7 @@ def split_upper(up_ptr, up_col, up_w, n_edges, indptr, cursor, out_idx, out_w, t
     start, stride = cuda.grid(1), cuda.gridsize(1)
     n = up_ptr.shape[0] - 1
     for e in range(start, n_edges, stride):
-        lo = 0
-        hi = n
-        while hi - lo > 1:  # largest i with up_ptr[i] <= e
-            mid = (lo + hi) // 2
-            if up_ptr[mid] <= e:
-                lo = mid
-            else:
-                hi = mid
-        i = lo
+        i = last_le_dev(up_ptr, 0, n, e)
         j = up_col[e]
         w = up_w[e]
         p = e + indptr[i + 1] - up_ptr[i + 1]

@@ -24,8 +24,6 @@ from ..kernels import scan, scoring
 from ..progress import progress
 from .index import Index
 
-numba.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0  # small batches are legitimate; the warning is noise for users
-
 INDEX_SHARE = 0.45
 ROWS_SHARE = 0.30
 SIM_BATCH = 64  # the simulator has no memory to plan against
