@@ -221,24 +221,17 @@ def dense_rmatvec_cpu(Xd, u, rows_per_block, partial, out):
 
 @numba.njit(parallel=True, cache=True)
 def csr_matvec_cpu(indptr, indices, data, v, out):
-    """out[r] = sum over row r's entries of data * v[indices]; CSR int64/int32/float32, v, out float64."""
+    """out[r] = sum over row r's entries of data * v[indices]; CSR int64/int32/float32, v, out float64.
+
+    Also X^T u: called with X's CSC copy (colptr, rows, data) it gives out[c] = sum over column
+    c's entries of data * u[rows].
+    """
     n_rows = indptr.shape[0] - 1
     for r in prange(n_rows):
         acc = 0.0
         for k in range(indptr[r], indptr[r + 1]):
             acc += numba.float64(data[k]) * v[indices[k]]
         out[r] = acc
-
-
-@numba.njit(parallel=True, cache=True)
-def csc_rmatvec_cpu(colptr, rows, data, u, out):
-    """out[c] = sum over column c's entries of data * u[rows] (CSC copy of X: X^T u)."""
-    n_cols = colptr.shape[0] - 1
-    for c in prange(n_cols):
-        acc = 0.0
-        for k in range(colptr[c], colptr[c + 1]):
-            acc += numba.float64(data[k]) * u[rows[k]]
-        out[c] = acc
 
 
 @numba.njit(parallel=True, cache=True)

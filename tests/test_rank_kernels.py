@@ -43,7 +43,7 @@ def test_cpu_matvec_twins_match_numpy():
     np.testing.assert_allclose(out, S.astype(np.float64) @ v9, rtol=1e-12)
     C = S.tocsc()
     res = np.zeros(9)
-    K.csc_rmatvec_cpu(C.indptr.astype(np.int64), C.indices.astype(np.int32), C.data, u, res)
+    K.csr_matvec_cpu(C.indptr.astype(np.int64), C.indices.astype(np.int32), C.data, u, res)
     np.testing.assert_allclose(res, S.astype(np.float64).T @ u, rtol=1e-12)
 
 

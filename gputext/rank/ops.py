@@ -149,7 +149,7 @@ class CpuRankOps:
         if self.dense is not None:
             K.dense_rmatvec_cpu(self.dense, u, self.g.cpu_rows_per_block, self.partial, self.out)
         else:
-            K.csc_rmatvec_cpu(self.colptr, self.colrows, self.colvalues, u, self.out)
+            K.csr_matvec_cpu(self.colptr, self.colrows, self.colvalues, u, self.out)
         return self.out.copy()
 
     def scores(self, w: np.ndarray) -> np.ndarray:
