@@ -39,6 +39,7 @@ import scipy.sparse as sp
 from ..backend import Backend, resolve as resolve_backend
 from ..errors import InputError
 from . import stream_host as H
+from .stream_launch import RawLaunch, RawLaunchUnavailable
 
 CANDIDATES = ("auto", "scan", "index")
 DEFAULT_BATCH = {"cuda": 32, "cpu": 16}
@@ -106,7 +107,7 @@ class _EllScanner:
     the host's dirty list, which travel in the next launch's update buffer."""
 
     def __init__(self, backend: Backend, K: int, max_docs: int, threads_per_block: int, reduce_threads: int,
-                 capacity: int):
+                 capacity: int, fast_launch: bool = True):
         from ..kernels import stream_ell as E
         self.E = E
         self.cuda = backend.is_cuda
@@ -119,24 +120,48 @@ class _EllScanner:
         self.ibuf_len = self.max_upd * (1 + K) + 2 * self.table_max + 2 * max_docs * K + 1
         self.fbuf_len = self.max_upd * K + max_docs * K
         self.timing = False  # record CUDA events around the scoring kernels (benchmarks)
-        self.kernel_ms: list[float] = []
+        self.kernel_ms: list[float] = []  # per launch: scan + final reduction (raw path: GPU time only)
+        self.score_ms: list[float] = []  # per launch: the scan kernel alone (raw path only)
         self.work_hint = 0  # centroid slots to scan (set by the clusterer): picks the threaded CPU twin
         self.rows_valid = 0  # rows of the copy that hold current data (others arrive by the update buffer)
         self.stride = 0
         self.grows = 0
+        self.grow_seconds: list[float] = []  # host time of each device capacity growth (allocation + copy)
         self.flushed = 0
+        self.raw = None  # stream_launch.DriverCalls: pre-marshalled launches and raw copies (real GPU only)
+        self.launch_mode = "cpu"
         if self.cuda:
             from numba import cuda
             self.cu = cuda
             self.stream = cuda.stream()
-            self.h_ibuf = cuda.pinned_array(self.ibuf_len, np.int32)
-            self.h_fbuf = cuda.pinned_array(self.fbuf_len, np.float32)
-            self.d_ibuf = cuda.device_array(self.ibuf_len, np.int32)
-            self.d_fbuf = cuda.device_array(self.fbuf_len, np.float32)
+            # one pinned host buffer and one device buffer hold [ibuf | fbuf]: one upload per launch
+            n_all = self.ibuf_len + self.fbuf_len
+            self.h_all = cuda.pinned_array(n_all, np.int32)
+            self.h_ibuf = self.h_all[:self.ibuf_len]
+            self.h_fbuf = self.h_all[self.ibuf_len:].view(np.float32)
             self.h_best = cuda.pinned_array((2, max_docs), np.float64)
             self.d_best = cuda.device_array((2, max_docs), np.float64)
             self.score_k = E.score_kernel(threads_per_block, max_docs)
             self.reduce_k = E.reduce_kernel(reduce_threads)
+            self._raw_score = self._raw_reduce = None
+            self._events = None
+            self.launch_mode = "dispatcher"
+            if fast_launch and not backend.simulator:
+                try:
+                    from .stream_launch import DriverCalls, device_address, host_address
+                    self.d_all = cuda.device_array(n_all, np.int32)
+                    self.d_ibuf = self.d_all[:self.ibuf_len]
+                    self.d_fbuf = self.d_all[self.ibuf_len:].view(np.float32)
+                    self.raw = DriverCalls(self.stream)
+                    self._addr = (device_address(self.d_all), host_address(self.h_all),
+                                  device_address(self.d_best), host_address(self.h_best))
+                    self.launch_mode = "raw"
+                except Exception as exc:  # another numba-cuda / binding layout: the dispatcher path
+                    self.raw = None
+                    self.launch_mode = f"dispatcher (raw launch unavailable: {type(exc).__name__}: {exc})"
+            if self.raw is None:
+                self.d_ibuf = cuda.device_array(self.ibuf_len, np.int32)
+                self.d_fbuf = cuda.device_array(self.fbuf_len, np.float32)
             self._h2d = None
             if not backend.simulator:
                 try:
@@ -156,13 +181,17 @@ class _EllScanner:
     def _alloc(self, shape, dtype):
         return self.cu.device_array(shape, dtype) if self.cuda else np.empty(shape, dtype)
 
-    def _ensure_capacity(self, n_rows: int) -> None:
+    def _ensure_capacity(self, n_rows: int, reserve: int = 0) -> None:
+        """At least n_rows (and, when growing, max(2 x the old stride, reserve)) rows of capacity.
+        Growth allocates the new matrix and copies the valid rows on the device (grow_copy)."""
         if n_rows <= self.stride:
             return
-        stride = self.E.aligned_stride(max(n_rows, 2 * self.stride))
+        t0 = time.perf_counter()
+        stride = self.E.aligned_stride(max(n_rows, 2 * self.stride, reserve))
         terms = self._alloc((self.K, stride), np.int32)
         weights = self._alloc((self.K, stride), np.float32)
-        if self.terms is not None and self.rows_valid:
+        grown = self.terms is not None and self.rows_valid
+        if grown:
             n = self.rows_valid
             if self.cuda:
                 blocks = (self.K * n + 255) // 256
@@ -174,6 +203,10 @@ class _EllScanner:
         n_blocks = (stride + self.tpb - 1) // self.tpb
         self.part_sim = self._alloc(self.max_docs * n_blocks, np.float64)
         self.part_row = self._alloc(self.max_docs * n_blocks, np.int32)
+        if self.cuda:
+            self._raw_score = self._raw_reduce = None  # new arrays: marshalled again at the next launch
+        if grown:
+            self.grow_seconds.append(time.perf_counter() - t0)
 
     def device_bytes(self) -> int:
         """Bytes this scanner holds on the device (ELL matrix, partials, buffers)."""
@@ -183,8 +216,23 @@ class _EllScanner:
     # -- buffers
     def _upload(self, ilen: int, flen: int) -> None:
         """Copy the used prefixes of the pinned launch buffers to the device (asynchronously, on
-        the scanner's stream). The driver call avoids making device-array views on every launch."""
+        the scanner's stream). Raw path: one copy of [ibuf | used fbuf] when the unused tail of
+        ibuf is small (64 KB), else two. Otherwise the driver call avoids making device-array
+        views on every launch."""
         if not self.cuda:
+            return
+        if self.raw is not None:
+            d_all, h_all = self._addr[0], self._addr[1]
+            if flen == 0:
+                if ilen:
+                    self.raw.copy_h2d(d_all, h_all, 4 * ilen)
+            elif self.ibuf_len - ilen <= 16384:
+                self.raw.copy_h2d(d_all, h_all, 4 * (self.ibuf_len + flen))
+            else:
+                if ilen:
+                    self.raw.copy_h2d(d_all, h_all, 4 * ilen)
+                off = 4 * self.ibuf_len
+                self.raw.copy_h2d(d_all + off, h_all + off, 4 * flen)
             return
         if self._h2d is not None:
             if ilen:
@@ -221,13 +269,16 @@ class _EllScanner:
                 ibuf, fbuf = self.cu.to_device(h_ibuf[:ilen], stream=self.stream), self.cu.to_device(h_fbuf[:flen], stream=self.stream)
             blocks = (n_upd * self.K + 255) // 256
             self.E.apply_updates[blocks, 256, self.stream](self.terms, self.weights, ibuf, fbuf, n_upd)
+            self.stream.synchronize()  # the pinned buffers are rewritten next: the copies must have read them
         else:
             self.E.apply_updates_cpu(self.terms, self.weights, h_ibuf, h_fbuf, n_upd)
         self.flushed += n_upd
 
     def load(self, n_rows: int, c_terms, c_weights) -> None:
-        """Upload rows 0..n_rows-1 whole (a resumed state or a benchmark's synthetic state)."""
-        self._ensure_capacity(n_rows)
+        """Upload rows 0..n_rows-1 whole (a resumed state or a benchmark's synthetic state). The
+        capacity reserved is 2 x n_rows, as if the matrix had just doubled: the clusters that the
+        stream goes on to create do not pay for a growth right away."""
+        self._ensure_capacity(n_rows, reserve=2 * n_rows)
         terms = np.full((self.K, self.stride), -1, np.int32)
         weights = np.zeros((self.K, self.stride), np.float32)
         terms[:, :n_rows] = c_terms[:n_rows].T
@@ -269,7 +320,13 @@ class _EllScanner:
             self.rows_valid = 0
             return self.h_best[:, :n_docs]
         n_blocks = (n_rows + self.tpb - 1) // self.tpb
-        if self.cuda:
+        if self.raw is not None:
+            try:
+                self._score_raw(n_rows, n_upd, table_size, n_post, n_docs, n_blocks)
+            except RawLaunchUnavailable as exc:  # marshalling unavailable on this numba-cuda: the dispatcher from now on
+                self.raw = None  # the upload above went to the same device buffers (views of d_all)
+                self.launch_mode = f"dispatcher (raw launch unavailable: {exc})"
+        if self.cuda and self.raw is None:
             if self.timing:
                 ev0, ev1 = self.cu.event(), self.cu.event()
                 ev0.record(self.stream)
@@ -283,7 +340,7 @@ class _EllScanner:
             self.stream.synchronize()
             if self.timing:
                 self.kernel_ms.append(ev0.elapsed_time(ev1))
-        else:
+        elif not self.cuda:
             parallel = self.work_hint >= H.PARALLEL_MIN_WORK and n_rows > self.tpb
             twin = self.E.score_blocks_cpu if parallel else self.E.score_blocks_serial
             twin(self.tpb, self.max_docs, self.terms, self.weights, n_rows, ibuf, fbuf, n_upd,
@@ -291,6 +348,40 @@ class _EllScanner:
             self.E.reduce_blocks_cpu(self.part_sim, self.part_row, n_blocks, n_docs, self.h_best)
         self.rows_valid = n_rows
         return self.h_best[:, :n_docs]
+
+    def _score_raw(self, n_rows, n_upd, table_size, n_post, n_docs, n_blocks) -> None:
+        """The scoring launch through stream_launch: the two kernels with pre-marshalled
+        arguments (marshalled again only after a capacity growth), the (2, max_docs) result
+        copied back, one stream synchronisation. The upload was issued by score()."""
+        L, R = self._raw_score, self._raw_reduce
+        if L is None:
+            L = self._raw_score = RawLaunch(self.score_k, (self.terms, self.weights, 0, self.d_ibuf, self.d_fbuf, 0,
+                                                           0, 0, 0, self.part_sim, self.part_row), self.stream)
+            R = self._raw_reduce = RawLaunch(self.reduce_k, (self.part_sim, self.part_row, 0, 0, self.d_best),
+                                             self.stream)
+        L.set(2, n_rows)
+        L.set(5, n_upd)
+        L.set(6, table_size)
+        L.set(7, n_post)
+        L.set(8, n_docs)
+        R.set(2, n_blocks)
+        R.set(3, n_docs)
+        if self.timing:
+            if self._events is None:
+                self._events = (self.cu.event(), self.cu.event(), self.cu.event())
+            self.raw.record(self._events[0])
+        L.launch(n_blocks, self.tpb)
+        if self.timing:
+            self.raw.record(self._events[1])
+        R.launch(n_docs, self.reduce_tpb)
+        if self.timing:
+            self.raw.record(self._events[2])
+        self.raw.copy_d2h(self._addr[3], self._addr[2], self.h_best.nbytes)
+        self.raw.sync()
+        if self.timing:
+            ev = self._events
+            self.kernel_ms.append(ev[0].elapsed_time(ev[2]))
+            self.score_ms.append(ev[0].elapsed_time(ev[1]))
 
     def read_back(self, n_rows: int):
         """(terms (K, n_rows), weights (K, n_rows)) of the copy, as host arrays."""
@@ -313,11 +404,15 @@ class StreamClusterer:
                     accumulators grow with the batch); 2048 on the CPU); batch_size must not exceed it.
     reduce_threads  threads of the final reduction kernel (a power of two).
     capacity        initial number of cluster rows (grows by doubling on host and device).
+    fast_launch     on a real GPU, launch the scan through pre-marshalled driver calls
+                    (stream_launch.py) instead of numba's dispatcher (False: the dispatcher; the
+                    results are the same, only the host time per launch differs).
     """
 
     def __init__(self, threshold: float = 0.6, max_terms: int = 35, device: str = "auto",
                  batch_size: int | None = None, candidates: str = "auto", threads_per_block: int | None = None,
-                 reduce_threads: int = 256, capacity: int = 1024, backend: Backend | None = None):
+                 reduce_threads: int = 256, capacity: int = 1024, backend: Backend | None = None,
+                 fast_launch: bool = True):
         _check_params(threshold, max_terms, batch_size, candidates)
         self.backend = backend or resolve_backend(device)
         if candidates == "index" and self.backend.is_cuda:
@@ -353,8 +448,9 @@ class StreamClusterer:
         self.use_scan = candidates in ("auto", "scan")
         self.use_index = (candidates == "index") or (candidates == "auto" and not self.backend.is_cuda)
         self._init_index(1024, 4096)
-        self.scanner = (_EllScanner(self.backend, K, self.batch_size, self.tpb, self.reduce_threads, cap)
-                        if self.use_scan else None)
+        self.fast_launch = bool(fast_launch)
+        self.scanner = (_EllScanner(self.backend, K, self.batch_size, self.tpb, self.reduce_threads, cap,
+                                    self.fast_launch) if self.use_scan else None)
 
     # ------------------------------------------------------------------ state
     @property
@@ -571,7 +667,12 @@ class StreamClusterer:
         X = sp.csr_matrix(np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 1.0, 1.0], [0.0, 0.0, 0.0]]))
         for candidates in (("scan", "index") if self.candidates == "auto" and self.use_index else (self.candidates,)):
             kw["candidates"] = candidates
-            StreamClusterer(self.threshold, self.K, **kw).partial_fit(X)
+            sc = StreamClusterer(self.threshold, self.K, fast_launch=self.fast_launch, **kw)
+            sc.partial_fit(X)
+            sc.partial_fit(X)  # the first launch of a batch had no clusters to score (no kernel ran)
+            if sc.scanner is not None:  # the capacity growth (grow_copy) and the flush (apply_updates)
+                sc.scanner._ensure_capacity(sc.scanner.stride + 1)
+                sc.device_matrix()
 
     # ------------------------------------------------------------------ views
     def centroids(self) -> dict:
