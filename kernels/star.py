@@ -63,6 +63,54 @@ def accumulate_edges(rows, cols, weights, degree, weight_sum):
 
 
 @numba.njit(parallel=True, cache=True)
+def split_addition_rows(ptr, cols, weights, n_new, n_old):
+    """Upper-triangle rows of the stacked corpus [new; old] (DClustR additions) as global edges.
+
+    ptr int64 (n_new+1,), cols int32 (ascending within a row, > the row), weights float32:
+    row i is new document i (global id n_old + i); a column c < n_new is new document c, a
+    column c >= n_new is old document c - n_new.  Returns ((old, new, w), (a, b, w)): the
+    new-old edges and the new-new edges (a < b) as int32 global ids, by row, then column.
+    One row per prange iteration (binary search for the split, two copies).
+    """
+    split = np.empty(n_new, np.int64)
+    for i in prange(n_new):
+        lo = ptr[i]
+        hi = ptr[i + 1]
+        while lo < hi:  # first column >= n_new (old documents)
+            mid = (lo + hi) // 2
+            if cols[mid] < n_new:
+                lo = mid + 1
+            else:
+                hi = mid
+        split[i] = lo
+    off_new = np.zeros(n_new + 1, np.int64)
+    off_old = np.zeros(n_new + 1, np.int64)
+    for i in range(n_new):
+        off_new[i + 1] = off_new[i] + split[i] - ptr[i]
+        off_old[i + 1] = off_old[i] + ptr[i + 1] - split[i]
+    o_old = np.empty(off_old[n_new], np.int32)
+    o_new = np.empty(off_old[n_new], np.int32)
+    o_w = np.empty(off_old[n_new], np.float32)
+    a = np.empty(off_new[n_new], np.int32)
+    b = np.empty(off_new[n_new], np.int32)
+    ab_w = np.empty(off_new[n_new], np.float32)
+    for i in prange(n_new):
+        d = off_new[i]
+        for p in range(ptr[i], split[i]):
+            a[d] = n_old + i
+            b[d] = n_old + cols[p]
+            ab_w[d] = weights[p]
+            d += 1
+        d = off_old[i]
+        for p in range(split[i], ptr[i + 1]):
+            o_old[d] = cols[p] - n_new
+            o_new[d] = n_old + i
+            o_w[d] = weights[p]
+            d += 1
+    return (o_old, o_new, o_w), (a, b, ab_w)
+
+
+@numba.njit(parallel=True, cache=True)
 def upper_rows(indptr, indices, data, row_offset, col_offset):
     """Keep the strict upper triangle of a block of engine results, as CSR rows.
 

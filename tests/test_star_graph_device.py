@@ -86,6 +86,25 @@ def test_edge_buffer_spills_to_host_assembly(capacity):
     assert dev.relevance is None  # computed later from the host graph (cluster_star does)
 
 
+@pytest.mark.parametrize("index,weights", [("device", "lazy"), ("host", "eager")])
+def test_edge_buffer_grows_and_index_and_weight_modes(index, weights):
+    # a 3-edge buffer doubles on the device (no spill); suffix indexes from one upload or host
+    # slices; weights left on the device until read, or copied with the indices
+    import dataclasses
+    X = random_corpus(26, 10, 4, seed=6, empty=(4,), duplicates=((3, 20),))
+    cpu = build_graph(X, 0.3, "cpu")
+    geom = DeviceGraphGeometry(**{**vars(TINY), "edge_initial": 3, "index": index, "weights": weights})
+    dev = build_graph(X, 0.3, "cuda", batch_size=7, shards=3, engine_geometry=ENGINE_TINY, graph_geometry=geom,
+                      relevance_geometry=REL_TINY)
+    assert dev.stats["assembly"] == "device" and dev.stats["spills"] == 0 and dev.stats["edge_buffer_grows"] >= 3
+    assert dev.weights_on_host == (weights == "eager")
+    assert_same_graph(dev, cpu)
+    assert dev.weights_on_host
+    assert dataclasses.is_dataclass(dev)
+    count, rel = twin_relevance(cpu)
+    assert np.array_equal(dev.relevance_count, count) and np.array_equal(dev.relevance, rel)
+
+
 def test_cluster_star_device_path_equals_cpu():
     X = random_corpus(20, 9, 4, seed=8, empty=(6,), duplicates=((0, 19),))
     cpu = cluster_star(X, 0.3, "cpu")
@@ -138,3 +157,21 @@ def test_no_terms_and_no_edges_on_the_device():
         assert dev.stats["assembly"] == "device"
         assert_same_graph(dev, cpu)
         assert dev.relevance.tolist() == [0.0] * X.shape[0]
+
+
+def test_score_additions_on_the_device_equals_cpu_and_brute_force():
+    # new x old and new x new (upper) edges through the device build over [new; old], several
+    # batches: the same edges and weights as the engine path on the CPU, and the brute force's pairs
+    from gputext.cluster.graph import score_additions
+    X = random_corpus(30, 12, 4, seed=13, empty=(25,), duplicates=((2, 24), (20, 27)))
+    old, new = X[:19], X[19:]
+    cpu = score_additions(old, new, 0.3, "cpu", batch_size=4)
+    dev = score_additions(old, new, 0.3, "cuda", batch_size=4, engine_geometry=ENGINE_TINY, graph_geometry=TINY)
+    for a, b in zip(cpu, dev):
+        for x, y in zip(a, b):
+            assert np.array_equal(x, y) and x.dtype == y.dtype
+    (o_old, o_new, _), (a, b, _) = dev
+    got = {(int(min(u, v)), int(max(u, v))) for u, v in zip(o_old, o_new)} | {(int(u), int(v)) for u, v in zip(a, b)}
+    want = {(i, j) for i, j in brute_force_graph(X, 0.3) if j >= 19}
+    assert got == want and len(o_old) and len(a)
+    assert np.all(a < b) and np.all(o_old < 19) and np.all(o_new >= 19)

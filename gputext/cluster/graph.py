@@ -85,6 +85,30 @@ class StarGraph:
     def neighbours(self, v: int) -> np.ndarray:
         return self.indices[self.indptr[v]:self.indptr[v + 1]]
 
+    @property
+    def weights_on_host(self) -> bool:
+        """False while the weights are still on the device (see ``weights``)."""
+        return not hasattr(self.__dict__.get("_weights"), "fetch")
+
+
+def _get_weights(self) -> np.ndarray:
+    w = self.__dict__.get("_weights")
+    if hasattr(w, "fetch"):  # still on the device: one copy, then kept on the host
+        w = w.fetch()
+        self.__dict__["_weights"] = w
+    return w
+
+
+def _set_weights(self, value) -> None:
+    self.__dict__["_weights"] = value
+
+
+# The weights may stay on the device after a device build (the cover and the improvement read
+# only indptr/indices/degree, the relevance came with the graph): ``weights`` then holds an object
+# with ``fetch()`` (gputext.cluster.graph_cuda.DeviceWeights) and the first read of
+# ``graph.weights`` copies them to the host (float32 (2E,) like any other graph's weights).
+StarGraph.weights = property(_get_weights, _set_weights, doc="float32 (2E,): the edge weights (cosines), row-aligned with indices")
+
 
 def graph_from_edges(n: int, rows, cols, weights) -> StarGraph:
     """A StarGraph from undirected edges given once each (any order, either orientation).
@@ -236,14 +260,25 @@ def _build_graph_engine(X, beta, backend, bounds, batch, quiet, engine_geometry)
 
 
 def score_additions(old_X, new_X, beta: float, device: str | Backend = "auto", batch_size: int | None = None,
-                    quiet: bool = True, engine_geometry=None):
+                    quiet: bool = True, engine_geometry=None, graph_geometry=None, device_graph: bool = True):
     """The edges DClustR needs after adding new documents (paper section 3.2): every new document
-    against the collection (an index of the old documents, queries = new documents) and against
-    the new documents after it (index of the new documents, upper triangle).
+    against the collection and against the new documents after it (Suc_v U (V \\ M)).
+
+    One index of the stacked corpus X' = [new; old] (new document i is row i, old document j is
+    row n_new + j) with the new documents as queries, each keeping only the rows after its own:
+    that is exactly the new x old pairs and the new x new upper triangle, every pair scored once
+    with the added document as the query.  On a CUDA device the device graph build does it
+    (gputext.cluster.graph_cuda, ``upper_only``: the edges come to the host as upper-triangle
+    rows, no symmetric CSR); on the CPU, and as the CUDA fallback, the engine's threshold
+    selector in batches of ``batch_size`` queries (default 8192).  Both score the same pairs
+    against the same index, so they give the same edges and weights bit for bit.
 
     Returns ((old int32, new int32, w float32) new-old edges, (a int32, b int32, w float32)
-    new-new edges with a < b), all as global vertex ids (new documents numbered from n_old).
+    new-new edges with a < b), all as global vertex ids (new documents numbered from n_old);
+    ordered by new document, then neighbour ascending.
     """
+    import scipy.sparse as sp
+
     from ..engine import Index, search_threshold
 
     beta = check_beta(beta)
@@ -251,34 +286,32 @@ def score_additions(old_X, new_X, beta: float, device: str | Backend = "auto", b
     new_X = canonical_csr(new_X)
     backend = device if isinstance(device, Backend) else resolve(device)
     n_old, n_new = old_X.shape[0], new_X.shape[0]
-    batch = int(batch_size or 8192)
-    old_index = Index.from_csr(old_X) if n_old else None
-    new_index = Index.from_csr(new_X)
-    no_parts = ([], [], [])
-    nn_parts = ([], [], [])
-    with progress(n_new if n_new > batch else 0, "scoring additions", quiet) as bar:
-        for lo in range(0, n_new, batch):
-            hi = min(n_new, lo + batch)
-            Q = new_X[lo:hi]
-            if old_index is not None:
-                S = search_threshold(old_index, Q, beta, metric="cosine", device=backend, quiet=True,
-                                     geometry=engine_geometry)
-                indptr, indices, data = csr_arrays(S)
-                counts = np.diff(indptr)
-                no_parts[0].append(indices)
-                no_parts[1].append(np.repeat(np.arange(n_old + lo, n_old + hi, dtype=np.int32), counts))
-                no_parts[2].append(data)
-            S = search_threshold(new_index, Q, beta, metric="cosine", device=backend, quiet=True,
-                                 geometry=engine_geometry, after=np.arange(lo, hi))
-            ptr, c, w = kstar.upper_rows(*csr_arrays(S), n_old + lo, n_old)
-            nn_parts[0].append(np.repeat(np.arange(n_old + lo, n_old + hi, dtype=np.int32), np.diff(ptr)))
-            nn_parts[1].append(c)
-            nn_parts[2].append(w)
-            bar.update(hi - lo)
+    Xp = canonical_csr(sp.vstack([new_X, old_X], format="csr")) if n_old else new_X
+    up = None
+    if backend.is_cuda and device_graph and n_new:
+        from .graph_cuda import _free_device_memory, build_graph_cuda
 
-    def cat(parts, dtype):
-        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
-
-    new_old = (cat(no_parts[0], np.int32), cat(no_parts[1], np.int32), cat(no_parts[2], np.float32))
-    new_new = (cat(nn_parts[0], np.int32), cat(nn_parts[1], np.int32), cat(nn_parts[2], np.float32))
-    return new_old, new_new
+        out = build_graph_cuda(Xp, beta, np.array([0, n_new], np.int64), batch_size, quiet, engine_geometry,
+                               graph_geometry, None, None, backend.simulator, upper_only=True)
+        _free_device_memory()
+        if out is not None:
+            up_ptr, _, cols, weights = out[:4]
+            up = (up_ptr[:n_new + 1], cols, weights)
+    if up is None:
+        batch = int(batch_size or 8192)
+        index = Index.from_csr(Xp)
+        parts = ([np.zeros(1, np.int64)], [], [])
+        with progress(n_new if n_new > batch else 0, "scoring additions", quiet) as bar:
+            for lo in range(0, n_new, batch):
+                hi = min(n_new, lo + batch)
+                S = search_threshold(index, new_X[lo:hi], beta, metric="cosine", device=backend, quiet=True,
+                                     geometry=engine_geometry, after=np.arange(lo, hi))
+                ptr, c, w = kstar.upper_rows(*csr_arrays(S), lo, 0)
+                parts[0].append(ptr[1:] + parts[0][-1][-1])
+                parts[1].append(c)
+                parts[2].append(w)
+                bar.update(hi - lo)
+        up = (np.concatenate(parts[0]),
+              np.concatenate(parts[1]) if parts[1] else np.empty(0, np.int32),
+              np.concatenate(parts[2]) if parts[2] else np.empty(0, np.float32))
+    return kstar.split_addition_rows(up[0], up[1], up[2], n_new, n_old)

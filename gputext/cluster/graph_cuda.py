@@ -15,7 +15,8 @@ b_{s+1}), an index of the documents from b_s on, as the CPU path) and per batch 
 
 then once: ``csr``  (scan of the degrees and of the row lengths, ``split_upper``,
 ``lower_sort_kernel``), ``relevance`` (``ais_kernel``, ``relevance_kernel``) and ``transfer`` (one
-copy of indptr, indices, weights, degree, sums, counts and relevance to the host).  Each stage
+copy of indptr, indices, degree, sums, counts and relevance to the host; the weights stay on the
+device until read, see ``DeviceWeights``).  Each stage
 is timed with CUDA events (stats ``device_seconds``) and by the host clock.
 
 Memory (real device): score rows take at most ``ROWS_SHARE`` of the free memory (one buffer for
@@ -37,7 +38,7 @@ import numpy as np
 from numba import cuda
 
 from ..backend import device_memory
-from ..engine.cuda_backend import _Batch, _blocks, build_shard, copy_back, plan_shards
+from ..engine.cuda_backend import DeviceShard, _Batch, _blocks, build_shard, copy_back, plan_shards
 from ..engine.index import Index
 from ..engine.search import Geometry
 from ..io.corpus import csr_arrays
@@ -64,14 +65,28 @@ class DeviceGraphGeometry:
     the previous chunk into the result and takes its first-touch page faults; the engine's
     ``copy_back``), "pageable" (one plain copy into fresh numpy arrays) or "pinned" (fresh
     page-locked result arrays; their allocation is paid every call).  scripts/gpu_star.py
-    measures the three."""
+    measures the three.  weights: "lazy" (default) leaves the CSR's weights on the device until
+    ``graph.weights`` is first read (``DeviceWeights``: the cover, the improvement and the
+    relevance never read them; writing a result file or comparing graphs does), "eager" copies
+    them with the indices.  index: "device" (default: the corpus is uploaded once and each row
+    shard's suffix index is built from device views of it, ``_SuffixIndexes``) or "host" (each
+    suffix sliced on the host and built by the engine's ``build_shard``).  edge_initial: edges
+    the device edge buffer starts with (8 bytes each; it doubles as needed up to ``EDGE_SHARE``
+    of the free memory, then spills to the host)."""
 
     def __init__(self, write_block=256, write_items=16, split_block=256, split_max_blocks=65536,
                  sort_block=256, sort_words=2048, sort_max_blocks=65536, small_block=256, transfer="staged",
-                 staging_bytes=32 << 20):
+                 staging_bytes=32 << 20, weights="lazy", index="device", edge_initial=1 << 26):
         if transfer not in ("staged", "pageable", "pinned"):
             raise ValueError(f"transfer must be staged, pageable or pinned, got {transfer!r}")
+        if weights not in ("lazy", "eager"):
+            raise ValueError(f"weights must be lazy or eager, got {weights!r}")
+        if index not in ("device", "host"):
+            raise ValueError(f"index must be device or host, got {index!r}")
+        self.index = index
+        self.edge_initial = int(edge_initial)
         self.transfer = transfer
+        self.weights = weights
         self.staging_bytes = int(staging_bytes)
         self.write_block = write_block
         self.write_items = write_items
@@ -117,7 +132,16 @@ class _Clock:
         self._event.synchronize()
         for stage, a, b in self.pairs:
             out[stage] = out.get(stage, 0.0) + a.elapsed_time(b) / 1e3
-        return out
+        return _fold(out)
+
+
+def _fold(times: dict[str, float]) -> dict[str, float]:
+    """Sub-stages ``<stage>_<part>`` are kept and also added into ``<stage>`` (for ``index``:
+    slice = host CSR slicing, build = device index build, query_stats = host query scales,
+    the rest = score-row and edge-buffer allocation)."""
+    for key in [k for k in times if k.startswith("index_")]:
+        times["index"] = times.get("index", 0.0) + times[key]
+    return times
 
 
 def _free_device_memory() -> None:
@@ -129,18 +153,44 @@ def _free_device_memory() -> None:
 
 
 class _EdgeBuffer:
-    """The device edge buffer (int32 columns, float32 weights) with host spill."""
+    """The device edge buffer (int32 columns, float32 weights) with host spill.
 
-    def __init__(self, capacity: int):
-        self.capacity = max(1, int(capacity))
+    It starts at ``initial`` edges and doubles (a new buffer, a device-to-device copy of the
+    edges so far) up to ``capacity``; past that the edges go to the host (spill).  Allocating
+    the largest buffer up front would cost its cuMemAlloc even for small graphs."""
+
+    def __init__(self, capacity: int, initial: int | None = None):
+        self.max_capacity = max(1, int(capacity))
+        self.capacity = min(self.max_capacity, max(1, int(initial or capacity)))
         self.cols = cuda.device_array(self.capacity, np.int32)
         self.weights = cuda.device_array(self.capacity, np.float32)
         self.fill = 0
+        self.grows = 0
         self.spilled_cols: list[np.ndarray] = []
         self.spilled_weights: list[np.ndarray] = []
 
+    def _grow(self, need: int) -> bool:
+        """Reallocate to max(2 x capacity, need) edges, at most max_capacity; False if no room."""
+        cap = min(self.max_capacity, max(2 * self.capacity, need))
+        if cap < need:
+            return False
+        mem = device_memory()
+        if mem is not None and mem[0] < 8 * cap + (64 << 20):
+            return False
+        cols = cuda.device_array(cap, np.int32)
+        weights = cuda.device_array(cap, np.float32)
+        if self.fill:
+            cols[:self.fill].copy_to_device(self.cols[:self.fill])
+            weights[:self.fill].copy_to_device(self.weights[:self.fill])
+        self.cols, self.weights, self.capacity = cols, weights, cap
+        _free_device_memory()
+        self.grows += 1
+        return True
+
     def make_room(self, extra: int) -> None:
         if self.fill + extra <= self.capacity:
+            return
+        if self.capacity < self.max_capacity and self._grow(self.fill + extra):
             return
         self.spill()
         if extra > self.capacity:  # one batch alone is larger: a buffer of its size
@@ -163,14 +213,15 @@ class _EdgeBuffer:
 
 def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None, quiet: bool,
                      engine_geometry: Geometry | None, geometry: DeviceGraphGeometry | None,
-                     relevance_geometry, edge_capacity: int | None, simulator: bool):
+                     relevance_geometry, edge_capacity: int | None, simulator: bool, upper_only: bool = False):
     """G_beta of the rows of X (canonical CSR) on the device; see the module docstring.
 
     bounds: row-shard boundaries (gputext.cluster.graph.shard_bounds).  Returns (up_ptr,
     indptr, indices, weights, degree, weight_sum, count, relevance, stats): up_ptr is None
     when the symmetric CSR was assembled on the device (then indptr.. relevance are host arrays),
     else (host assembly) indptr/indices/weights are the upper-triangle CSR (up_ptr, cols, weights)
-    to be assembled by the caller and count/relevance are None.
+    to be assembled by the caller and count/relevance are None.  upper_only: always that second
+    form, with ``assembly: upper`` (DClustR's additions: bounds [0, n_new] over [new; old]).
     """
     geom = geometry or DeviceGraphGeometry()
     egeom = engine_geometry or Geometry()
@@ -188,27 +239,38 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
     acc = None  # the score rows, handed from shard to shard (left zeroed by the write kernel)
     edges: _EdgeBuffer | None = None
     clock.mark("setup")
+    if len(plan_shards(Index.from_csr(X))) > 1:
+        return None  # the index itself does not fit: the caller takes the engine's path
+    corpus = _SuffixIndexes(X, bounds, egeom) if geom.index == "device" else None
+    clock.mark("index_slice")
     with progress(n if len(bounds) > 2 else 0, "similarity graph (cuda)", quiet) as bar:
         for s in range(len(bounds) - 1):
             start, stop = int(bounds[s]), int(bounds[s + 1])
-            index = Index.from_csr(X[start:])
-            if len(plan_shards(index)) > 1:
-                return None  # the index itself does not fit: the caller takes the engine's path
-            shard = build_shard(index.X, 0, index.n_docs, egeom)
+            if corpus is not None:  # rows [start, n) of the corpus uploaded once
+                shard = corpus.shard(s)
+                maxabs = corpus.term_maxabs[s]
+            else:  # host slice of the rows, uploaded and built by the engine
+                index = Index.from_csr(X[start:])
+                clock.mark("index_slice")
+                shard = build_shard(index.X, 0, index.n_docs, egeom)
+                maxabs = index.term_maxabs
+            clock.mark("index_build")
             if acc is not None:
                 shard.buffers = {"acc": acc}
             Q = X[start:stop]
-            scale, qn = scoring.query_stats(*csr_arrays(Q), index.term_maxabs, code)
+            scale, qn = scoring.query_stats(*csr_arrays(Q), maxabs, code)
+            clock.mark("index_query_stats")
             self_doc = np.full(stop - start, -1, np.int64)
             after = np.arange(stop - start, dtype=np.int64)
-            n_docs = index.n_docs
+            n_docs = n - start
             n_seg = _blocks(n_docs, seg_len)
             if edges is None:  # score rows for the largest shard's batch, reused by every shard
                 entries = _score_row_entries(n, bounds, batch_size, simulator)
                 shard.buffer("acc", (entries,), np.int64, zeroed=True)
                 acc = shard.buffers["acc"]  # (device array, views): the engine's workspace entry
-                edges = _EdgeBuffer(edge_capacity or _edge_capacity(simulator))
-                stats["edge_capacity"] = edges.capacity
+                cap = edge_capacity or _edge_capacity(simulator)
+                edges = _EdgeBuffer(cap, geom.edge_initial)
+                stats["edge_capacity"] = edges.max_capacity
             rows = max(1, min(stop - start, 65535, acc[0].size // max(1, n_docs)))
             clock.mark("index")
             for lo in range(0, stop - start, rows):
@@ -234,19 +296,22 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
             acc = shard.buffers["acc"]  # _Batch may have replaced it (it never does: rows fit)
             shard.buffers = None
             batch = args = d_counts = d_offsets = None  # they hold views of the score rows
-            del shard, index
+            shard = index = None
             _free_device_memory()
-    acc = None
+    acc = corpus = None
     _free_device_memory()
     n_edges = edges.fill + sum(len(c) for c in edges.spilled_cols)
     stats["n_upper_edges"] = n_edges
+    stats["edge_buffer_grows"] = edges.grows
     clock.mark("release")
     slack = 16 * (n + 1) + (64 << 20)
-    fits = edges.spills == 0
+    fits = edges.spills == 0 and not upper_only
     up_col, up_w = edges.cols, edges.weights
     if fits:
         mem = device_memory()
-        if mem is None or mem[0] >= 8 * n_edges + slack:
+        if mem is not None and mem[0] >= 24 * n_edges + slack:
+            pass  # the CSR fits next to the buffer as it is: no trim
+        elif mem is None or mem[0] >= 8 * n_edges + slack:
             # trim the buffer to its edges: frees the reserve before the CSR's 24 bytes an edge
             up_col = cuda.device_array(max(n_edges, 1), np.int32)
             up_w = cuda.device_array(max(n_edges, 1), np.float32)
@@ -261,7 +326,7 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
         if edges.cols is None:
             edges.cols, edges.weights = up_col, up_w
         up_col = up_w = None
-        stats["assembly"] = "host"
+        stats["assembly"] = "upper" if upper_only else "host"
         edges.spill()
         stats["spills"] = edges.spills
         cols = np.concatenate(edges.spilled_cols) if edges.spilled_cols else np.empty(0, np.int32)
@@ -310,14 +375,14 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
     indptr = d_indptr.copy_to_host()
     host_array = cuda.pinned_array if geom.transfer == "pinned" and not simulator else np.empty
     indices = host_array(nnz, np.int32)
-    weights = host_array(nnz, np.float32)
+    weights = np.empty(nnz, np.float32) if nnz == 0 or geom.weights != "eager" else host_array(nnz, np.float32)
     if nnz:
-        if geom.transfer == "staged":
-            copy_back(d_idx[:nnz], indices, geom.staging_bytes)
-            copy_back(d_w[:nnz], weights, geom.staging_bytes)
-        else:
-            d_idx[:nnz].copy_to_host(indices)
-            d_w[:nnz].copy_to_host(weights)
+        _to_host(d_idx[:nnz], indices, geom)
+        if geom.weights == "eager":
+            _to_host(d_w[:nnz], weights, geom)
+        else:  # left on the device until graph.weights is read (the clustering never reads it)
+            weights = DeviceWeights(d_w, nnz, geom, simulator)
+    d_w = None
     degree = d_degree.copy_to_host()[:n]
     wsum = d_wsum.copy_to_host()[:n]
     if n:
@@ -325,8 +390,92 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
         d_rel[:n].copy_to_host(rel)
     clock.mark("transfer")
     stats["device_seconds"] = clock.device_seconds()
-    stats["host_seconds"] = clock.host
+    stats["host_seconds"] = _fold(dict(clock.host))
     return None, indptr, indices, weights, degree, wsum, count, rel, stats
+
+
+class _SuffixIndexes:
+    """Device indexes of the row suffixes X[b_s:] (s = 0..S-1) from one upload of X.
+
+    X's indices and weights go to the device once; the index of shard s is built there from
+    views of them (the engine's kernels count_df, exclusive scan, scatter_postings, doc_norms:
+    what gputext.engine.cuda_backend.build_shard does after its upload) with the shard's row
+    offsets rebased on the host (8 bytes a row).  term_maxabs[s] float32 (n_terms,): the largest
+    |weight| of each term over rows >= b_s (one pass over X per shard range, then suffix
+    maxima: the same values as an Index of X[b_s:]), which sets the queries' fixed-point scales.
+    """
+
+    def __init__(self, X, bounds: np.ndarray, egeom: Geometry):
+        self.indptr, indices, data = csr_arrays(X)
+        self.n, self.n_terms = X.shape
+        self.bounds = bounds
+        self.egeom = egeom
+        self.d_indices = cuda.to_device(indices) if len(indices) else cuda.device_array(1, np.int32)
+        self.d_data = cuda.to_device(data) if len(data) else cuda.device_array(1, np.float32)
+        maxabs = []
+        last = len(bounds) - 2
+        for s in range(last + 1):  # the last range runs to the end of X (rows past bounds[-1] are documents too)
+            a, b = int(self.indptr[bounds[s]]), int(self.indptr[bounds[s + 1] if s < last else self.n])
+            maxabs.append(scoring.term_maxabs_cpu(indices[a:b], data[a:b], self.n_terms))
+        for s in range(len(maxabs) - 2, -1, -1):
+            np.maximum(maxabs[s], maxabs[s + 1], out=maxabs[s])
+        self.term_maxabs = maxabs
+
+    def shard(self, s: int) -> DeviceShard:
+        start = int(self.bounds[s])
+        o = int(self.indptr[start])
+        nnz = int(self.indptr[-1]) - o
+        n_docs = self.n - start
+        b = self.egeom.build_block
+        d_indptr = cuda.to_device(np.ascontiguousarray(self.indptr[start:] - o))
+        d_indices = self.d_indices[o:o + max(nnz, 1)] if nnz else self.d_indices[:0]
+        d_data = self.d_data[o:o + max(nnz, 1)] if nnz else self.d_data[:0]
+        d_df = cuda.to_device(np.zeros(self.n_terms, np.int32))
+        if nnz:
+            scoring.count_df[_blocks(nnz, b), b](d_indices, d_df)
+        d_term_ptr = scan.exclusive_scan_device(d_df, self.egeom.scan_block, self.egeom.scan_items)
+        d_cursor = cuda.to_device(np.zeros(self.n_terms, np.int32))
+        d_post_doc = cuda.device_array(max(nnz, 1), np.int32)
+        d_post_w = cuda.device_array(max(nnz, 1), np.float32)
+        if nnz:
+            scoring.scatter_postings[_blocks(nnz, b), b](d_indptr, d_indices, d_data, d_term_ptr, d_cursor,
+                                                          d_post_doc, d_post_w)
+        d_sq = cuda.device_array(max(n_docs, 1), np.float64)
+        d_l1 = cuda.device_array(max(n_docs, 1), np.float64)
+        if n_docs:
+            scoring.doc_norms[_blocks(n_docs, b), b](d_indptr, d_data, d_sq, d_l1)
+        df = np.diff(d_term_ptr.copy_to_host())
+        nbytes = 8 * max(nnz, 1) + 8 * (self.n_terms + 1) + 16 * max(n_docs, 1)
+        return DeviceShard(0, n_docs, d_term_ptr, d_post_doc, d_post_w, d_sq, d_l1, df, nbytes)
+
+
+def _to_host(d_arr, host, geom: DeviceGraphGeometry) -> None:
+    """One device array into a host array of its size, as ``geom.transfer`` says."""
+    if geom.transfer == "staged":
+        copy_back(d_arr, host, geom.staging_bytes)
+    else:
+        d_arr.copy_to_host(host)
+
+
+class DeviceWeights:
+    """The symmetric CSR's weights left on the device (float32 (nnz,)); ``fetch()`` copies them
+    to a new host array (the transfer mode of the build) and drops the device array.  A
+    StarGraph holding one copies on the first read of ``graph.weights``
+    (gputext.cluster.graph)."""
+
+    def __init__(self, d_w, nnz: int, geom: DeviceGraphGeometry, simulator: bool):
+        self.d_w, self.nnz, self.geom, self.simulator = d_w, int(nnz), geom, simulator
+        self.seconds = None  # host seconds of the copy, once fetched
+
+    def fetch(self) -> np.ndarray:
+        t = time.perf_counter()
+        pinned = self.geom.transfer == "pinned" and not self.simulator
+        host = cuda.pinned_array(self.nnz, np.float32) if pinned else np.empty(self.nnz, np.float32)
+        _to_host(self.d_w[:self.nnz], host, self.geom)
+        self.d_w = None
+        _free_device_memory()
+        self.seconds = time.perf_counter() - t
+        return host
 
 
 def _edge_capacity(simulator: bool) -> int:
