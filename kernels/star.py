@@ -63,6 +63,37 @@ def accumulate_edges(rows, cols, weights, degree, weight_sum):
 
 
 @numba.njit(parallel=True, cache=True)
+def term_maxabs_ranges(indices, data, starts, n_terms, chunks):
+    """float32 (R, n_terms): the largest |weight| of each term within entries
+    [starts[r], starts[r+1]) of a CSR's indices/data, r < R = len(starts) - 1 (the rows of each
+    row shard).  Each range is cut into ``chunks`` pieces, one per prange task with its own
+    maxima, then reduced per term; a maximum is exact, so the values equal
+    gputext.kernels.scoring.term_maxabs_cpu over each range."""
+    n_r = starts.shape[0] - 1
+    part = np.zeros((n_r * chunks, n_terms), np.float32)
+    for t in prange(n_r * chunks):
+        r = t // chunks
+        c = t % chunks
+        a = starts[r]
+        length = starts[r + 1] - a
+        lo = a + length * c // chunks
+        hi = a + length * (c + 1) // chunks
+        for p in range(lo, hi):
+            v = abs(data[p])
+            if v > part[t, indices[p]]:
+                part[t, indices[p]] = v
+    out = np.zeros((n_r, n_terms), np.float32)
+    for k in prange(n_terms):
+        for r in range(n_r):
+            m = np.float32(0.0)
+            for c in range(chunks):
+                if part[r * chunks + c, k] > m:
+                    m = part[r * chunks + c, k]
+            out[r, k] = m
+    return out
+
+
+@numba.njit(parallel=True, cache=True)
 def split_addition_rows(ptr, cols, weights, n_new, n_old):
     """Upper-triangle rows of the stacked corpus [new; old] (DClustR additions) as global edges.
 

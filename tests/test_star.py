@@ -256,3 +256,25 @@ def test_reuters_r8_clusters_cover_and_match_reference_rules(shared_datasets):
     assert res.n_docs == 2189 and np.all(np.diff(res.membership.indptr) >= 1)
     ref = oclustr(adjacency_of(res.graph))
     assert clusters_of(res) == ref
+
+
+def test_term_maxabs_ranges_and_parallel_query_stats_equal_the_engine_helpers():
+    # the device graph's host helpers: per-shard term maxima (parallel chunks) and query scales
+    # (queries in parallel) give the engine's sequential values bit for bit
+    import scipy.sparse as sp
+
+    from gputext.cluster.graph_cuda import _query_stats
+    from gputext.kernels import scoring
+    from gputext.kernels import star as kstar
+    X = sp.random(300, 120, density=0.06, format="csr", dtype=np.float32, random_state=3)
+    X.data = (X.data - 0.4).astype(np.float32)
+    for starts in ([0, 90, X.nnz], [0, X.nnz], [0, 0, 7, X.nnz]):
+        starts = np.asarray(starts, np.int64)
+        got = kstar.term_maxabs_ranges(X.indices, X.data, starts, 120, 5)
+        for r in range(len(starts) - 1):
+            ref = scoring.term_maxabs_cpu(X.indices[starts[r]:starts[r + 1]], X.data[starts[r]:starts[r + 1]], 120)
+            assert np.array_equal(got[r], ref)
+    m = scoring.term_maxabs_cpu(X.indices, X.data, 120)
+    ref = scoring.query_stats(X.indptr.astype(np.int64), X.indices, X.data, m, scoring.COSINE)
+    got = _query_stats(X, m, scoring.COSINE)
+    assert np.array_equal(ref[0], got[0]) and np.array_equal(ref[1], got[1])

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import time
 
+import numba
 import numpy as np
 from numba import cuda
 
@@ -258,7 +259,7 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
             if acc is not None:
                 shard.buffers = {"acc": acc}
             Q = X[start:stop]
-            scale, qn = scoring.query_stats(*csr_arrays(Q), maxabs, code)
+            scale, qn = _query_stats(Q, maxabs, code)
             clock.mark("index_query_stats")
             self_doc = np.full(stop - start, -1, np.int64)
             after = np.arange(stop - start, dtype=np.int64)
@@ -394,6 +395,13 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
     return None, indptr, indices, weights, degree, wsum, count, rel, stats
 
 
+def _query_stats(Q, term_maxabs, code: int):
+    """The engine's per-query scale and norm term (scoring.query_stats), queries in parallel
+    (scoring.query_stats_multi: the same loop per query, so the same bits)."""
+    scale, qn = scoring.query_stats_multi(*csr_arrays(Q), term_maxabs, np.array([code], np.int64))
+    return np.ascontiguousarray(scale[0]), np.ascontiguousarray(qn[0])
+
+
 class _SuffixIndexes:
     """Device indexes of the row suffixes X[b_s:] (s = 0..S-1) from one upload of X.
 
@@ -412,14 +420,12 @@ class _SuffixIndexes:
         self.egeom = egeom
         self.d_indices = cuda.to_device(indices) if len(indices) else cuda.device_array(1, np.int32)
         self.d_data = cuda.to_device(data) if len(data) else cuda.device_array(1, np.float32)
-        maxabs = []
-        last = len(bounds) - 2
-        for s in range(last + 1):  # the last range runs to the end of X (rows past bounds[-1] are documents too)
-            a, b = int(self.indptr[bounds[s]]), int(self.indptr[bounds[s + 1] if s < last else self.n])
-            maxabs.append(scoring.term_maxabs_cpu(indices[a:b], data[a:b], self.n_terms))
+        # per shard's rows (the last range runs to the end of X), in parallel, then suffix maxima
+        starts = self.indptr[np.append(np.asarray(bounds[:-1], np.int64), self.n)].astype(np.int64)
+        maxabs = kstar.term_maxabs_ranges(indices, data, starts, self.n_terms, max(1, numba.get_num_threads()))
         for s in range(len(maxabs) - 2, -1, -1):
             np.maximum(maxabs[s], maxabs[s + 1], out=maxabs[s])
-        self.term_maxabs = maxabs
+        self.term_maxabs = list(maxabs)
 
     def shard(self, s: int) -> DeviceShard:
         start = int(self.bounds[s])
