@@ -262,11 +262,11 @@ class GcWatch:
                 "seconds": round(sum(e[1] for e in self.events), 6)}
 
 
-def latency_pass(backend, state, queries, fast=True, tpb=None, timing=False):
+def latency_pass(backend, state, queries, fast=True, tpb=None, timing=False, **variant):
     """One measured pass: a fresh clusterer restored to ``state``, batch size 1, every query in
     order. Returns (summary dict, clusterer). Timing (CUDA events) only when asked: the latency
     passes run without events."""
-    geo = dict(GEOMETRY)
+    geo = {**GEOMETRY, **variant}
     if tpb:
         geo["threads_per_block"] = tpb
     sc = StreamClusterer(T, K, backend=backend, batch_size=1, candidates="scan", fast_launch=fast, **geo)
@@ -287,6 +287,17 @@ def latency_pass(backend, state, queries, fast=True, tpb=None, timing=False):
            "slowest": [{"doc": int(i), "ms": round(float(lat[i]) * 1e3, 4), "new_cluster": bool(r.new_cluster[i])}
                        for i in slow],
            "new_clusters": int(r.new_cluster.sum()), "gc": gcw.summary()}
+    if timing and sc.scanner is not None and len(sc.scanner.kernel_ms) == n:
+        # batch size 1: one launch per document -> split each latency into GPU (events) and host
+        kms = np.asarray(sc.scanner.kernel_ms)
+        host = lat * 1e3 - kms
+        q = lambda x: {f"p{p}": round(float(np.percentile(x, p)), 4) for p in (50, 95, 99, 100)}  # noqa: E731
+        out["kernel_ms"] = q(kms)
+        out["host_ms"] = q(host)
+        for e in out["slowest"]:
+            e["kernel_ms"] = round(float(kms[e["doc"]]), 4)
+            e["host_ms"] = round(float(host[e["doc"]]), 4)
+        out["first5_kernel_ms"] = [round(float(x), 4) for x in kms[:5]]
     if sc.scanner is not None:
         out.update(launch_mode=sc.scanner.launch_mode, rows_per_block=sc.tpb, device_grows=sc.scanner.grows,
                    grow_ms=[round(x * 1e3, 3) for x in sc.scanner.grow_seconds])
@@ -296,7 +307,10 @@ def latency_pass(backend, state, queries, fast=True, tpb=None, timing=False):
     return out, sc, r
 
 
-def latency(backend, mode, copy_tbs, repeats=2, n_cpu_override=None, peers=True, tpb_sweep=()):
+VARIANTS = {"prefetch": {"scan_prefetch": True}}  # --variants: clusterer options timed beside the default
+
+
+def latency(backend, mode, copy_tbs, repeats=2, n_cpu_override=None, peers=True, tpb_sweep=(), variants=()):
     sizes, n_query, n_cpu = SIZES[mode]["latency"]
     if n_cpu_override is not None:
         n_cpu = n_cpu_override
@@ -360,6 +374,25 @@ def latency(backend, mode, copy_tbs, repeats=2, n_cpu_override=None, peers=True,
                 del sc
             if sweep:
                 row["rows_per_block_sweep"] = sweep
+            for name in variants:  # the same passes with a kernel variant: latency x repeats, then events
+                v = {"passes": []}
+                for rep in range(repeats):
+                    summ, sc, r = latency_pass(backend, state, Xq, fast=True, **VARIANTS[name])
+                    v["passes"].append(summ)
+                    v["identical_to_default"] = bool(v.get("identical_to_default", True)
+                                                     and np.array_equal(r.cluster, results[0].cluster)
+                                                     and np.array_equal(r.similarity, results[0].similarity))
+                    del sc
+                summ, sc, _ = latency_pass(backend, state, Xq, fast=True, timing=True, **VARIANTS[name])
+                v["timed_pass"] = summ
+                v["scan_kernel_ms"] = round(float(np.median(sc.scanner.kernel_ms)), 4)
+                v["scan_only_kernel_ms"] = round(float(np.median(sc.scanner.score_ms or [0.0])), 4)
+                v["scan_only_tbs"] = (round(terms_bytes / (v["scan_only_kernel_ms"] / 1e3) / 1e12, 3)
+                                      if v["scan_only_kernel_ms"] > 0 else None)
+                if copy_tbs and v["scan_only_tbs"]:
+                    v["scan_only_fraction_of_copy_bw"] = round(v["scan_only_tbs"] / copy_tbs, 3)
+                row.setdefault("variants", {})[name] = v
+                del sc
         if not peers:
             out["rows"].append(row)
             log(f"[latency] M={M}: {json.dumps(row)}")
@@ -514,6 +547,12 @@ def markdown(res):
                 f"{(r.get('cpu_scan_latency') or {}).get('p50_ms', '-')} | "
                 f"{cu.get('per_doc_ms', '-')} ({cu.get('batch32_per_doc_ms', '-')}) | {th.get('per_doc_ms', '-')} | "
                 f"{r.get('scipy_cpu_spmv_per_doc_ms', '-')} |")
+        for r in lat["rows"]:
+            for name, v in (r.get("variants") or {}).items():
+                ps = "; ".join(f"{p['p50_ms']} / {p['p95_ms']} / {p['p99_ms']} / {p['mean_ms']}" for p in v["passes"])
+                lines.append(f"\nvariant {name} at {r['clusters']:,} clusters: p50 / p95 / p99 / mean ms {ps}; kernel "
+                             f"{v['scan_kernel_ms']} ms (scan alone {v['scan_only_kernel_ms']} ms, "
+                             f"{v.get('scan_only_fraction_of_copy_bw', '-')} of copy); identical {v.get('identical_to_default')}")
         if lat.get("goal_0.5ms_at_1.6M"):
             g = lat["goal_0.5ms_at_1.6M"]
             lines.append(f"\ngoal latency <= 0.5 ms at 1.6M clusters (p50 and mean, every pass): p50 {g['p50_ms']} ms, "
@@ -552,6 +591,8 @@ def main(argv=None):
     ap.add_argument("--cpu-queries", type=int, default=None, help="documents for the CPU scan twin's latency (0: skip)")
     ap.add_argument("--no-peers", action="store_true", help="latency section: only our GPU passes")
     ap.add_argument("--tpb-sweep", default="", help="latency section: comma list of rows per block to time too")
+    ap.add_argument("--scan-prefetch", action="store_true", help="every clusterer uses the prefetching scan kernel")
+    ap.add_argument("--variants", default="", help=f"latency section: kernel variants timed too ({', '.join(VARIANTS)})")
     ap.add_argument("--exact-sizes", default=None, help="exactness: n_docs,n_batch1,n_reference")
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # CUDA-simulator smoke test of this script
     args = ap.parse_args(argv)
@@ -559,6 +600,8 @@ def main(argv=None):
     if args.tiny:
         GEOMETRY.update(threads_per_block=16, reduce_threads=8)
         args.batch_size = min(args.batch_size, 8)
+    if args.scan_prefetch:
+        GEOMETRY.update(scan_prefetch=True)
     if args.threads_per_block:
         GEOMETRY.update(threads_per_block=args.threads_per_block)
     if args.exact_sizes:
@@ -576,7 +619,8 @@ def main(argv=None):
         section(results, "exactness", exactness, backend, mode)
     if "latency" in wanted:
         section(results, "latency", latency, backend, mode, copy_tbs, args.latency_repeats, args.cpu_queries,
-                not args.no_peers, [int(x) for x in args.tpb_sweep.split(",") if x])
+                not args.no_peers, [int(x) for x in args.tpb_sweep.split(",") if x],
+                [x for x in args.variants.split(",") if x])
     if "throughput" in wanted:
         n_docs = args.n_docs or {"tiny": 100, "quick": 100_000, "full": 5_500_000}[mode]
         budget = args.time_budget or {"tiny": 5.0, "quick": 20.0, "full": 200.0}[mode]

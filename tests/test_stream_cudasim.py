@@ -35,9 +35,11 @@ def _setup(n_rows=21, K=4, n_terms=10, n_docs=3, seed=0):
     return E, terms, weights, ibuf, fbuf, upd, table, n_post, n_docs, n_rows
 
 
-@pytest.mark.parametrize("tpb,max_docs,K", [(8, 4, 4), (16, 3, 4), (16, 4, 19)])
-def test_score_and_reduce_kernels_equal_twins(tpb, max_docs, K):
-    """K = 19 crosses the scan's 8-slot load groups twice and ends inside the third one."""
+@pytest.mark.parametrize("tpb,max_docs,K,prefetch", [(8, 4, 4, False), (16, 3, 4, False), (16, 4, 19, False),
+                                                     (16, 4, 19, True), (8, 4, 16, True)])
+def test_score_and_reduce_kernels_equal_twins(tpb, max_docs, K, prefetch):
+    """K = 19 crosses the scan's 8-slot load groups twice and ends inside the third one; K = 16
+    ends exactly at a group boundary (the prefetching variant's next group is all EMPTY)."""
     from numba import cuda
     E, terms, weights, ibuf, fbuf, upd, table, n_post, n_docs, n_rows = _setup(K=K, n_terms=10 if K < 10 else 40)
     n_blocks = (n_rows + tpb - 1) // tpb
@@ -50,7 +52,7 @@ def test_score_and_reduce_kernels_equal_twins(tpb, max_docs, K):
 
     d_t, d_w = cuda.to_device(terms), cuda.to_device(weights)
     d_ps, d_pr = cuda.device_array(n_docs * n_blocks), cuda.device_array(n_docs * n_blocks, np.int32)
-    E.score_kernel(tpb, max_docs)[n_blocks, tpb](d_t, d_w, n_rows, cuda.to_device(ibuf), cuda.to_device(fbuf),
+    E.score_kernel(tpb, max_docs, prefetch)[n_blocks, tpb](d_t, d_w, n_rows, cuda.to_device(ibuf), cuda.to_device(fbuf),
                                                  len(upd), table, n_post, n_docs, d_ps, d_pr)
     np.testing.assert_array_equal(d_ps.copy_to_host(), part_sim)
     np.testing.assert_array_equal(d_pr.copy_to_host(), part_row)
@@ -100,3 +102,23 @@ def test_clusterer_on_simulated_gpu_equals_reference(batch_size):
     cents = sc.centroids()
     np.testing.assert_array_equal(terms, cents["ell_terms"])
     np.testing.assert_array_equal(weights, cents["ell_weights"])
+
+
+def test_restore_on_simulated_gpu_primes_the_copy_and_continues_the_stream():
+    """restore() loads the device copy and primes it with one scan without documents (no
+    reduction launch); the stream then goes on exactly as in one pass."""
+    from gputext.cluster.stream import StreamClusterer
+    X = sp.random(30, 12, density=0.3, random_state=2, format="csr")
+    kw = dict(device="cuda", batch_size=1, threads_per_block=8, reduce_threads=8, capacity=4)
+    whole = StreamClusterer(0.3, 4, **kw).partial_fit(X)
+    first = StreamClusterer(0.3, 4, **kw)
+    r1 = first.partial_fit(X[:13])
+    second = StreamClusterer(0.3, 4, **kw)
+    second.restore(first.state_arrays())
+    assert second.scanner.stride >= 2 * first.n_clusters  # load() reserved room to grow
+    r2 = second.partial_fit(X[13:])
+    np.testing.assert_array_equal(np.r_[r1.cluster, r2.cluster], whole.cluster)
+    np.testing.assert_array_equal(np.r_[r1.similarity, r2.similarity], whole.similarity)
+    terms, weights = second.device_matrix()
+    np.testing.assert_array_equal(terms, second.centroids()["ell_terms"])
+    np.testing.assert_array_equal(weights, second.centroids()["ell_weights"])
