@@ -94,6 +94,37 @@ def term_maxabs_ranges(indices, data, starts, n_terms, chunks):
 
 
 @numba.njit(parallel=True, cache=True)
+def addition_owner_rows(ptr, cols, weights, n_new, n_old):
+    """Upper-triangle rows of the stacked corpus [new; old] (see split_addition_rows) as the
+    new vertices' DClustR owner rows in global ids: row i = its old neighbours (columns >=
+    n_new, minus n_new) then its later new neighbours (columns < n_new, plus n_old): ascending.
+    Returns (ptr int64 (n_new+1,) = the input's, idx int32, w float32).  One row per prange
+    iteration (binary search for the split, two copies)."""
+    out_idx = np.empty(ptr[n_new] - ptr[0], np.int32)
+    out_w = np.empty(ptr[n_new] - ptr[0], np.float32)
+    base = ptr[0]
+    for i in prange(n_new):
+        lo = ptr[i]
+        hi = ptr[i + 1]
+        while lo < hi:  # first column >= n_new (old documents)
+            mid = (lo + hi) // 2
+            if cols[mid] < n_new:
+                lo = mid + 1
+            else:
+                hi = mid
+        d = ptr[i] - base
+        for p in range(lo, ptr[i + 1]):
+            out_idx[d] = cols[p] - n_new
+            out_w[d] = weights[p]
+            d += 1
+        for p in range(ptr[i], lo):
+            out_idx[d] = n_old + cols[p]
+            out_w[d] = weights[p]
+            d += 1
+    return ptr - base, out_idx, out_w
+
+
+@numba.njit(parallel=True, cache=True)
 def split_addition_rows(ptr, cols, weights, n_new, n_old):
     """Upper-triangle rows of the stacked corpus [new; old] (DClustR additions) as global edges.
 

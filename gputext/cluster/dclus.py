@@ -99,7 +99,7 @@ from ..errors import FormatError, InputError
 from ..io.corpus import Categorical, Corpus, atomic_output, canonical_csr, check_same_vocabulary, write_corpus
 from ..kernels import star as kstar
 from ..progress import info
-from .graph import StarGraph, check_beta, score_additions
+from .graph import StarGraph, addition_rows, check_beta
 from .star import (RelevanceGeometry, StarResult, candidate_order, compute_relevance, cover_candidates,
                    degree_order, improve_centers, membership_matrix)
 
@@ -136,8 +136,67 @@ def _union_links(parent, links):
             parent[a] = b
 
 
-@numba.njit(cache=True)
+@numba.njit(parallel=True, cache=True)
+def _distinct_old_pccs(indptr, indices, pcc_of, first, n_pcc_old, chunks):
+    """For each row r, the distinct PCCs of its neighbours before ``first`` (old vertices: their
+    PCCs are fixed during an update), in order of first occurrence along the row: dpcc[indptr[r]:
+    indptr[r] + dcnt[r]].  Rows in ``chunks`` contiguous pieces, one prange task each with its own
+    stamp array (n_pcc_old,).  Returns (dpcc int32 (nnz,), dcnt int64 (n_rows,))."""
+    n_rows = indptr.shape[0] - 1
+    dpcc = np.empty(indices.shape[0], np.int32)
+    dcnt = np.zeros(n_rows, np.int64)
+    for c in prange(chunks):
+        seen = np.full(max(n_pcc_old, 1), -1, np.int64)
+        for r in range(n_rows * c // chunks, n_rows * (c + 1) // chunks):
+            d = indptr[r]
+            for p in range(indptr[r], indptr[r + 1]):
+                u = indices[p]
+                if u < first:
+                    q = pcc_of[u]
+                    if seen[q] != r:
+                        seen[q] = r
+                        dpcc[d] = q
+                        d += 1
+            dcnt[r] = d - indptr[r]
+    return dpcc, dcnt
+
+
 def assign_pcc(indptr, indices, pcc_of, first, next_pcc, parent):
+    """Assign vertices first..n-1 (rows 0.. of indptr/indices) to PCCs, in order (see
+    ``_assign_pcc``).  In an update (first > 0) each row's neighbours among the old vertices
+    are first reduced, in parallel, to their distinct PCCs in order of first occurrence
+    (``_distinct_old_pccs``): a PCC met again along a row is already connected to the row's PCC
+    and never adds a link, so the links are the same as walking every entry."""
+    if first > 0 and len(indices):
+        dpcc, dcnt = _distinct_old_pccs(indptr, indices, pcc_of, first, int(pcc_of[:first].max()) + 1,
+                                        max(1, min(numba.get_num_threads() * 4, indptr.shape[0] - 1)))
+    else:
+        dpcc, dcnt = np.empty(0, np.int32), np.zeros(indptr.shape[0] - 1, np.int64)
+    return _assign_pcc(indptr, indices, pcc_of, first, next_pcc, parent, dpcc, dcnt, first > 0 and len(indices) > 0)
+
+
+@numba.njit(cache=True)
+def _link(pu, pv, parent, links, k):
+    """Record the link (pu, pv) when the two PCCs are not yet connected; union them."""
+    a = _find(parent, pu)
+    b = _find(parent, pv)
+    if a != b:
+        if k == links.shape[0]:
+            grown = np.empty((2 * k, 2), np.int32)
+            grown[:k] = links[:k]
+            links = grown
+        links[k, 0] = min(pu, pv)
+        links[k, 1] = max(pu, pv)
+        k += 1
+        if a < b:
+            parent[b] = a
+        else:
+            parent[a] = b
+    return links, k
+
+
+@numba.njit(cache=True)
+def _assign_pcc(indptr, indices, pcc_of, first, next_pcc, parent, dpcc, dcnt, reduced):
     """Assign vertices first..n-1 (rows 0.. of indptr/indices) to PCCs, in order.
 
     indptr int64 (n-first+1,), indices int32: the adjacency rows of vertices first, first+1, ...
@@ -160,28 +219,23 @@ def assign_pcc(indptr, indices, pcc_of, first, next_pcc, parent):
             next_pcc += 1
         pv = pcc_of[v]
         last = -1
+        if reduced:  # the old neighbours (the front of the ascending row) as their distinct PCCs
+            for t in range(indptr[r], indptr[r] + dcnt[r]):
+                pu = dpcc[t]
+                if pu != pv:
+                    last = pu
+                    links, k = _link(pu, pv, parent, links, k)
         for p in range(indptr[r], indptr[r + 1]):
             u = indices[p]
+            if reduced and u < first:
+                continue
             if u > v or u < first:
                 pu = pcc_of[u]
                 if pu < 0:
                     pcc_of[u] = pv
                 elif pu != pv and pu != last:
                     last = pu
-                    a = _find(parent, pu)
-                    b = _find(parent, pv)
-                    if a != b:
-                        if k == links.shape[0]:
-                            grown = np.empty((2 * k, 2), np.int32)
-                            grown[:k] = links[:k]
-                            links = grown
-                        links[k, 0] = min(pu, pv)
-                        links[k, 1] = max(pu, pv)
-                        k += 1
-                        if a < b:
-                            parent[b] = a
-                        else:
-                            parent[a] = b
+                    links, k = _link(pu, pv, parent, links, k)
     return next_pcc, links[:k]
 
 
@@ -385,21 +439,32 @@ def symmetric_from_owner(row_start, row_len, idx, w, local_of, n_chunks, with_we
 
 
 @numba.njit(parallel=True, cache=True)
-def _add_owner_stats(ptr, idx, w, first, degree, weight_sum):
+def _add_owner_stats(ptr, idx, w, first, degree, weight_sum, chunks=16):
     """Add the edges of owner rows (row r = vertex first + r; neighbours idx, weights w) to both
     endpoints' degree (int32) and fixed-point weight sum (int64, 2**FIX_BITS units: exact and
-    order-free).  The owners' side one row per prange iteration, the neighbours' side a
-    sequential scatter (after it: the two loops never write the same entry at once)."""
+    order-free).  The owners' side one row per prange iteration, the neighbours' side in
+    ``chunks`` pieces of the entries with private counters, added up per vertex (after the
+    first loop: the loops never write the same entry at once)."""
     for r in prange(ptr.shape[0] - 1):
         s = numba.int64(0)
         for p in range(ptr[r], ptr[r + 1]):
             s += kstar.fixed_weight(w[p])
         degree[first + r] += ptr[r + 1] - ptr[r]
         weight_sum[first + r] += s
-    for p in range(idx.shape[0]):
-        u = idx[p]
-        degree[u] += 1
-        weight_sum[u] += kstar.fixed_weight(w[p])
+    n = degree.shape[0]
+    nnz = idx.shape[0]
+    chunks = max(1, min(chunks, nnz // 65536))  # private (chunks, n) counters: integer sums, order-free
+    c_deg = np.zeros((chunks, n), np.int32)
+    c_sum = np.zeros((chunks, n), np.int64)
+    for c in prange(chunks):
+        for p in range(nnz * c // chunks, nnz * (c + 1) // chunks):
+            u = idx[p]
+            c_deg[c, u] += 1
+            c_sum[c, u] += kstar.fixed_weight(w[p])
+    for u in prange(n):
+        for c in range(chunks):
+            degree[u] += c_deg[c, u]
+            weight_sum[u] += c_sum[c, u]
 
 
 def _n_chunks(m: int) -> int:
@@ -925,16 +990,18 @@ def update(clusters_path: str, added: Corpus, output: str, device: str | Backend
     n_total = n_old + n_new
     t_read = time.perf_counter()
 
-    # 1. score only the new documents
+    # 1. score only the new documents; 2. their owner rows (what CUDA-DClus examines)
     if edges is None:
-        new_old, new_new = score_additions(old.X, added.X, stored_beta, backend, batch_size, quiet, engine_geometry)
+        up = addition_rows(old.X, added.X, stored_beta, backend, batch_size, quiet, engine_geometry)
+        t_score = time.perf_counter()
+        own_ptr, own_idx, own_w = kstar.addition_owner_rows(up[0], up[1], up[2], n_new, n_old)
+        up = None
     else:
-        new_old, new_new = edges
-    t_score = time.perf_counter()
-    n_new_edges = len(new_old[0]) + len(new_new[0])
+        t_score = time.perf_counter()
+        own_ptr, own_idx, own_w = _new_owner_rows(n_old, n_new, *edges)
+    n_new_edges = len(own_idx)
 
-    # 2. PCCs of the new vertices (their owner rows are what CUDA-DClus examines)
-    own_ptr, own_idx, own_w = _new_owner_rows(n_old, n_new, new_old, new_new)
+    # PCCs of the new vertices
     pcc_of = np.concatenate([meta.pcc_of, np.full(n_new, -1, np.int32)])
     parent = np.empty(meta.n_pcc + n_new, np.int32)
     parent[:meta.n_pcc] = np.arange(meta.n_pcc, dtype=np.int32)
@@ -944,7 +1011,7 @@ def update(clusters_path: str, added: Corpus, output: str, device: str | Backend
     # degree and fixed-point weight sums of the union (old vertices gain only the new edges)
     degree = np.concatenate([meta.degree, np.zeros(n_new, np.int32)])
     weight_sum = np.concatenate([meta.weight_sum, np.zeros(n_new, np.int64)])
-    _add_owner_stats(own_ptr, own_idx, own_w, n_old, degree, weight_sum)
+    _add_owner_stats(own_ptr, own_idx, own_w, n_old, degree, weight_sum, max(1, numba.get_num_threads()))
 
     # 3. affected connected components and their old PCCs
     comp = components_of_pccs(n_pcc, links)

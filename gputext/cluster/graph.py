@@ -277,6 +277,16 @@ def score_additions(old_X, new_X, beta: float, device: str | Backend = "auto", b
     new-new edges with a < b), all as global vertex ids (new documents numbered from n_old);
     ordered by new document, then neighbour ascending.
     """
+    n_old, n_new = old_X.shape[0], new_X.shape[0]
+    up = addition_rows(old_X, new_X, beta, device, batch_size, quiet, engine_geometry, graph_geometry, device_graph)
+    return kstar.split_addition_rows(up[0], up[1], up[2], n_new, n_old)
+
+
+def addition_rows(old_X, new_X, beta: float, device: str | Backend = "auto", batch_size: int | None = None,
+                  quiet: bool = True, engine_geometry=None, graph_geometry=None, device_graph: bool = True):
+    """score_additions's edges as upper-triangle rows of [new; old]: (ptr int64 (n_new+1,),
+    cols int32 ascending within a row, weights float32); column c < n_new is new document c,
+    c >= n_new old document c - n_new (kstar.addition_owner_rows turns them into owner rows)."""
     import scipy.sparse as sp
 
     from ..engine import Index, search_threshold
@@ -314,4 +324,4 @@ def score_additions(old_X, new_X, beta: float, device: str | Backend = "auto", b
         up = (np.concatenate(parts[0]),
               np.concatenate(parts[1]) if parts[1] else np.empty(0, np.int32),
               np.concatenate(parts[2]) if parts[2] else np.empty(0, np.float32))
-    return kstar.split_addition_rows(up[0], up[1], up[2], n_new, n_old)
+    return up
