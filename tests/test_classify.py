@@ -126,17 +126,18 @@ def test_svm_on_each_feature_set():
 
 
 def test_svm_meta_matches_manual_pipeline():
-    """svm_classify = compute_metafeatures + min-max scaling + LinearSVC(C), nothing hidden."""
+    """svm_classify = compute_metafeatures + min-max scaling + LinearSVC(C, primal tolerance), nothing hidden."""
     from sklearn.svm import LinearSVC
 
     from gputext.knn.metafeatures import compute_metafeatures
-    from gputext.knn.svm import svm_classify
+    from gputext.knn.svm import PRIMAL_TOL, svm_classify, svm_tol
     train, test, ytr = make_corpora(seed=6)
     res = svm_classify(train, test, features="meta", k=4, C=1.0, device="cpu")
     mf = compute_metafeatures(train.X, ytr, 4, test.X, k=4, device="cpu")
     lo, hi = mf.train.min(0), mf.train.max(0)
     scale = np.where(hi > lo, 1 / np.where(hi > lo, hi - lo, 1), 0)
-    model = LinearSVC(C=1.0, dual=False, max_iter=5000).fit(((mf.train - lo) * scale).astype(np.float32), ytr)
+    assert svm_tol(False) == PRIMAL_TOL == 1e-3 and svm_tol(True) == 0.1  # LIBLINEAR's -s 1 default for the dual
+    model = LinearSVC(C=1.0, dual=False, tol=1e-3, max_iter=5000).fit(((mf.train - lo) * scale).astype(np.float32), ytr)
     np.testing.assert_array_equal(res.predicted, model.predict(((mf.queries - lo) * scale).astype(np.float32)))
 
 

@@ -55,7 +55,9 @@ class DenseGeometry:
     threads_per_row: int = 32
     queries_per_pass: int = 4
     unroll: int = 4
-    matvec_rows: int = 1  # rows per thread of the matvec kernel (one shared-memory tree for all of them)
+    # rows per thread of the matvec kernel (one shared-memory tree for all of them); H200, 2,000,000
+    # x 1024, 2026-11-25: R=4 2.190 ms (3740 GB/s) vs R=1 2.854 ms (benchmarks/knn_classify_h200.json)
+    matvec_rows: int = 4
     matvec_blocks: int = 0
     gemm_tile: tuple = (128, 128, 8, 8, 8)  # block queries, block docs, block terms, thread queries, thread docs
     gemm_min_queries: int = 16  # batches with fewer queries use the matrix-vector kernel

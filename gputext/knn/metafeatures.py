@@ -111,6 +111,7 @@ def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: in
     """
     from .classify import choose_method
 
+    t_start = time.perf_counter()
     if not isinstance(k, (int, np.integer)) or k < 1:
         raise InputError(f"k must be a positive integer, got {k!r}")
     X_train = canonical_csr(X_train)
@@ -139,6 +140,7 @@ def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: in
         M = _dense_per_class(X_train, y, n_classes, Q, k, backend, sq, l1, quiet, info)
     else:
         M = _grouped(X_train, y, n_classes, Q, k, backend, quiet, info)
+        info["stages"]["prepare_ms"] = 1e3 * (t0 - t_start)  # validation, stacking, method choice
     info["seconds"] = time.perf_counter() - t0
     names = column_names(categories if categories is not None else range(n_classes), k)
     return MetaFeatures(M[:n_train], M[n_train:], names, int(k), info)
