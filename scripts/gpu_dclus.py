@@ -52,7 +52,7 @@ def parse_args():
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--out", default=os.environ.get("OUT", "out"))
     p.add_argument("--beta", type=float, default=0.25)
-    p.add_argument("--presets", default="reu-50k,reu-50k-tfidf",
+    p.add_argument("--presets", default="reu-50k,reu-50k-tfidf",  # PRESET:newtopics: see corpus()
                    help="synthetic corpus shapes (gputext corpus synth presets), comma-separated; each gets the whole run")
     p.add_argument("--base", type=int, help="documents clustered before the additions (default 50000; quick 3000)")
     p.add_argument("--adds", help="additions, comma-separated (default 5000,10000; quick 500,1000)")
@@ -86,11 +86,29 @@ def device_info(backend):
     return info
 
 
-def corpus(n_docs, preset, seed=2):
+NEW_TOPICS = ":newtopics"
+
+
+def corpus(n_docs, preset, seed=2, n_base=None):
+    """A synthetic corpus of a preset's shape.  ``PRESET:newtopics`` (the paper's scenario of
+    Tdt-65K documents added to Reu-50K: the additions are about other topics): the preset's shape
+    with 40 single-label classes, the first n_base documents from classes 0-19, the rest from
+    classes 20-39 (drawn from one corpus of about twice the size, so vocabulary and idf are shared)."""
     from gputext.datasets.presets import resolve
     from gputext.datasets.synth import make_corpus
-    _, params = resolve(preset, n_docs=n_docs)
-    return make_corpus(seed=seed, **params)
+    if not preset.endswith(NEW_TOPICS):
+        _, params = resolve(preset, n_docs=n_docs)
+        return make_corpus(seed=seed, **params)
+    n_base = n_docs if n_base is None else n_base
+    _, params = resolve(preset[:-len(NEW_TOPICS)], n_docs=int(2.2 * max(n_base, n_docs - n_base)) + 100)
+    params.update(n_classes=40, multilabel=False)
+    whole = make_corpus(seed=seed, **params)
+    label = np.asarray(whole.obs["label"].codes if hasattr(whole.obs["label"], "codes") else whole.obs["label"])
+    old = np.flatnonzero(label < 20)[:n_base]
+    new = np.flatnonzero(label >= 20)[:n_docs - n_base]
+    if len(old) < n_base or len(new) < n_docs - n_base:
+        raise SystemExit(f"{preset}: not enough documents per topic half")
+    return whole.take(np.concatenate([old, new]))
 
 
 def read_result(path):
@@ -176,7 +194,7 @@ def run(args, preset, backend, cpu, tmp):
     rows = []
     total = args.base + max(args.adds)
     t = time.perf_counter()
-    whole = corpus(total, preset)
+    whole = corpus(total, preset, n_base=args.base)
     log(f"corpus: {total} docs, {whole.X.nnz} nnz ({time.perf_counter() - t:.1f} s)")
     base = whole.take(np.arange(args.base))
     base_path = os.path.join(tmp, "base.h5")
