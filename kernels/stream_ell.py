@@ -138,12 +138,9 @@ SCAN_UNROLL = 8  # term loads a scanning thread issues at once (the kernel's str
 # ----------------------------------------------------------------------------- CUDA kernels
 
 @kernel_cache
-def score_kernel(threads_per_block: int, max_docs: int, prefetch: bool = False):
+def score_kernel(threads_per_block: int, max_docs: int):
     """The best-cluster kernel for ``threads_per_block`` threads (rows) per block and batches of
-    at most ``max_docs`` documents (``max_docs <= threads_per_block``). ``prefetch``: a thread
-    issues the loads of its next SCAN_UNROLL slots' terms before it probes the current ones
-    (16 loads in flight instead of 8, and the DRAM round trip of the next group overlaps the
-    probes of this one; +8 registers). Same results: only the load order differs.
+    at most ``max_docs`` documents (``max_docs <= threads_per_block``).
 
     ``score_blocks[n_blocks, threads_per_block](ell_terms, ell_weights, n_rows, ibuf, fbuf, n_upd,
     table_size, n_postings, n_docs, part_sim, part_row)`` with n_blocks = ceil(n_rows / threads_per_block):
@@ -224,44 +221,6 @@ def score_kernel(threads_per_block: int, max_docs: int, prefetch: bool = False):
                             u = ibuf[o_val + h]
                             for p in range(ibuf[o_first + u], ibuf[o_first + u + 1]):
                                 acc[base + ibuf[o_pdoc + p]] += numba.float64(w) * numba.float64(fbuf[o_pw + p])
-            elif prefetch:
-                n = 0
-                t0 = ell_terms[0, row]
-                t1 = ell_terms[1, row] if 1 < K else EMPTY
-                t2 = ell_terms[2, row] if 2 < K else EMPTY
-                t3 = ell_terms[3, row] if 3 < K else EMPTY
-                t4 = ell_terms[4, row] if 4 < K else EMPTY
-                t5 = ell_terms[5, row] if 5 < K else EMPTY
-                t6 = ell_terms[6, row] if 6 < K else EMPTY
-                t7 = ell_terms[7, row] if 7 < K else EMPTY
-                while t0 >= 0:
-                    m = n + SCAN_UNROLL  # the next group, loaded only when this one is full
-                    more = t7 >= 0
-                    u0 = ell_terms[m, row] if more and m < K else EMPTY
-                    u1 = ell_terms[m + 1, row] if more and m + 1 < K else EMPTY
-                    u2 = ell_terms[m + 2, row] if more and m + 2 < K else EMPTY
-                    u3 = ell_terms[m + 3, row] if more and m + 3 < K else EMPTY
-                    u4 = ell_terms[m + 4, row] if more and m + 4 < K else EMPTY
-                    u5 = ell_terms[m + 5, row] if more and m + 5 < K else EMPTY
-                    u6 = ell_terms[m + 6, row] if more and m + 6 < K else EMPTY
-                    u7 = ell_terms[m + 7, row] if more and m + 7 < K else EMPTY
-                    slot_dev(t0, n, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-                    if t1 >= 0:
-                        slot_dev(t1, n + 1, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-                    if t2 >= 0:
-                        slot_dev(t2, n + 2, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-                    if t3 >= 0:
-                        slot_dev(t3, n + 3, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-                    if t4 >= 0:
-                        slot_dev(t4, n + 4, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-                    if t5 >= 0:
-                        slot_dev(t5, n + 5, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-                    if t6 >= 0:
-                        slot_dev(t6, n + 6, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-                    if t7 >= 0:
-                        slot_dev(t7, n + 7, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-                    n = m
-                    t0, t1, t2, t3, t4, t5, t6, t7 = u0, u1, u2, u3, u4, u5, u6, u7
             else:
                 # SCAN_UNROLL independent term loads are issued before the first is probed, so a
                 # thread keeps 8 loads in flight instead of 1 (the scan is latency-bound: with one
@@ -532,8 +491,6 @@ def ptx_kernels():
     ell = "int32[:, ::1], float32[:, ::1]"
     return [
         ("score_blocks", score_kernel(128, 32),
-         f"void({ell}, int64, int32[::1], float32[::1], int64, int64, int64, int64, float64[::1], int32[::1])"),
-        ("score_blocks_prefetch", score_kernel(256, 1, True),
          f"void({ell}, int64, int32[::1], float32[::1], int64, int64, int64, int64, float64[::1], int32[::1])"),
         ("reduce_blocks", reduce_kernel(256), "void(float64[::1], int32[::1], int64, int64, float64[:, ::1])"),
         ("apply_updates", apply_updates, f"void({ell}, int32[::1], float32[::1], int64)"),

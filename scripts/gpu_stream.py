@@ -307,10 +307,17 @@ def latency_pass(backend, state, queries, fast=True, tpb=None, timing=False, **v
     return out, sc, r
 
 
-VARIANTS = {"prefetch": {"scan_prefetch": True}}  # --variants: clusterer options timed beside the default
+def hits_per_doc(state, Xq, n_terms):
+    """Centroid slots that hold one of each query's (top-K) terms: the scan's hash hits, the work
+    that varies from document to document (each hit reads a weight and adds a product)."""
+    terms = state["ell_terms"]
+    df = np.bincount(terms[terms >= 0].ravel(), minlength=n_terms)
+    di, dt, _, _ = H.prepare_docs(Xq.indptr.astype(np.int64), Xq.indices.astype(np.int32),
+                                  Xq.data.astype(np.float64), K)
+    return np.array([int(df[dt[di[j]:di[j + 1]]].sum()) for j in range(Xq.shape[0])])
 
 
-def latency(backend, mode, copy_tbs, repeats=2, n_cpu_override=None, peers=True, tpb_sweep=(), variants=()):
+def latency(backend, mode, copy_tbs, repeats=2, n_cpu_override=None, peers=True, tpb_sweep=()):
     sizes, n_query, n_cpu = SIZES[mode]["latency"]
     if n_cpu_override is not None:
         n_cpu = n_cpu_override
@@ -364,6 +371,18 @@ def latency(backend, mode, copy_tbs, repeats=2, n_cpu_override=None, peers=True,
             if copy_tbs:
                 row["scan_fraction_of_copy_bw"] = round(row["scan_tbs"] / copy_tbs, 3)
                 row["scan_only_fraction_of_copy_bw"] = round(row["scan_only_tbs"] / copy_tbs, 3)
+            if len(sc.scanner.kernel_ms) == Xq.shape[0]:  # the tail: GPU time against the document's hits
+                km = np.asarray(sc.scanner.kernel_ms)
+                hits = hits_per_doc(state, Xq, base.shape[1])
+                slope, icpt = np.polyfit(hits, km, 1)
+                top = hits >= np.percentile(hits, 95)
+                row["tail_vs_hits"] = {
+                    "pearson_kernel_ms_hits": round(float(np.corrcoef(km, hits)[0, 1]), 3),
+                    "fit_kernel_ms": {"intercept_ms": round(float(icpt), 4), "ns_per_hit": round(float(slope) * 1e6, 4)},
+                    "hits_p50_p95_max": [int(np.percentile(hits, 50)), int(np.percentile(hits, 95)), int(hits.max())],
+                    "kernel_ms_median_top5pct_hits": round(float(np.median(km[top])), 4),
+                    "kernel_ms_median_other_docs": round(float(np.median(km[~top])), 4),
+                    "slowest_docs_hits": [int(hits[e["doc"]]) for e in summ["slowest"]]}
             del sc
             sweep = {}
             for tpb in tpb_sweep:
@@ -374,25 +393,6 @@ def latency(backend, mode, copy_tbs, repeats=2, n_cpu_override=None, peers=True,
                 del sc
             if sweep:
                 row["rows_per_block_sweep"] = sweep
-            for name in variants:  # the same passes with a kernel variant: latency x repeats, then events
-                v = {"passes": []}
-                for rep in range(repeats):
-                    summ, sc, r = latency_pass(backend, state, Xq, fast=True, **VARIANTS[name])
-                    v["passes"].append(summ)
-                    v["identical_to_default"] = bool(v.get("identical_to_default", True)
-                                                     and np.array_equal(r.cluster, results[0].cluster)
-                                                     and np.array_equal(r.similarity, results[0].similarity))
-                    del sc
-                summ, sc, _ = latency_pass(backend, state, Xq, fast=True, timing=True, **VARIANTS[name])
-                v["timed_pass"] = summ
-                v["scan_kernel_ms"] = round(float(np.median(sc.scanner.kernel_ms)), 4)
-                v["scan_only_kernel_ms"] = round(float(np.median(sc.scanner.score_ms or [0.0])), 4)
-                v["scan_only_tbs"] = (round(terms_bytes / (v["scan_only_kernel_ms"] / 1e3) / 1e12, 3)
-                                      if v["scan_only_kernel_ms"] > 0 else None)
-                if copy_tbs and v["scan_only_tbs"]:
-                    v["scan_only_fraction_of_copy_bw"] = round(v["scan_only_tbs"] / copy_tbs, 3)
-                row.setdefault("variants", {})[name] = v
-                del sc
         if not peers:
             out["rows"].append(row)
             log(f"[latency] M={M}: {json.dumps(row)}")
@@ -547,12 +547,6 @@ def markdown(res):
                 f"{(r.get('cpu_scan_latency') or {}).get('p50_ms', '-')} | "
                 f"{cu.get('per_doc_ms', '-')} ({cu.get('batch32_per_doc_ms', '-')}) | {th.get('per_doc_ms', '-')} | "
                 f"{r.get('scipy_cpu_spmv_per_doc_ms', '-')} |")
-        for r in lat["rows"]:
-            for name, v in (r.get("variants") or {}).items():
-                ps = "; ".join(f"{p['p50_ms']} / {p['p95_ms']} / {p['p99_ms']} / {p['mean_ms']}" for p in v["passes"])
-                lines.append(f"\nvariant {name} at {r['clusters']:,} clusters: p50 / p95 / p99 / mean ms {ps}; kernel "
-                             f"{v['scan_kernel_ms']} ms (scan alone {v['scan_only_kernel_ms']} ms, "
-                             f"{v.get('scan_only_fraction_of_copy_bw', '-')} of copy); identical {v.get('identical_to_default')}")
         if lat.get("goal_0.5ms_at_1.6M"):
             g = lat["goal_0.5ms_at_1.6M"]
             lines.append(f"\ngoal latency <= 0.5 ms at 1.6M clusters (p50 and mean, every pass): p50 {g['p50_ms']} ms, "
@@ -591,8 +585,6 @@ def main(argv=None):
     ap.add_argument("--cpu-queries", type=int, default=None, help="documents for the CPU scan twin's latency (0: skip)")
     ap.add_argument("--no-peers", action="store_true", help="latency section: only our GPU passes")
     ap.add_argument("--tpb-sweep", default="", help="latency section: comma list of rows per block to time too")
-    ap.add_argument("--scan-prefetch", action="store_true", help="every clusterer uses the prefetching scan kernel")
-    ap.add_argument("--variants", default="", help=f"latency section: kernel variants timed too ({', '.join(VARIANTS)})")
     ap.add_argument("--exact-sizes", default=None, help="exactness: n_docs,n_batch1,n_reference")
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # CUDA-simulator smoke test of this script
     args = ap.parse_args(argv)
@@ -600,8 +592,6 @@ def main(argv=None):
     if args.tiny:
         GEOMETRY.update(threads_per_block=16, reduce_threads=8)
         args.batch_size = min(args.batch_size, 8)
-    if args.scan_prefetch:
-        GEOMETRY.update(scan_prefetch=True)
     if args.threads_per_block:
         GEOMETRY.update(threads_per_block=args.threads_per_block)
     if args.exact_sizes:
@@ -619,8 +609,7 @@ def main(argv=None):
         section(results, "exactness", exactness, backend, mode)
     if "latency" in wanted:
         section(results, "latency", latency, backend, mode, copy_tbs, args.latency_repeats, args.cpu_queries,
-                not args.no_peers, [int(x) for x in args.tpb_sweep.split(",") if x],
-                [x for x in args.variants.split(",") if x])
+                not args.no_peers, [int(x) for x in args.tpb_sweep.split(",") if x])
     if "throughput" in wanted:
         n_docs = args.n_docs or {"tiny": 100, "quick": 100_000, "full": 5_500_000}[mode]
         budget = args.time_budget or {"tiny": 5.0, "quick": 20.0, "full": 200.0}[mode]

@@ -35,11 +35,10 @@ def _setup(n_rows=21, K=4, n_terms=10, n_docs=3, seed=0):
     return E, terms, weights, ibuf, fbuf, upd, table, n_post, n_docs, n_rows
 
 
-@pytest.mark.parametrize("tpb,max_docs,K,prefetch", [(8, 4, 4, False), (16, 3, 4, False), (16, 4, 19, False),
-                                                     (16, 4, 19, True), (8, 4, 16, True)])
-def test_score_and_reduce_kernels_equal_twins(tpb, max_docs, K, prefetch):
+@pytest.mark.parametrize("tpb,max_docs,K", [(8, 4, 4), (16, 3, 4), (16, 4, 19), (8, 4, 16)])
+def test_score_and_reduce_kernels_equal_twins(tpb, max_docs, K):
     """K = 19 crosses the scan's 8-slot load groups twice and ends inside the third one; K = 16
-    ends exactly at a group boundary (the prefetching variant's next group is all EMPTY)."""
+    ends exactly at a group boundary."""
     from numba import cuda
     E, terms, weights, ibuf, fbuf, upd, table, n_post, n_docs, n_rows = _setup(K=K, n_terms=10 if K < 10 else 40)
     n_blocks = (n_rows + tpb - 1) // tpb
@@ -52,7 +51,7 @@ def test_score_and_reduce_kernels_equal_twins(tpb, max_docs, K, prefetch):
 
     d_t, d_w = cuda.to_device(terms), cuda.to_device(weights)
     d_ps, d_pr = cuda.device_array(n_docs * n_blocks), cuda.device_array(n_docs * n_blocks, np.int32)
-    E.score_kernel(tpb, max_docs, prefetch)[n_blocks, tpb](d_t, d_w, n_rows, cuda.to_device(ibuf), cuda.to_device(fbuf),
+    E.score_kernel(tpb, max_docs)[n_blocks, tpb](d_t, d_w, n_rows, cuda.to_device(ibuf), cuda.to_device(fbuf),
                                                  len(upd), table, n_post, n_docs, d_ps, d_pr)
     np.testing.assert_array_equal(d_ps.copy_to_host(), part_sim)
     np.testing.assert_array_equal(d_pr.copy_to_host(), part_row)

@@ -107,7 +107,7 @@ class _EllScanner:
     the host's dirty list, which travel in the next launch's update buffer."""
 
     def __init__(self, backend: Backend, K: int, max_docs: int, threads_per_block: int, reduce_threads: int,
-                 capacity: int, fast_launch: bool = True, prefetch: bool = False):
+                 capacity: int, fast_launch: bool = True):
         from ..kernels import stream_ell as E
         self.E = E
         self.cuda = backend.is_cuda
@@ -141,7 +141,7 @@ class _EllScanner:
             self.h_fbuf = self.h_all[self.ibuf_len:].view(np.float32)
             self.h_best = cuda.pinned_array((2, max_docs), np.float64)
             self.d_best = cuda.device_array((2, max_docs), np.float64)
-            self.score_k = E.score_kernel(threads_per_block, max_docs, bool(prefetch))
+            self.score_k = E.score_kernel(threads_per_block, max_docs)
             self.reduce_k = E.reduce_kernel(reduce_threads)
             self._raw_score = self._raw_reduce = None
             self._events = None
@@ -418,14 +418,12 @@ class StreamClusterer:
     fast_launch     on a real GPU, launch the scan through pre-marshalled driver calls
                     (stream_launch.py) instead of numba's dispatcher (False: the dispatcher; the
                     results are the same, only the host time per launch differs).
-    scan_prefetch   GPU scan kernel variant that loads the next 8 slots' terms before probing the
-                    current 8 (kernels/stream_ell.score_kernel; same results).
     """
 
     def __init__(self, threshold: float = 0.6, max_terms: int = 35, device: str = "auto",
                  batch_size: int | None = None, candidates: str = "auto", threads_per_block: int | None = None,
                  reduce_threads: int = 256, capacity: int = 1024, backend: Backend | None = None,
-                 fast_launch: bool = True, scan_prefetch: bool = False):
+                 fast_launch: bool = True):
         _check_params(threshold, max_terms, batch_size, candidates)
         self.backend = backend or resolve_backend(device)
         if candidates == "index" and self.backend.is_cuda:
@@ -462,9 +460,8 @@ class StreamClusterer:
         self.use_index = (candidates == "index") or (candidates == "auto" and not self.backend.is_cuda)
         self._init_index(1024, 4096)
         self.fast_launch = bool(fast_launch)
-        self.scan_prefetch = bool(scan_prefetch)
         self.scanner = (_EllScanner(self.backend, K, self.batch_size, self.tpb, self.reduce_threads, cap,
-                                    self.fast_launch, self.scan_prefetch) if self.use_scan else None)
+                                    self.fast_launch) if self.use_scan else None)
 
     # ------------------------------------------------------------------ state
     @property
@@ -681,8 +678,7 @@ class StreamClusterer:
         X = sp.csr_matrix(np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 1.0, 1.0], [0.0, 0.0, 0.0]]))
         for candidates in (("scan", "index") if self.candidates == "auto" and self.use_index else (self.candidates,)):
             kw["candidates"] = candidates
-            sc = StreamClusterer(self.threshold, self.K, fast_launch=self.fast_launch, scan_prefetch=self.scan_prefetch,
-                                 **kw)
+            sc = StreamClusterer(self.threshold, self.K, fast_launch=self.fast_launch, **kw)
             sc.partial_fit(X)
             sc.partial_fit(X)  # the first launch of a batch had no clusters to score (no kernel ran)
             if sc.scanner is not None:  # the capacity growth (grow_copy) and the flush (apply_updates)
