@@ -72,6 +72,8 @@ def parse_args():
                         "scikit-learn and update parts); default: the paper's Reu-70K shape (tf weighting, 7.6%% of "
                         "pairs are edges at beta 0.25) and the same shape with tf-idf (a sparse graph)")
     p.add_argument("--skip-update", action="store_true", help="no DClustR update benchmark")
+    p.add_argument("--sweep", action="store_true",
+                   help="graph variants on the first preset: host-side index build, no page prefault, 8 / 128 MiB staging, eager weights")
     p.add_argument("--skip-extras", action="store_true",
                    help="no previous-path (engine selector) run and no pageable/pinned transfer runs")
     args = p.parse_args()
@@ -430,6 +432,23 @@ def run_preset(args, preset, first, backend, cpu, gpu, env, goals):
                                             "graph_relevance": median([x[1] for x in runs]),
                                             "transfer": median([x[2] for x in runs])}
         log(f"[{preset}] transfer modes: {main['transfer_modes']}")
+    if gpu and args.sweep and first:  # the device graph's options, each against the defaults of this run
+        from gputext.cluster.graph_cuda import DeviceGraphGeometry
+        from gputext.cluster.star import cluster_star
+        variants = {"default": {}, "index=host": {"index": "host"}, "prefault=False": {"prefault": False},
+                    "staging 8 MiB": {"staging_bytes": 8 << 20}, "staging 128 MiB": {"staging_bytes": 128 << 20},
+                    "weights=eager": {"weights": "eager"}}
+        main["sweep"] = {}
+        for name, kw in variants.items():
+            runs = []
+            for _ in range(3):
+                r = cluster_star(X, args.beta, backend, graph_geometry=DeviceGraphGeometry(**kw))
+                st = stage_times(r.stats)
+                runs.append((r.stats["seconds_graph"] + r.stats["seconds_relevance"], st["index"], st["transfer"]))
+                del r
+            main["sweep"][name] = {"graph_relevance": median([x[0] for x in runs]), "index": median([x[1] for x in runs]),
+                                   "transfer": median([x[2] for x in runs])}
+        log(f"[{preset}] sweep: {main['sweep']}")
     peers = {}
     ours_edges = upper_edge_count(dev_res.graph)
     for name in [p for p in args.peers.split(",") if p]:
@@ -567,6 +586,9 @@ def markdown(r, goals, dev):
                      if "speedup_graph_relevance_with_weights" in m else "")
             lines.append(f"[{preset}] edge weights left on the device (the clustering does not read them), copied "
                          f"afterwards: {wf['bytes'] / 1e9:.2f} GB in {wf['seconds']:.3f} s{extra}")
+        if "sweep" in m:
+            lines.append(f"[{preset}] device graph options (median of 3; graph + relevance / index / transfer s): " + "; ".join(
+                f"{k} {v['graph_relevance']:.3f} / {v['index']:.3f} / {v['transfer']:.3f}" for k, v in m["sweep"].items()))
         if "relevance_kernel" in m:
             k = m["relevance_kernel"]
             lines.append(f"[{preset}] relevance kernel: {k['seconds'] * 1e3:.2f} ms, {k['gbps']:.0f} GB/s = "

@@ -73,11 +73,13 @@ class DeviceGraphGeometry:
     shard's suffix index is built from device views of it, ``_SuffixIndexes``) or "host" (each
     suffix sliced on the host and built by the engine's ``build_shard``).  edge_initial: edges
     the device edge buffer starts with (8 bytes each; it doubles as needed up to ``EDGE_SHARE``
-    of the free memory, then spills to the host)."""
+    of the free memory, then spills to the host).  prefault: the host result arrays are allocated
+    and their pages touched (every core) right after the last kernels are queued, so the page
+    faults overlap the device's CSR and relevance work instead of the copy."""
 
     def __init__(self, write_block=256, write_items=16, split_block=256, split_max_blocks=65536,
                  sort_block=256, sort_words=2048, sort_max_blocks=65536, small_block=256, transfer="staged",
-                 staging_bytes=32 << 20, weights="lazy", index="device", edge_initial=1 << 26):
+                 staging_bytes=32 << 20, weights="lazy", index="device", edge_initial=1 << 26, prefault=True):
         if transfer not in ("staged", "pageable", "pinned"):
             raise ValueError(f"transfer must be staged, pageable or pinned, got {transfer!r}")
         if weights not in ("lazy", "eager"):
@@ -86,6 +88,7 @@ class DeviceGraphGeometry:
             raise ValueError(f"index must be device or host, got {index!r}")
         self.index = index
         self.edge_initial = int(edge_initial)
+        self.prefault = bool(prefault)
         self.transfer = transfer
         self.weights = weights
         self.staging_bytes = int(staging_bytes)
@@ -373,10 +376,14 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
         blocks = max(1, min(int(rg.max_blocks), _blocks(n, rg.vertices)))
         kernel[blocks, (rg.lanes, rg.vertices)](d_indptr, d_idx, d_degree[:n], d_ais[:n], d_count[:n], d_rel[:n])
     clock.mark("relevance")
-    indptr = d_indptr.copy_to_host()
     host_array = cuda.pinned_array if geom.transfer == "pinned" and not simulator else np.empty
     indices = host_array(nnz, np.int32)
     weights = np.empty(nnz, np.float32) if nnz == 0 or geom.weights != "eager" else host_array(nnz, np.float32)
+    if geom.prefault and geom.transfer != "pinned" and nnz:  # page faults now, while the csr and relevance kernels run
+        kstar.touch_pages(indices.view(np.uint8), 4096)
+        if geom.weights == "eager":
+            kstar.touch_pages(weights.view(np.uint8), 4096)
+    indptr = d_indptr.copy_to_host()
     if nnz:
         _to_host(d_idx[:nnz], indices, geom)
         if geom.weights == "eager":
