@@ -703,16 +703,68 @@ def _block_exclusive_scan(flags, tid, block):
 
 
 @cuda.jit(device=True, inline=True)
-def _select_top_keys(keys, items, best, base, k, cap, tmax, cand_key, cand_doc, counter, flags, tid, block):
+def _kth_largest_shared(vals, v, k, tid, block):
+    """The k-th largest (k <= block) of vals (float64 shared [block], thread tid's value v at
+    vals[tid], written and synchronised by the caller), returned to every thread: each thread
+    counts the values above its own and at least its own (broadcast reads, no sorting); the
+    thread(s) holding the k-th largest (fewer than k above, at least k at or above: all hold the
+    same value) write it to vals[0]. Two syncthreads instead of the bitonic sort's log2(block)
+    * (log2(block)+1) / 2. vals is overwritten."""
+    gt = 0
+    ge = 0
+    for j in range(block):
+        x = vals[j]
+        if x > v:
+            gt += 1
+        if x >= v:
+            ge += 1
+    cuda.syncthreads()  # every thread counted before vals[0] changes
+    if gt < k and ge >= k:
+        vals[0] = v
+    cuda.syncthreads()  # the k-th largest visible
+    return vals[0]
+
+
+@cuda.jit(device=True, inline=True)
+def _first_k_by_counting(keys, docs, n, k, tmp_key, tmp_doc, tid, block):
+    """Put the best min(k, n) of keys/docs[:n] (shared; documents distinct and >= 0) first, in
+    _better order, without sorting: entry i's rank = the number of entries better than it
+    (broadcast reads; ranks are distinct because documents are), entries of rank < k go to
+    tmp_key/tmp_doc (shared scratch of >= k entries) and are copied back. Entries from n on are
+    left as they are. Two syncthreads instead of a bitonic network's log2(n) (log2(n)+1) / 2."""
+    i = tid
+    while i < n:
+        ka = keys[i]
+        da = docs[i]
+        r = 0
+        for j in range(n):
+            if _better(keys[j], docs[j], ka, da):
+                r += 1
+        if r < k:
+            tmp_key[r] = ka
+            tmp_doc[r] = da
+        i += block
+    cuda.syncthreads()  # every rank computed and placed
+    for j in range(tid, min(k, n), block):
+        keys[j] = tmp_key[j]
+        docs[j] = tmp_doc[j]
+    cuda.syncthreads()  # the first k in order
+
+
+@cuda.jit(device=True, inline=True)
+def _select_top_keys(keys, items, best, base, k, cap, tmax, cand_key, cand_doc, counter, flags, tid, block,
+                     counting):
     """Block-wide top-k of a segment's keys, in shared memory; every thread of the block calls it.
 
     keys float64 [items * block] (thread tid holds entries i * block + tid, document base + that
     index; -inf for none), best = the thread's largest key. tmax float64 [block], cand_key float64
     / cand_doc int32 [cap], counter int32 [1], flags int32 [block] are scratch. The k-th largest of
-    the thread maxima is a lower bound tau on the k-th best key: keys > tau are placed by an atomic
-    counter, then keys == tau in index order (a block scan per item round) until k are held, and a
-    bitonic sort orders the candidates by (key desc, document asc). On return cand_*[:k] are the
-    segment's best (documents -1 / keys -inf past the segment's valid keys). Synchronises inside.
+    the thread maxima (found by a bitonic sort of tmax, or with ``counting`` by
+    _kth_largest_shared: the same value) is a lower bound tau on the k-th best key: keys > tau are
+    placed by an atomic counter, then keys == tau in index order (a block scan per item round)
+    until k are held, and a bitonic sort orders the candidates by (key desc, document asc) (with
+    ``counting``: _first_k_by_counting, the same first k). On return cand_*[:k] are the segment's
+    best (documents -1 / keys -inf past the segment's valid keys). Synchronises inside.
     """
     tmax[tid] = best
     for j in range(tid, cap, block):
@@ -721,8 +773,11 @@ def _select_top_keys(keys, items, best, base, k, cap, tmax, cand_key, cand_doc, 
     if tid == 0:
         counter[0] = 0
     cuda.syncthreads()  # keys, tmax, empty candidates and counter ready
-    _bitonic_keys_desc(tmax, block, tid, block)
-    tau = tmax[k - 1]
+    if counting:
+        tau = _kth_largest_shared(tmax, best, k, tid, block)
+    else:
+        _bitonic_keys_desc(tmax, block, tid, block)
+        tau = tmax[k - 1]
     for i in range(items):
         key = keys[i * block + tid]
         if key > tau:
@@ -749,10 +804,13 @@ def _select_top_keys(keys, items, best, base, k, cap, tmax, cand_key, cand_doc, 
                 break
         n_cand = n_gt + min(taken, need)
     cuda.syncthreads()  # all candidates placed
-    n_sort = 2
-    while n_sort < n_cand:
-        n_sort *= 2
-    _bitonic_pairs(cand_key, cand_doc, n_sort, tid, block)
+    if counting:
+        _first_k_by_counting(cand_key, cand_doc, n_cand, k, tmax, flags, tid, block)
+    else:
+        n_sort = 2
+        while n_sort < n_cand:
+            n_sort *= 2
+        _bitonic_pairs(cand_key, cand_doc, n_sort, tid, block)
 
 
 def topk_geometry(k: int, block: int | None = None, items: int | None = None) -> tuple[int, int, int]:
@@ -822,7 +880,7 @@ def select_topk_kernel(block: int, items: int, cap: int):
             keys[i * block + tid] = key
             if key > best:
                 best = key
-        _select_top_keys(keys, items, best, base, k, cap, tmax, cand_key, cand_doc, counter, flags, tid, block)
+        _select_top_keys(keys, items, best, base, k, cap, tmax, cand_key, cand_doc, counter, flags, tid, block, False)
         for j in range(tid, k, block):
             out_doc[q, seg, j] = cand_doc[j]
             out_key[q, seg, j] = cand_key[j]
@@ -951,6 +1009,9 @@ def ptx_kernels():
          "void(int64[::1], int32[::1], float32[::1], int64, float64[:, ::1], int64[::1], int32[::1], float32[::1], "
          "float64[:, ::1], int64[:, ::1], int64[:, ::1], int64[::1], int64, int32[:, :, :, ::1], float64[:, :, :, ::1])"),
         ("grouped_topk", grouped_topk_kernel(*grouped_geometry(30, 600)),
+         "void(int64[::1], int32[::1], float32[::1], int64, float64[:, ::1], int64[::1], int32[::1], float32[::1], "
+         "float64[:, ::1], int64[:, ::1], int64[:, ::1], int64[::1], int64, int32[:, :, :, ::1], float64[:, :, :, ::1])"),
+        ("grouped_topk_counting", grouped_topk_kernel(*grouped_geometry(30, 600), 64, True),
          "void(int64[::1], int32[::1], float32[::1], int64, float64[:, ::1], int64[::1], int32[::1], float32[::1], "
          "float64[:, ::1], int64[:, ::1], int64[:, ::1], int64[::1], int64, int32[:, :, :, ::1], float64[:, :, :, ::1])"),
         ("segment_offsets", segment_offsets, "void(int64[::1], int32[::1], int64[::1], int64[:, ::1])"),
@@ -1106,7 +1167,7 @@ def _lower_bound(values, lo, hi, x):
 
 
 @kernel_cache
-def grouped_topk_kernel(block: int, items: int, cap: int, max_registers: int = 0):
+def grouped_topk_kernel(block: int, items: int, cap: int, max_registers: int = 0, counting: bool = False):
     """Fused accumulation and selection: block (s, b) scores query q = q_lo + b against the
     documents of segment s ([seg_range[s, 0], seg_range[s, 1]), at most block*items consecutive
     documents of one group) and keeps the segment's top k for every metric.
@@ -1133,6 +1194,9 @@ def grouped_topk_kernel(block: int, items: int, cap: int, max_registers: int = 0
     max_registers > 0 caps the registers per thread (ptxas, sm_90, block 128 x items 8: 130
     uncapped = 3 blocks per multiprocessor; 96 = 5 blocks, 80 bytes spilled; 64 = 7 (the shared
     memory limit), 220 bytes spilled). The simulator has no registers: the cap is left out there.
+    counting: the selection's two sorts replaced by counting (_kth_largest_shared for tau,
+    _first_k_by_counting for the candidates): about 6 syncthreads per metric instead of ~50 at
+    block 128; the same lists.
     """
     seg_len = block * items
     off_len = block + 1
@@ -1232,7 +1296,8 @@ def grouped_topk_kernel(block: int, items: int, cap: int, max_registers: int = 0
                 keys[loc] = key
                 if key > best:
                     best = key
-            _select_top_keys(keys, n_items, best, seg_lo, k, cap, tmax, cand_key, cand_doc, counter, t_off, tid, block)
+            _select_top_keys(keys, n_items, best, seg_lo, k, cap, tmax, cand_key, cand_doc, counter, t_off, tid, block,
+                             counting)
             for j in range(tid, k, block):
                 out_doc[b, s, m, j] = cand_doc[j]
                 out_key[b, s, m, j] = cand_key[j]

@@ -219,12 +219,13 @@ def geometry_sweep(Xtr, y, C, Xte, sec, cpu_mf):
     out = np.empty((Q.shape[0], C, 92), np.float32)
     ref = np.vstack([cpu_mf.train, cpu_mf.queries]).reshape(Q.shape[0], C, 92)[:, :, :90]
     sweep = {}
-    # (block, items, segment table, register cap, pipeline batches)
-    variants = [(128, 8, True, r, 4) for r in (64, 96, 80, 56, 48)] + [
-        (128, 8, False, 64, 4), (64, 16, True, 64, 4), (128, 8, True, 64, 8), (128, 8, True, 64, 16)]
-    for block, items, table, regs, pipe in variants:
+    # (block, items, segment table, register cap, pipeline batches, selection by counting)
+    variants = [(128, 8, True, 64, 4, True), (128, 8, True, 64, 4, False), (128, 8, True, 56, 4, True),
+                (128, 8, True, 56, 4, False), (128, 8, True, 80, 4, True), (128, 8, True, 48, 4, True),
+                (128, 8, True, 64, 8, True)]
+    for block, items, table, regs, pipe, rank in variants:
         geom = Geometry(group_block=block, group_items=items, group_max_registers=regs, pipeline=pipe,
-                        **({} if table else {"segment_table_bytes": 0}))
+                        group_counting=rank, **({} if table else {"segment_table_bytes": 0}))
         times, walls = [], []
         try:
             for _ in range(6):
@@ -240,15 +241,36 @@ def geometry_sweep(Xtr, y, C, Xte, sec, cpu_mf):
         same = bool(np.array_equal(out[:, :, :90], ref))
         ms = statistics.median(times[1:])
         wall = statistics.median(walls[1:])
-        sweep[f"{block}x{items}-r{regs}-p{pipe}{'' if table else '-search'}"] = {
+        sweep[f"{block}x{items}-r{regs}-p{pipe}-{'count' if rank else 'sort'}{'' if table else '-search'}"] = {
             "kernel_ms": ms, "search_wall_ms": wall, "batches": st["stages"]["batches"], "segments": st["segments"],
             "identical": same}
-        row("20NG geometry", f"block {block} x items {items}, max registers {regs or 'none'}, pipeline {pipe} "
+        row("20NG geometry", f"block {block} x items {items}, max registers {regs or 'none'}, pipeline {pipe}, "
+            f"selection by {'counting' if rank else 'bitonic sorts'} "
             f"({st['segments']} segments, {st['stages']['batches']} batches"
             f"{'' if table else ', binary search instead of the segment table'})", f"{ms:.2f} ms",
-            f"kernels (all batches); search wall {wall:.1f} ms (incl. host prep, uploads, copies); "
+            f"kernels (all batches); search wall {wall:.1f} ms (host prep, query upload, copies; index already on the device); "
             + ("= CPU twin" if same else "DIFFERENT"))
     sec["geometry_sweep"] = sweep
+    # where the kernel time goes: the default kernel with fewer metrics (one accumulation for
+    # cosine/l2, one more for l1; one selection per metric)
+    parts = {}
+    for metrics in (("cosine",), ("l1",), ("cosine", "l2")):
+        o = np.empty((Q.shape[0], C, 30 * len(metrics)), np.float32)
+        times = []
+        try:
+            for _ in range(6):
+                st = {}
+                search_topk_grouped(index, Q, 30, group_ptr, metrics, "cuda", exclude_self=self_doc, pad="last",
+                                    out=o, return_docs=False, stats=st)
+                times.append(st["stages"]["kernels_ms"])
+        except Exception as exc:
+            row("20NG kernel", "+".join(metrics), f"ERROR {type(exc).__name__}: {str(exc)[:120]}")
+            continue
+        parts["+".join(metrics)] = statistics.median(times[1:])
+    sec["kernel_by_metrics_ms"] = parts
+    row("20NG kernel", "kernels ms by metrics searched (default geometry)",
+        "; ".join(f"{key} {v:.2f}" for key, v in parts.items()),
+        "cosine+l1+l2 is the meta-features' call (first sweep row)")
 
 
 def zipf_corpus(n_docs, n_terms, terms_per_doc, seed, offset=5.0):

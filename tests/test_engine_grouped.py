@@ -133,9 +133,11 @@ def test_grouped_cuda_equals_cpu_in_simulator(items, pad):
     self_doc = np.array([-1, 5, 3], np.int64)
     index = Index.from_csr(X)
     # items 1: the copy back goes through the pinned buffers in chunks of a few rows, segments
-    # found through the (term, segment) table; items 4: one plain copy, binary searches
+    # found through the (term, segment) table, selection by bitonic sorts; items 4: one plain copy, binary
+    # searches, selection by counting (the default)
     tiny = Geometry(group_block=8, group_items=items, merge_block=8, merge_width=16, finish_block=8, build_block=8,
-                    staging_bytes=400 if items == 1 else 0, segment_table_bytes=1 << 20 if items == 1 else 0)
+                    staging_bytes=400 if items == 1 else 0, segment_table_bytes=1 << 20 if items == 1 else 0,
+                    group_counting=items != 1)
     sc, dc = search_topk_grouped(index, Q, 5, gp, ("cosine", "l1", "l2"), device="cpu", exclude_self=self_doc, pad=pad)
     sg, dg = search_topk_grouped(index, Q, 5, gp, ("cosine", "l1", "l2"), device="cuda", exclude_self=self_doc,
                                  pad=pad, geometry=tiny, batch_size=2)

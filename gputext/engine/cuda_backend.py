@@ -486,7 +486,7 @@ def topk_grouped_cuda(index: Index, Q, k, codes, group_ptr, self_doc, pad_last, 
     plan = merge_plan(per_group, fan)
     d_plan = [(cuda.to_device(lo), cuda.to_device(hi), lo.size) for lo, hi, _ in plan]
     merge_width = _next_pow2(min(fan, int(per_group.max(initial=1))) * k)  # the most lists one block merges
-    select = scoring.grouped_topk_kernel(block, items, cap, geom.group_max_registers)
+    select = scoring.grouped_topk_kernel(block, items, cap, geom.group_max_registers, bool(geom.group_counting))
     merge = scoring.merge_lists_kernel(geom.merge_block, merge_width) if plan else None
     mark("query_upload")
     host_prep = time.perf_counter() - t0

@@ -41,6 +41,7 @@ class Geometry:
     group_block: int | None = None  # grouped selector: None = max(128, next pow2 of k)
     group_items: int | None = None  # None: fewest (<= 16) covering the largest group
     group_max_registers: int = 64  # register cap of the fused grouped kernel (0: none); occupancy (H200: 64 fastest)
+    group_counting: bool = True  # grouped selector: tau and the candidates' order by counting, not sorting (same lists)
     finish_block: int = 256
     staging_bytes: int = 32 << 20  # copy-back chunk through pinned buffers; 0: plain copy
     pipeline: int = 4  # grouped selector: split the queries into at least this many batches ...
