@@ -111,8 +111,11 @@ def effectiveness(name, tr_path, te_path, args, backend) -> list[dict]:
                   f"macro {rep['macro_f1_mean']:.4f}+-{rep['macro_f1_std']:.4f} ({rep['seconds']:.1f} s)", flush=True)
         return rows
     # warm-up on slices: JIT compilation is not part of the timings
-    knn_classify(train.take(np.arange(min(300, train.n_docs))), test.take(np.arange(20)), k=args.k,  # same k: same kernels
-                 method="auto", device=backend)
+    # (the method the full run's "auto" will choose and the same k: the same kernels get compiled)
+    from gputext.knn.classify import choose_method
+    full_method = choose_method("auto", train.n_docs, train.X.shape[1], train.X.nnz, backend)[0]
+    knn_classify(train.take(np.arange(min(300, train.n_docs))), test.take(np.arange(20)), k=args.k,
+                 method=full_method, device=backend)
     cw = train.labels.codes[:300]
     compute_metafeatures(train.X[:300][cw >= 0], cw[cw >= 0], len(train.labels.categories), test.X[:20],
                          k=args.k, device=backend)
