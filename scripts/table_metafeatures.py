@@ -15,6 +15,7 @@ Without a GPU the GPU rows say so and only the CPU parts run.
 
     python scripts/table_metafeatures.py [--datasets DIR] [--out out/knn_classify] [--only 20ng,cnae9]
            [--protocol split|folds] [--device auto|cpu|cuda] [--quick] [--skip-efficiency] [--skip-effectiveness]
+           [--models vote,bow,meta,both]
 
 Corpora are built with gputext.io.ingest.build_corpus (tf-idf, terms with df < 6 dropped as in the
 paper, english stopwords; CNAE-9's 856 columns are kept) and cached under OUT/corpora.
@@ -101,6 +102,8 @@ def effectiveness(name, tr_path, te_path, args, backend) -> list[dict]:
     rows = []
     if args.protocol == "folds":
         for model, features in (("vote", None), ("svm", "bow"), ("svm", "meta"), ("svm", "both")):
+            if (features or model) not in args.models:
+                continue
             rep = cross_validation_protocol(train, test, args.folds, model, features or "meta", args.k, grid,
                                             method="auto", device=backend, n_jobs=args.jobs, quiet=True)
             rows.append({"dataset": name, "model": model if model == "vote" else f"svm-{features}",
@@ -119,19 +122,20 @@ def effectiveness(name, tr_path, te_path, args, backend) -> list[dict]:
     cw = train.labels.codes[:300]
     compute_metafeatures(train.X[:300][cw >= 0], cw[cw >= 0], len(train.labels.categories), test.X[:20],
                          k=args.k, device=backend)
-    t = time.perf_counter()
-    res = knn_classify(train, test, k=args.k, method="auto", device=backend)
-    rows.append({"dataset": name, "model": "vote", **res.metrics, "seconds": time.perf_counter() - t,
-                 "detail": f"{res.info['method']} on {res.info['backend']}"})
-    print(f"  {name} vote: micro {res.metrics['micro_f1']:.4f} macro {res.metrics['macro_f1']:.4f} "
-          f"({rows[-1]['seconds']:.2f} s)", flush=True)
+    if "vote" in args.models:
+        t = time.perf_counter()
+        res = knn_classify(train, test, k=args.k, method="auto", device=backend)
+        rows.append({"dataset": name, "model": "vote", **res.metrics, "seconds": time.perf_counter() - t,
+                     "detail": f"{res.info['method']} on {res.info['backend']}"})
+        print(f"  {name} vote: micro {res.metrics['micro_f1']:.4f} macro {res.metrics['macro_f1']:.4f} "
+              f"({rows[-1]['seconds']:.2f} s)", flush=True)
     codes = train.labels.codes
     keep = np.nonzero(codes >= 0)[0]
     t = time.perf_counter()
     mf = compute_metafeatures(train.X[keep], codes[keep], len(train.labels.categories), test.X, k=args.k,
                               device=backend, categories=train.labels.categories)
     meta_seconds = time.perf_counter() - t
-    for features in ("bow", "meta", "both"):
+    for features in [f for f in ("bow", "meta", "both") if f in args.models]:
         t = time.perf_counter()
         res = svm_classify(train, test, features, args.k, grid, device=backend, n_jobs=args.jobs,
                            metafeatures=None if features == "bow" else mf)
@@ -295,7 +299,12 @@ def main():
     ap.add_argument("--quick", action="store_true", help="subsets of each dataset and a 2-value C grid")
     ap.add_argument("--skip-efficiency", action="store_true")
     ap.add_argument("--skip-effectiveness", action="store_true")
+    ap.add_argument("--models", default="vote,bow,meta,both",
+                    help="Tables 2/3 rows to run (split protocol): comma list of vote, bow, meta, both")
     args = ap.parse_args()
+    args.models = {m.strip() for m in args.models.split(",") if m.strip()}
+    if not args.models or args.models - {"vote", "bow", "meta", "both"}:
+        sys.exit(f"--models: expected some of vote, bow, meta, both, got {','.join(sorted(args.models))!r}")
 
     from gputext.backend import resolve
     backend = resolve(args.device)
