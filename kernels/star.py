@@ -23,6 +23,8 @@ quotient; the quotient orders exactly like the rational number for degrees < 2**
 """
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 from numba import cuda, prange
@@ -60,6 +62,77 @@ def accumulate_edges(rows, cols, weights, degree, weight_sum):
         degree[j] += 1
         weight_sum[i] += f
         weight_sum[j] += f
+
+
+@numba.njit(parallel=True, cache=True)
+def term_counts_ranges(indices, starts, n_terms, chunks):
+    """int64 (R, n_terms): how many entries of each term lie in [starts[r], starts[r+1]) of a
+    CSR's indices (term_maxabs_ranges's layout: ``chunks`` private counters per range, summed)."""
+    n_r = starts.shape[0] - 1
+    part = np.zeros((n_r * chunks, n_terms), np.int64)
+    for t in prange(n_r * chunks):
+        r = t // chunks
+        c = t % chunks
+        a = starts[r]
+        length = starts[r + 1] - a
+        for p in range(a + length * c // chunks, a + length * (c + 1) // chunks):
+            part[t, indices[p]] += 1
+    out = np.zeros((n_r, n_terms), np.int64)
+    for k in prange(n_terms):
+        for r in range(n_r):
+            m = numba.int64(0)
+            for c in range(chunks):
+                m += part[r * chunks + c, k]
+            out[r, k] = m
+    return out
+
+
+@numba.njit(parallel=True, cache=True)
+def shard_query_stats(indptr, indices, data, bounds, maxabs):
+    """The engine's cosine query scale and norm (gputext.kernels.scoring.query_stats, the same
+    loop per row, so the same bits) for every row, row i of shard s (bounds[s] <= i <
+    bounds[s+1]) against the term maxima maxabs[s] of its shard's index.  One row per prange
+    iteration.  Returns scale, qn: float64 (n,)."""
+    n = indptr.shape[0] - 1
+    scale = np.ones(n, np.float64)
+    qn = np.empty(n, np.float64)
+    n_s = bounds.shape[0] - 1
+    for i in prange(n):
+        s = 0
+        while s + 1 < n_s and bounds[s + 1] <= i:
+            s += 1
+        bound = 0.0
+        sq = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            w = np.float64(data[p])
+            m = np.float64(maxabs[s, indices[p]])
+            sq += w * w
+            bound += abs(w) * m
+        qn[i] = math.sqrt(sq)
+        if bound > 0.0:
+            scale[i] = math.ldexp(1.0, 62 - math.frexp(bound)[1])
+    return scale, qn
+
+
+@numba.njit(parallel=True, cache=True)
+def batch_segments(indptr, indices, lo, hi, df):
+    """The engine's segments of a batch of query rows [lo, hi) (gputext.engine.cuda_backend._Batch):
+    seg int32 (L, 2) = (term, query - lo) of each stored entry, seg_off int64 (L+1,) = exclusive
+    prefix sum of the terms' posting lengths df int64 (n_terms,).  Rows in parallel, then one
+    sequential prefix sum."""
+    base = indptr[lo]
+    n_seg = indptr[hi] - base
+    seg = np.empty((n_seg, 2), np.int32)
+    lens = np.empty(n_seg, np.int64)
+    for r in prange(lo, hi):
+        for p in range(indptr[r], indptr[r + 1]):
+            seg[p - base, 0] = indices[p]
+            seg[p - base, 1] = r - lo
+            lens[p - base] = df[indices[p]]
+    seg_off = np.zeros(n_seg + 1, np.int64)
+    for k in range(n_seg):
+        seg_off[k + 1] = seg_off[k] + lens[k]
+    return seg_off, seg
 
 
 @numba.njit(parallel=True, cache=True)

@@ -278,3 +278,36 @@ def test_term_maxabs_ranges_and_parallel_query_stats_equal_the_engine_helpers():
     ref = scoring.query_stats(X.indptr.astype(np.int64), X.indices, X.data, m, scoring.COSINE)
     got = _query_stats(X, m, scoring.COSINE)
     assert np.array_equal(ref[0], got[0]) and np.array_equal(ref[1], got[1])
+
+
+def test_batch_segments_and_shard_query_stats_equal_the_engines():
+    # the device graph's batch preparation (kstar.batch_segments, kstar.shard_query_stats,
+    # term_counts_ranges) against the engine's _Batch arrays and query_stats on suffix indexes
+    from gputext.engine.index import Index
+    from gputext.kernels import scoring
+    from gputext.kernels import star as kstar
+    X = sp.random(90, 40, density=0.1, format="csr", dtype=np.float32, random_state=5)
+    X.data = (X.data + 0.05).astype(np.float32)
+    X.sort_indices()
+    bounds = np.array([0, 30, 55, 90], np.int64)
+    indptr = X.indptr.astype(np.int64)
+    starts = indptr[bounds].astype(np.int64)
+    maxabs = kstar.term_maxabs_ranges(X.indices, X.data, starts, 40, 3)
+    counts = kstar.term_counts_ranges(X.indices, starts, 40, 3)
+    for s in (1, 0):
+        np.maximum(maxabs[s], maxabs[s + 1], out=maxabs[s])
+        counts[s] += counts[s + 1]
+    scale, qn = kstar.shard_query_stats(indptr, X.indices, X.data, bounds, maxabs)
+    for s in range(3):
+        a, b = bounds[s], bounds[s + 1]
+        index = Index.from_csr(X[a:])
+        assert np.array_equal(counts[s], np.bincount(X[a:].indices, minlength=40))
+        ref = scoring.query_stats(indptr[a:b + 1] - indptr[a], X.indices[indptr[a]:indptr[b]], X.data[indptr[a]:indptr[b]],
+                                  index.term_maxabs, scoring.COSINE)
+        assert np.array_equal(ref[0], scale[a:b]) and np.array_equal(ref[1], qn[a:b])
+        lo, hi = a + 3, b - 2
+        seg_off, seg = kstar.batch_segments(indptr, X.indices, lo, hi, counts[s])
+        q = X[lo:hi]
+        want_off = np.concatenate([[0], np.cumsum(counts[s][q.indices])])
+        want_seg = np.column_stack([q.indices, np.repeat(np.arange(hi - lo), np.diff(q.indptr))])
+        assert np.array_equal(seg_off, want_off) and np.array_equal(seg, want_seg)

@@ -252,7 +252,6 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
             start, stop = int(bounds[s]), int(bounds[s + 1])
             if corpus is not None:  # rows [start, n) of the corpus uploaded once
                 shard = corpus.shard(s)
-                maxabs = corpus.term_maxabs[s]
             else:  # host slice of the rows, uploaded and built by the engine
                 index = Index.from_csr(X[start:])
                 clock.mark("index_slice")
@@ -261,11 +260,12 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
             clock.mark("index_build")
             if acc is not None:
                 shard.buffers = {"acc": acc}
-            Q = X[start:stop]
-            scale, qn = _query_stats(Q, maxabs, code)
+            if corpus is None:
+                Q = X[start:stop]
+                scale, qn = _query_stats(Q, maxabs, code)
+                self_doc = np.full(stop - start, -1, np.int64)
+                after = np.arange(stop - start, dtype=np.int64)
             clock.mark("index_query_stats")
-            self_doc = np.full(stop - start, -1, np.int64)
-            after = np.arange(stop - start, dtype=np.int64)
             n_docs = n - start
             n_seg = _blocks(n_docs, seg_len)
             if edges is None:  # score rows for the largest shard's batch, reused by every shard
@@ -279,7 +279,10 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
             clock.mark("index")
             for lo in range(0, stop - start, rows):
                 hi = min(stop - start, lo + rows)
-                batch = _Batch(Q, lo, hi, shard, scale, qn, self_doc, code, egeom, after)
+                if corpus is not None:
+                    batch = corpus.batch(s, start + lo, start + hi, shard, code, egeom)
+                else:
+                    batch = _Batch(Q, lo, hi, shard, scale, qn, self_doc, code, egeom, after)
                 clock.mark("scoring")
                 d_counts = cuda.device_array((batch.n, n_seg), np.int32)
                 args = (batch.acc, n_docs, batch.qinfo, batch.dn, code, min_key)
@@ -429,10 +432,42 @@ class _SuffixIndexes:
         self.d_data = cuda.to_device(data) if len(data) else cuda.device_array(1, np.float32)
         # per shard's rows (the last range runs to the end of X), in parallel, then suffix maxima
         starts = self.indptr[np.append(np.asarray(bounds[:-1], np.int64), self.n)].astype(np.int64)
-        maxabs = kstar.term_maxabs_ranges(indices, data, starts, self.n_terms, max(1, numba.get_num_threads()))
+        chunks = max(1, numba.get_num_threads())
+        maxabs = kstar.term_maxabs_ranges(indices, data, starts, self.n_terms, chunks)
+        counts = kstar.term_counts_ranges(indices, starts, self.n_terms, chunks)
         for s in range(len(maxabs) - 2, -1, -1):
             np.maximum(maxabs[s], maxabs[s + 1], out=maxabs[s])
+            counts[s] += counts[s + 1]
         self.term_maxabs = list(maxabs)
+        self.df = counts  # int64 (S, n_terms): posting lengths of each suffix index (its count_df)
+        self.indices = indices
+        # every row's query scale and norm against its shard's index, in one parallel pass
+        self.scale, self.qn = kstar.shard_query_stats(self.indptr, indices, data, np.asarray(bounds, np.int64), maxabs)
+
+    def batch(self, s: int, lo: int, hi: int, shard: DeviceShard, code: int, egeom: Geometry):
+        """Rows [lo, hi) (global) of shard s scored into the shard's score rows: what the
+        engine's ``_Batch`` does, with the segments made by one parallel pass
+        (kstar.batch_segments, from the host's suffix posting lengths) and the batch's weights
+        taken from the corpus already on the device.  Returns an object with n, acc, qinfo, dn."""
+        from types import SimpleNamespace
+
+        start = int(self.bounds[s])
+        n_q = hi - lo
+        seg_off, seg = kstar.batch_segments(self.indptr, self.indices, lo, hi, self.df[s])
+        local_after = np.arange(lo - start, hi - start, dtype=np.float64)
+        qinfo = cuda.to_device(np.column_stack([self.scale[lo:hi], self.qn[lo:hi], np.full(n_q, -1.0), local_after]))
+        acc = shard.buffer("acc", (n_q * shard.n_docs,), np.int64, zeroed=True)
+        b = egeom.accumulate_block
+        if shard.rows_dirty:
+            scoring.zero_int64[min(_blocks(acc.size, b), 65535 * 4), b](acc)
+        shard.rows_dirty = True
+        postings = int(seg_off[-1])
+        if postings:
+            a, e = int(self.indptr[lo]), int(self.indptr[hi])
+            scoring.accumulate_kernel(b, egeom.accumulate_items)[_blocks(postings, b * egeom.accumulate_items), b](
+                cuda.to_device(seg_off), cuda.to_device(seg), self.d_data[a:e], qinfo, shard.term_ptr, shard.post_doc,
+                shard.post_w, code, shard.n_docs, acc)
+        return SimpleNamespace(n=n_q, acc=acc, qinfo=qinfo, dn=shard.dn(code, egeom.build_block), postings=postings)
 
     def shard(self, s: int) -> DeviceShard:
         start = int(self.bounds[s])
