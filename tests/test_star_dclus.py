@@ -447,3 +447,40 @@ def test_symmetric_from_owner_equals_scipy_for_any_ownership_and_chunks(seed):
         assert np.array_equal(ptr, ref.indptr) and np.array_equal(ind, ref.indices) and np.array_equal(val, ref.data)
         ptr2, ind2, val2 = dclus.symmetric_from_owner(start, length, idx, ws, local_of, chunks, False)
         assert np.array_equal(ptr2, ptr) and np.array_equal(ind2, ind) and len(val2) == 0
+
+
+def test_assign_pcc_by_distinct_old_pccs_equals_the_entry_walk():
+    # an update's PCC assignment reduces each row's old neighbours to their distinct PCCs (in
+    # parallel); the PCCs and the links must be those of walking every entry in order
+    rng = np.random.default_rng(7)
+    n_links = 0
+    for trial in range(20):
+        n_old, n_new, n_pcc = 200, 60, 30
+        pcc_of_old = rng.integers(0, n_pcc, n_old).astype(np.int32)
+        links = np.array([(a, b) for a, b in rng.integers(0, n_pcc, (8, 2)) if a < b], np.int32).reshape(-1, 2)
+        rows, ptr = [], [0]
+        for r in range(n_new):
+            old_n = np.sort(rng.choice(n_old, rng.integers(0, 12), replace=False))
+            later = np.arange(n_old + r + 1, n_old + n_new)
+            new_n = np.sort(rng.choice(later, min(len(later), rng.integers(0, 4)), replace=False)) if len(later) else later
+            row = np.concatenate([old_n, new_n]).astype(np.int32)
+            rows.append(row)
+            ptr.append(ptr[-1] + len(row))
+        ptr = np.asarray(ptr, np.int64)
+        idx = np.concatenate(rows).astype(np.int32)
+        outs = []
+        for reduced in (True, False):
+            pcc_of = np.concatenate([pcc_of_old, np.full(n_new, -1, np.int32)])
+            parent = np.empty(n_pcc + n_new, np.int32)
+            parent[:n_pcc] = np.arange(n_pcc, dtype=np.int32)
+            dclus._union_links(parent, links)
+            if reduced:
+                out = dclus.assign_pcc(ptr, idx, pcc_of, n_old, n_pcc, parent)
+            else:
+                out = dclus._assign_pcc(ptr, idx, pcc_of, n_old, n_pcc, parent, np.empty(0, np.int32),
+                                        np.zeros(n_new, np.int64), False)
+            outs.append((out[0], out[1], pcc_of))
+        assert outs[0][0] == outs[1][0]
+        assert np.array_equal(outs[0][1], outs[1][1]) and np.array_equal(outs[0][2], outs[1][2])
+        n_links += len(outs[0][1])
+    assert n_links > 100  # the walks do link PCCs (old ones among themselves, new ones to old)

@@ -146,7 +146,7 @@ def _distinct_old_pccs(indptr, indices, pcc_of, first, n_pcc_old, chunks):
     dpcc = np.empty(indices.shape[0], np.int32)
     dcnt = np.zeros(n_rows, np.int64)
     for c in prange(chunks):
-        seen = np.full(max(n_pcc_old, 1), -1, np.int64)
+        seen = np.full(max(n_pcc_old, 1), -1, np.int32)
         for r in range(n_rows * c // chunks, n_rows * (c + 1) // chunks):
             d = indptr[r]
             for p in range(indptr[r], indptr[r + 1]):
@@ -453,7 +453,8 @@ def _add_owner_stats(ptr, idx, w, first, degree, weight_sum, chunks=16):
         weight_sum[first + r] += s
     n = degree.shape[0]
     nnz = idx.shape[0]
-    chunks = max(1, min(chunks, nnz // 65536))  # private (chunks, n) counters: integer sums, order-free
+    # private (chunks, n) counters (integer sums, order-free), at most 2^25 entries in all
+    chunks = max(1, min(chunks, nnz // 65536, (1 << 25) // max(n, 1)))
     c_deg = np.zeros((chunks, n), np.int32)
     c_sum = np.zeros((chunks, n), np.int64)
     for c in prange(chunks):

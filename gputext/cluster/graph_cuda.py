@@ -432,7 +432,8 @@ class _SuffixIndexes:
         self.d_data = cuda.to_device(data) if len(data) else cuda.device_array(1, np.float32)
         # per shard's rows (the last range runs to the end of X), in parallel, then suffix maxima
         starts = self.indptr[np.append(np.asarray(bounds[:-1], np.int64), self.n)].astype(np.int64)
-        chunks = max(1, numba.get_num_threads())
+        # private per-chunk term arrays: at most 2^25 entries in all (256 MiB of counts)
+        chunks = max(1, min(numba.get_num_threads(), (1 << 25) // max(1, (len(bounds) - 1) * self.n_terms)))
         maxabs = kstar.term_maxabs_ranges(indices, data, starts, self.n_terms, chunks)
         counts = kstar.term_counts_ranges(indices, starts, self.n_terms, chunks)
         for s in range(len(maxabs) - 2, -1, -1):
