@@ -40,9 +40,13 @@ rows rewritten on every update) is refused with a clear error; recluster such a 
 
 The update (``update``)
 -----------------------
-1. Score only the new documents: against the old collection (engine index of the old documents,
-   queries = new documents) and against the new documents after them (upper triangle).
-2. Assign the new vertices to PCCs (new PCCs, links to old ones) as above.
+1. Score only the new documents: against the old collection and against the new documents
+   after them (upper triangle), as one index of the stacked corpus [new; old] with the new
+   documents as queries (gputext.cluster.graph.addition_rows: the device graph build on cuda,
+   the engine on the CPU, same bits); the rows become the new vertices' owner rows
+   (kstar.addition_owner_rows).
+2. Assign the new vertices to PCCs (new PCCs, links to old ones) as above; each row's old
+   neighbours are first reduced to their distinct PCCs (in parallel; the same links).
 3. The affected connected components are those of the new PCCs (union-find over the links).
    Only their old PCCs' owner rows are read from disk (adj_indices only, one read per run of
    consecutive PCCs, runs closer than READ_GAP entries merged, into one buffer); with the new
@@ -969,7 +973,7 @@ def update(clusters_path: str, added: Corpus, output: str, device: str | Backend
     (a file written by ``cluster star``) and write the updated clustering of the union to
     ``output`` (may equal clusters_path: the file is replaced atomically).  Returns the report
     (components touched, PCCs loaded, seconds per stage).  ``edges`` = (new_old, new_new) as
-    returned by ``score_additions`` replaces the scoring (tests feed the paper's hand-made
+    returned by ``graph.score_additions`` replaces the scoring (tests feed the paper's hand-made
     similarities)."""
     if clusters_path == "-":
         raise InputError("--update needs a cluster file on disk (random access to its graph), not stdin")
