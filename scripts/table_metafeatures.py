@@ -121,7 +121,7 @@ def effectiveness(name, tr_path, te_path, args, backend) -> list[dict]:
                  method=full_method, device=backend)
     cw = train.labels.codes[:300]
     compute_metafeatures(train.X[:300][cw >= 0], cw[cw >= 0], len(train.labels.categories), test.X[:20],
-                         k=args.k, device=backend)
+                         k=args.k, method=full_method, device=backend)
     if "vote" in args.models:
         t = time.perf_counter()
         res = knn_classify(train, test, k=args.k, method="auto", device=backend)
@@ -133,7 +133,7 @@ def effectiveness(name, tr_path, te_path, args, backend) -> list[dict]:
     keep = np.nonzero(codes >= 0)[0]
     t = time.perf_counter()
     mf = compute_metafeatures(train.X[keep], codes[keep], len(train.labels.categories), test.X, k=args.k,
-                              device=backend, categories=train.labels.categories)
+                              method=full_method, device=backend, categories=train.labels.categories)
     meta_seconds = time.perf_counter() - t
     for features in [f for f in ("bow", "meta", "both") if f in args.models]:
         t = time.perf_counter()
@@ -154,26 +154,34 @@ def effectiveness(name, tr_path, te_path, args, backend) -> list[dict]:
 
 
 class DevicePeak:
-    """Polls the device's free memory in a thread: peak use above the level at start."""
+    """Polls the device's free memory in a thread: peak use above the level at start.
+
+    The polling thread makes the device's context current for itself (a CUDA context is current
+    per thread; without it every query fails). stop() returns None when polling failed."""
 
     def __init__(self):
         from numba import cuda
-        self.ctx = cuda.current_context()
-        self.base = self.ctx.get_memory_info()[0]
+        self.base = cuda.current_context().get_memory_info()[0]
         self.low = self.base
+        self.error = None
         self._stop = False
         self._t = threading.Thread(target=self._run, daemon=True)
         self._t.start()
 
     def _run(self):
-        while not self._stop:
-            self.low = min(self.low, self.ctx.get_memory_info()[0])
-            time.sleep(0.002)
+        from numba import cuda
+        try:
+            ctx = cuda.current_context()
+            while not self._stop:
+                self.low = min(self.low, ctx.get_memory_info()[0])
+                time.sleep(0.002)
+        except Exception as exc:  # reported as an unknown peak, never as 0
+            self.error = exc
 
-    def stop(self) -> int:
+    def stop(self) -> int | None:
         self._stop = True
         self._t.join()
-        return int(self.base - self.low)
+        return None if self.error is not None else int(self.base - self.low)
 
 
 def measure_child(tr_path: str, te_path: str, method: str, device: str, k: int, save: str) -> None:
