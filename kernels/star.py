@@ -176,6 +176,18 @@ def touch_pages(a, step):
         a[i * step] = 0
 
 
+@numba.njit(cache=True)
+def first_at_least(a, lo, hi, value):
+    """First position p in [lo, hi) with a[p] >= value (a ascending there), hi if none."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if a[mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 @numba.njit(parallel=True, cache=True)
 def addition_owner_rows(ptr, cols, weights, n_new, n_old):
     """Upper-triangle rows of the stacked corpus [new; old] (see split_addition_rows) as the
@@ -187,14 +199,7 @@ def addition_owner_rows(ptr, cols, weights, n_new, n_old):
     out_w = np.empty(ptr[n_new] - ptr[0], np.float32)
     base = ptr[0]
     for i in prange(n_new):
-        lo = ptr[i]
-        hi = ptr[i + 1]
-        while lo < hi:  # first column >= n_new (old documents)
-            mid = (lo + hi) // 2
-            if cols[mid] < n_new:
-                lo = mid + 1
-            else:
-                hi = mid
+        lo = first_at_least(cols, ptr[i], ptr[i + 1], n_new)  # first old document
         d = ptr[i] - base
         for p in range(lo, ptr[i + 1]):
             out_idx[d] = cols[p] - n_new
@@ -219,15 +224,7 @@ def split_addition_rows(ptr, cols, weights, n_new, n_old):
     """
     split = np.empty(n_new, np.int64)
     for i in prange(n_new):
-        lo = ptr[i]
-        hi = ptr[i + 1]
-        while lo < hi:  # first column >= n_new (old documents)
-            mid = (lo + hi) // 2
-            if cols[mid] < n_new:
-                lo = mid + 1
-            else:
-                hi = mid
-        split[i] = lo
+        split[i] = first_at_least(cols, ptr[i], ptr[i + 1], n_new)  # first old document
     off_new = np.zeros(n_new + 1, np.int64)
     off_old = np.zeros(n_new + 1, np.int64)
     for i in range(n_new):

@@ -39,7 +39,7 @@ import numpy as np
 from numba import cuda
 
 from ..backend import device_memory
-from ..engine.cuda_backend import DeviceShard, _Batch, _blocks, build_shard, copy_back, plan_shards
+from ..engine.cuda_backend import DeviceShard, _Batch, _blocks, build_shard, copy_back, plan_shards, shard_from_device
 from ..engine.index import Index
 from ..engine.search import Geometry
 from ..io.corpus import csr_arrays
@@ -416,8 +416,8 @@ class _SuffixIndexes:
     """Device indexes of the row suffixes X[b_s:] (s = 0..S-1) from one upload of X.
 
     X's indices and weights go to the device once; the index of shard s is built there from
-    views of them (the engine's kernels count_df, exclusive scan, scatter_postings, doc_norms:
-    what gputext.engine.cuda_backend.build_shard does after its upload) with the shard's row
+    views of them (the engine's ``shard_from_device``: count_df, exclusive scan,
+    scatter_postings, doc_norms) with the shard's row
     offsets rebased on the host (8 bytes a row).  term_maxabs[s] float32 (n_terms,): the largest
     |weight| of each term over rows >= b_s (one pass over X per shard range, then suffix
     maxima: the same values as an Index of X[b_s:]), which sets the queries' fixed-point scales.
@@ -471,31 +471,14 @@ class _SuffixIndexes:
         return SimpleNamespace(n=n_q, acc=acc, qinfo=qinfo, dn=shard.dn(code, egeom.build_block), postings=postings)
 
     def shard(self, s: int) -> DeviceShard:
+        """The suffix index of shard s (documents from its start on, local ids from 0), built on
+        the device from views of the corpus uploaded once."""
         start = int(self.bounds[s])
         o = int(self.indptr[start])
         nnz = int(self.indptr[-1]) - o
-        n_docs = self.n - start
-        b = self.egeom.build_block
         d_indptr = cuda.to_device(np.ascontiguousarray(self.indptr[start:] - o))
-        d_indices = self.d_indices[o:o + max(nnz, 1)] if nnz else self.d_indices[:0]
-        d_data = self.d_data[o:o + max(nnz, 1)] if nnz else self.d_data[:0]
-        d_df = cuda.to_device(np.zeros(self.n_terms, np.int32))
-        if nnz:
-            scoring.count_df[_blocks(nnz, b), b](d_indices, d_df)
-        d_term_ptr = scan.exclusive_scan_device(d_df, self.egeom.scan_block, self.egeom.scan_items)
-        d_cursor = cuda.to_device(np.zeros(self.n_terms, np.int32))
-        d_post_doc = cuda.device_array(max(nnz, 1), np.int32)
-        d_post_w = cuda.device_array(max(nnz, 1), np.float32)
-        if nnz:
-            scoring.scatter_postings[_blocks(nnz, b), b](d_indptr, d_indices, d_data, d_term_ptr, d_cursor,
-                                                          d_post_doc, d_post_w)
-        d_sq = cuda.device_array(max(n_docs, 1), np.float64)
-        d_l1 = cuda.device_array(max(n_docs, 1), np.float64)
-        if n_docs:
-            scoring.doc_norms[_blocks(n_docs, b), b](d_indptr, d_data, d_sq, d_l1)
-        df = np.diff(d_term_ptr.copy_to_host())
-        nbytes = 8 * max(nnz, 1) + 8 * (self.n_terms + 1) + 16 * max(n_docs, 1)
-        return DeviceShard(0, n_docs, d_term_ptr, d_post_doc, d_post_w, d_sq, d_l1, df, nbytes)
+        return shard_from_device(d_indptr, self.d_indices[o:o + nnz], self.d_data[o:o + nnz], self.n_terms, 0,
+                                 self.n - start, self.egeom)
 
 
 def _to_host(d_arr, host, geom: DeviceGraphGeometry) -> None:

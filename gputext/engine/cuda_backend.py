@@ -88,17 +88,21 @@ class DeviceShard:
 
 
 def build_shard(X: sp.csr_matrix, doc_lo: int, doc_hi: int, geom) -> DeviceShard:
-    """Build rows [doc_lo, doc_hi) of X into a device index: df by atomics, exclusive scan,
-    atomic scatter, norms (kernels count_df, scan_blocks, scatter_postings, doc_norms)."""
-    rows = X[doc_lo:doc_hi]
-    indptr, indices, data = csr_arrays(rows)
-    n_terms = X.shape[1]
-    nnz = indices.shape[0]
+    """Build rows [doc_lo, doc_hi) of X into a device index: upload the rows, then
+    ``shard_from_device``."""
+    indptr, indices, data = csr_arrays(X[doc_lo:doc_hi])
+    return shard_from_device(cuda.to_device(indptr), cuda.to_device(indices), cuda.to_device(data),
+                             X.shape[1], doc_lo, doc_hi, geom)
+
+
+def shard_from_device(d_indptr, d_indices, d_data, n_terms: int, doc_lo: int, doc_hi: int, geom) -> DeviceShard:
+    """A device index of CSR rows already on the device: d_indptr int64 (n_docs+1,) starting at 0,
+    d_indices int32 / d_data float32 of exactly indptr[-1] entries (may be views into a larger
+    upload). df by atomics, exclusive scan, atomic scatter, norms (kernels count_df, scan_blocks,
+    scatter_postings, doc_norms). The shard covers documents [doc_lo, doc_hi) of its corpus."""
+    nnz = int(d_indices.shape[0])
     n_docs = doc_hi - doc_lo
     b = geom.build_block
-    d_indptr = cuda.to_device(indptr)
-    d_indices = cuda.to_device(indices)
-    d_data = cuda.to_device(data)
     d_df = cuda.to_device(np.zeros(n_terms, np.int32))
     if nnz:
         scoring.count_df[_blocks(nnz, b), b](d_indices, d_df)
@@ -114,7 +118,6 @@ def build_shard(X: sp.csr_matrix, doc_lo: int, doc_hi: int, geom) -> DeviceShard
     if n_docs:
         scoring.doc_norms[_blocks(n_docs, b), b](d_indptr, d_data, d_sq, d_l1)
     df = np.diff(d_term_ptr.copy_to_host())
-    del d_indptr, d_indices, d_data, d_df, d_cursor
     nbytes = 8 * max(nnz, 1) + 8 * (n_terms + 1) + 16 * max(n_docs, 1)
     return DeviceShard(doc_lo, doc_hi, d_term_ptr, d_post_doc, d_post_w, d_sq, d_l1, df, nbytes)
 
