@@ -23,8 +23,6 @@ quotient; the quotient orders exactly like the rational number for degrees < 2**
 """
 from __future__ import annotations
 
-import math
-
 import numba
 import numpy as np
 from numba import cuda, prange
@@ -65,56 +63,6 @@ def accumulate_edges(rows, cols, weights, degree, weight_sum):
 
 
 @numba.njit(parallel=True, cache=True)
-def term_counts_ranges(indices, starts, n_terms, chunks):
-    """int64 (R, n_terms): how many entries of each term lie in [starts[r], starts[r+1]) of a
-    CSR's indices (term_maxabs_ranges's layout: ``chunks`` private counters per range, summed)."""
-    n_r = starts.shape[0] - 1
-    part = np.zeros((n_r * chunks, n_terms), np.int64)
-    for t in prange(n_r * chunks):
-        r = t // chunks
-        c = t % chunks
-        a = starts[r]
-        length = starts[r + 1] - a
-        for p in range(a + length * c // chunks, a + length * (c + 1) // chunks):
-            part[t, indices[p]] += 1
-    out = np.zeros((n_r, n_terms), np.int64)
-    for k in prange(n_terms):
-        for r in range(n_r):
-            m = numba.int64(0)
-            for c in range(chunks):
-                m += part[r * chunks + c, k]
-            out[r, k] = m
-    return out
-
-
-@numba.njit(parallel=True, cache=True)
-def shard_query_stats(indptr, indices, data, bounds, maxabs):
-    """The engine's cosine query scale and norm (gputext.kernels.scoring.query_stats, the same
-    loop per row, so the same bits) for every row, row i of shard s (bounds[s] <= i <
-    bounds[s+1]) against the term maxima maxabs[s] of its shard's index.  One row per prange
-    iteration.  Returns scale, qn: float64 (n,)."""
-    n = indptr.shape[0] - 1
-    scale = np.ones(n, np.float64)
-    qn = np.empty(n, np.float64)
-    n_s = bounds.shape[0] - 1
-    for i in prange(n):
-        s = 0
-        while s + 1 < n_s and bounds[s + 1] <= i:
-            s += 1
-        bound = 0.0
-        sq = 0.0
-        for p in range(indptr[i], indptr[i + 1]):
-            w = np.float64(data[p])
-            m = np.float64(maxabs[s, indices[p]])
-            sq += w * w
-            bound += abs(w) * m
-        qn[i] = math.sqrt(sq)
-        if bound > 0.0:
-            scale[i] = math.ldexp(1.0, 62 - math.frexp(bound)[1])
-    return scale, qn
-
-
-@numba.njit(parallel=True, cache=True)
 def batch_segments(indptr, indices, lo, hi, df):
     """The engine's segments of a batch of query rows [lo, hi) (gputext.engine.cuda_backend._Batch):
     seg int32 (L, 2) = (term, query - lo) of each stored entry, seg_off int64 (L+1,) = exclusive
@@ -136,34 +84,41 @@ def batch_segments(indptr, indices, lo, hi, df):
 
 
 @numba.njit(parallel=True, cache=True)
-def term_maxabs_ranges(indices, data, starts, n_terms, chunks):
-    """float32 (R, n_terms): the largest |weight| of each term within entries
-    [starts[r], starts[r+1]) of a CSR's indices/data, r < R = len(starts) - 1 (the rows of each
-    row shard).  Each range is cut into ``chunks`` pieces, one per prange task with its own
-    maxima, then reduced per term; a maximum is exact, so the values equal
-    gputext.kernels.scoring.term_maxabs_cpu over each range."""
+def term_stats_ranges(indices, data, starts, n_terms, chunks):
+    """Per term, within entries [starts[r], starts[r+1]) of a CSR's indices/data, r < R =
+    len(starts) - 1 (the rows of each row shard): the largest |weight| (float32 (R, n_terms)) and
+    the number of entries (int64 (R, n_terms)), in one pass.  Each range is cut into ``chunks``
+    pieces, one per prange task with private maxima and counts, then reduced per term; maxima
+    and integer counts are exact, so the maxima equal gputext.kernels.scoring.term_maxabs_cpu over
+    each range and the counts its bincount."""
     n_r = starts.shape[0] - 1
-    part = np.zeros((n_r * chunks, n_terms), np.float32)
+    part_max = np.zeros((n_r * chunks, n_terms), np.float32)
+    part_cnt = np.zeros((n_r * chunks, n_terms), np.int64)
     for t in prange(n_r * chunks):
         r = t // chunks
         c = t % chunks
         a = starts[r]
         length = starts[r + 1] - a
-        lo = a + length * c // chunks
-        hi = a + length * (c + 1) // chunks
-        for p in range(lo, hi):
+        for p in range(a + length * c // chunks, a + length * (c + 1) // chunks):
+            term = indices[p]
             v = abs(data[p])
-            if v > part[t, indices[p]]:
-                part[t, indices[p]] = v
-    out = np.zeros((n_r, n_terms), np.float32)
+            if v > part_max[t, term]:
+                part_max[t, term] = v
+            part_cnt[t, term] += 1
+    maxabs = np.zeros((n_r, n_terms), np.float32)
+    counts = np.zeros((n_r, n_terms), np.int64)
     for k in prange(n_terms):
         for r in range(n_r):
             m = np.float32(0.0)
+            n = numba.int64(0)
             for c in range(chunks):
-                if part[r * chunks + c, k] > m:
-                    m = part[r * chunks + c, k]
-            out[r, k] = m
-    return out
+                t = r * chunks + c
+                if part_max[t, k] > m:
+                    m = part_max[t, k]
+                n += part_cnt[t, k]
+            maxabs[r, k] = m
+            counts[r, k] = n
+    return maxabs, counts
 
 
 @numba.njit(parallel=True, cache=True)

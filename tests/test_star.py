@@ -258,7 +258,7 @@ def test_reuters_r8_clusters_cover_and_match_reference_rules(shared_datasets):
     assert clusters_of(res) == ref
 
 
-def test_term_maxabs_ranges_and_parallel_query_stats_equal_the_engine_helpers():
+def test_term_stats_ranges_and_parallel_query_stats_equal_the_engine_helpers():
     # the device graph's host helpers: per-shard term maxima (parallel chunks) and query scales
     # (queries in parallel) give the engine's sequential values bit for bit
     import scipy.sparse as sp
@@ -270,19 +270,21 @@ def test_term_maxabs_ranges_and_parallel_query_stats_equal_the_engine_helpers():
     X.data = (X.data - 0.4).astype(np.float32)
     for starts in ([0, 90, X.nnz], [0, X.nnz], [0, 0, 7, X.nnz]):
         starts = np.asarray(starts, np.int64)
-        got = kstar.term_maxabs_ranges(X.indices, X.data, starts, 120, 5)
+        got, cnt = kstar.term_stats_ranges(X.indices, X.data, starts, 120, 5)
         for r in range(len(starts) - 1):
             ref = scoring.term_maxabs_cpu(X.indices[starts[r]:starts[r + 1]], X.data[starts[r]:starts[r + 1]], 120)
             assert np.array_equal(got[r], ref)
+            assert np.array_equal(cnt[r], np.bincount(X.indices[starts[r]:starts[r + 1]], minlength=120))
     m = scoring.term_maxabs_cpu(X.indices, X.data, 120)
     ref = scoring.query_stats(X.indptr.astype(np.int64), X.indices, X.data, m, scoring.COSINE)
-    got = _query_stats(X, m, scoring.COSINE)
+    got = _query_stats(X.indptr.astype(np.int64), X.indices, X.data, m, scoring.COSINE)
     assert np.array_equal(ref[0], got[0]) and np.array_equal(ref[1], got[1])
 
 
 def test_batch_segments_and_shard_query_stats_equal_the_engines():
-    # the device graph's batch preparation (kstar.batch_segments, kstar.shard_query_stats,
-    # term_counts_ranges) against the engine's _Batch arrays and query_stats on suffix indexes
+    # the device graph's batch preparation (kstar.batch_segments, graph_cuda._shard_query_stats,
+    # kstar.term_stats_ranges) against the engine's _Batch arrays and query_stats on suffix indexes
+    from gputext.cluster.graph_cuda import _shard_query_stats
     from gputext.engine.index import Index
     from gputext.kernels import scoring
     from gputext.kernels import star as kstar
@@ -292,12 +294,11 @@ def test_batch_segments_and_shard_query_stats_equal_the_engines():
     bounds = np.array([0, 30, 55, 90], np.int64)
     indptr = X.indptr.astype(np.int64)
     starts = indptr[bounds].astype(np.int64)
-    maxabs = kstar.term_maxabs_ranges(X.indices, X.data, starts, 40, 3)
-    counts = kstar.term_counts_ranges(X.indices, starts, 40, 3)
+    maxabs, counts = kstar.term_stats_ranges(X.indices, X.data, starts, 40, 3)
     for s in (1, 0):
         np.maximum(maxabs[s], maxabs[s + 1], out=maxabs[s])
         counts[s] += counts[s + 1]
-    scale, qn = kstar.shard_query_stats(indptr, X.indices, X.data, bounds, maxabs)
+    scale, qn = _shard_query_stats(indptr, X.indices, X.data, bounds, maxabs, scoring.COSINE)
     for s in range(3):
         a, b = bounds[s], bounds[s + 1]
         index = Index.from_csr(X[a:])

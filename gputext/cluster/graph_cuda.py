@@ -262,7 +262,7 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
                 shard.buffers = {"acc": acc}
             if corpus is None:
                 Q = X[start:stop]
-                scale, qn = _query_stats(Q, maxabs, code)
+                scale, qn = _query_stats(*csr_arrays(Q), maxabs, code)
                 self_doc = np.full(stop - start, -1, np.int64)
                 after = np.arange(stop - start, dtype=np.int64)
             clock.mark("index_query_stats")
@@ -405,11 +405,23 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
     return None, indptr, indices, weights, degree, wsum, count, rel, stats
 
 
-def _query_stats(Q, term_maxabs, code: int):
-    """The engine's per-query scale and norm term (scoring.query_stats), queries in parallel
+def _query_stats(indptr, indices, data, term_maxabs, code: int):
+    """The engine's per-query scale and norm term (scoring.query_stats) of the rows of (indptr,
+    indices, data) (indptr may be a slice of a larger CSR's), queries in parallel
     (scoring.query_stats_multi: the same loop per query, so the same bits)."""
-    scale, qn = scoring.query_stats_multi(*csr_arrays(Q), term_maxabs, np.array([code], np.int64))
+    scale, qn = scoring.query_stats_multi(indptr, indices, data, term_maxabs, np.array([code], np.int64))
     return np.ascontiguousarray(scale[0]), np.ascontiguousarray(qn[0])
+
+
+def _shard_query_stats(indptr, indices, data, bounds, maxabs, code: int):
+    """scale, qn float64 (n,): row i of shard s (bounds[s] <= i < bounds[s+1]) against the term
+    maxima maxabs[s] of its shard's index (rows past the last bound: 1 and 0, never queried)."""
+    n = indptr.shape[0] - 1
+    scale, qn = np.ones(n, np.float64), np.zeros(n, np.float64)
+    for s in range(len(bounds) - 1):
+        a, b = int(bounds[s]), int(bounds[s + 1])
+        scale[a:b], qn[a:b] = _query_stats(indptr[a:b + 1], indices, data, maxabs[s], code)
+    return scale, qn
 
 
 class _SuffixIndexes:
@@ -432,18 +444,17 @@ class _SuffixIndexes:
         self.d_data = cuda.to_device(data) if len(data) else cuda.device_array(1, np.float32)
         # per shard's rows (the last range runs to the end of X), in parallel, then suffix maxima
         starts = self.indptr[np.append(np.asarray(bounds[:-1], np.int64), self.n)].astype(np.int64)
-        # private per-chunk term arrays: at most 2^25 entries in all (256 MiB of counts)
-        chunks = max(1, min(numba.get_num_threads(), (1 << 25) // max(1, (len(bounds) - 1) * self.n_terms)))
-        maxabs = kstar.term_maxabs_ranges(indices, data, starts, self.n_terms, chunks)
-        counts = kstar.term_counts_ranges(indices, starts, self.n_terms, chunks)
+        # private per-chunk term maxima and counts: at most 2^24 entries of each (192 MiB)
+        chunks = max(1, min(numba.get_num_threads(), (1 << 24) // max(1, (len(bounds) - 1) * self.n_terms)))
+        maxabs, counts = kstar.term_stats_ranges(indices, data, starts, self.n_terms, chunks)
         for s in range(len(maxabs) - 2, -1, -1):
             np.maximum(maxabs[s], maxabs[s + 1], out=maxabs[s])
             counts[s] += counts[s + 1]
         self.term_maxabs = list(maxabs)
         self.df = counts  # int64 (S, n_terms): posting lengths of each suffix index (its count_df)
         self.indices = indices
-        # every row's query scale and norm against its shard's index, in one parallel pass
-        self.scale, self.qn = kstar.shard_query_stats(self.indptr, indices, data, np.asarray(bounds, np.int64), maxabs)
+        # every row's query scale and norm against its shard's index (queries in parallel)
+        self.scale, self.qn = _shard_query_stats(self.indptr, indices, data, bounds, maxabs, scoring.COSINE)
 
     def batch(self, s: int, lo: int, hi: int, shard: DeviceShard, code: int, egeom: Geometry):
         """Rows [lo, hi) (global) of shard s scored into the shard's score rows: what the
