@@ -368,8 +368,7 @@ def run_preset(args, preset, first, backend, cpu, gpu, env, goals):
             "density": dev_res.graph.n_edges / max(1, n * (n - 1) // 2), "clusters": dev_res.n_clusters,
             "isolated": dev_res.stats["n_isolated"], backend.name: dev_t}
     log(f"[{preset}] {backend.name}: {dev_t}")
-    pending = dev_res.graph.__dict__.get("_weights")
-    if hasattr(pending, "fetch"):  # weights left on the device: the copy the clustering did not need
+    if not dev_res.graph.weights_on_host:  # weights left on the device: the copy the clustering did not need
         t = time.perf_counter()
         dev_res.graph.weights
         main["weights_fetch"] = {"seconds": time.perf_counter() - t, "bytes": 4 * int(dev_res.graph.indptr[-1])}
