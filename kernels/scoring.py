@@ -1154,8 +1154,7 @@ def grouped_shared_bytes(block: int, items: int, cap: int) -> int:
     return 24 * block * items + 24 * block + 4 + 12 * cap + 4
 
 
-@cuda.jit(device=True, inline=True)
-def _lower_bound(values, lo, hi, x):
+def _lower_bound_py(values, lo, hi, x):
     """First position p in [lo, hi) with values[p] >= x (values sorted ascending), else hi."""
     while lo < hi:
         mid = (lo + hi) // 2
@@ -1164,6 +1163,10 @@ def _lower_bound(values, lo, hi, x):
         else:
             hi = mid
     return lo
+
+
+_lower_bound = cuda.jit(device=True, inline=True)(_lower_bound_py)
+lower_bound_cpu = numba.njit(inline="always")(_lower_bound_py)  # the same search for CPU twins
 
 
 @kernel_cache

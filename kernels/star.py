@@ -28,7 +28,7 @@ import numpy as np
 from numba import cuda, prange
 
 from ._factory import kernel_cache
-from .scoring import _block_exclusive_scan, last_le_dev
+from .scoring import _block_exclusive_scan, last_le_dev, lower_bound_cpu
 
 FIX_BITS = 40
 FIX_SCALE = float(2 ** FIX_BITS)
@@ -131,18 +131,6 @@ def touch_pages(a, step):
         a[i * step] = 0
 
 
-@numba.njit(cache=True)
-def first_at_least(a, lo, hi, value):
-    """First position p in [lo, hi) with a[p] >= value (a ascending there), hi if none."""
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if a[mid] < value:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
 @numba.njit(parallel=True, cache=True)
 def addition_owner_rows(ptr, cols, weights, n_new, n_old):
     """Upper-triangle rows of the stacked corpus [new; old] (see split_addition_rows) as the
@@ -154,7 +142,7 @@ def addition_owner_rows(ptr, cols, weights, n_new, n_old):
     out_w = np.empty(ptr[n_new] - ptr[0], np.float32)
     base = ptr[0]
     for i in prange(n_new):
-        lo = first_at_least(cols, ptr[i], ptr[i + 1], n_new)  # first old document
+        lo = lower_bound_cpu(cols, ptr[i], ptr[i + 1], n_new)  # first old document
         d = ptr[i] - base
         for p in range(lo, ptr[i + 1]):
             out_idx[d] = cols[p] - n_new
@@ -179,7 +167,7 @@ def split_addition_rows(ptr, cols, weights, n_new, n_old):
     """
     split = np.empty(n_new, np.int64)
     for i in prange(n_new):
-        split[i] = first_at_least(cols, ptr[i], ptr[i + 1], n_new)  # first old document
+        split[i] = lower_bound_cpu(cols, ptr[i], ptr[i + 1], n_new)  # first old document
     off_new = np.zeros(n_new + 1, np.int64)
     off_old = np.zeros(n_new + 1, np.int64)
     for i in range(n_new):
