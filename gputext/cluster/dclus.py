@@ -89,6 +89,8 @@ unchanged prefix of the new ones.
 """
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from dataclasses import dataclass, field
 
@@ -100,6 +102,7 @@ import scipy.sparse as sp
 
 from ..backend import Backend, resolve
 from ..errors import FormatError, InputError
+from ..io import corpus as cio
 from ..io.corpus import Categorical, Corpus, atomic_output, canonical_csr, check_same_vocabulary, write_corpus
 from ..kernels import star as kstar
 from ..progress import info
@@ -497,10 +500,10 @@ def _scalar(group: h5py.Group, name: str, value) -> None:
     _set_enc(ds, "numeric-scalar")
 
 
-def _graph_group(f: h5py.File) -> h5py.Group:
-    if "uns/gputext/star" not in f:
+def _graph_group(f: h5py.File, key: str = GRAPH_KEY) -> h5py.Group:
+    if key.rsplit("/", 1)[0] not in f:
         raise AssertionError("write the corpus (with uns/gputext/star) before the graph")
-    g = f.create_group(GRAPH_KEY)
+    g = f.create_group(key)
     _set_enc(g, "dict")
     return g
 
@@ -968,13 +971,23 @@ def _local_lookup(vertices: np.ndarray, n_total: int) -> np.ndarray:
 def update(clusters_path: str, added: Corpus, output: str, device: str | Backend = "auto",
            beta: float | None = None, batch_size: int | None = None, quiet: bool = True,
            geometry: RelevanceGeometry | None = None, engine_geometry=None,
-           compression: str | None = "gzip", edges=None) -> UpdateReport:
+           compression: str | None = "gzip", edges=None, write: str = "append") -> UpdateReport:
     """DClustR / CUDA-DClus: add the documents of ``added`` to the clustering in ``clusters_path``
     (a file written by ``cluster star``) and write the updated clustering of the union to
     ``output`` (may equal clusters_path: the file is replaced atomically).  Returns the report
     (components touched, PCCs loaded, seconds per stage).  ``edges`` = (new_old, new_new) as
     returned by ``graph.score_additions`` replaces the scoring (tests feed the paper's hand-made
-    similarities)."""
+    similarities).
+
+    Writing (``write="append"``): with ``output`` the same file as ``clusters_path`` the file is
+    updated in place (``append_update``: new rows appended to X and to the edge datasets, the
+    small arrays rewritten under temporary names and swapped in; any exception rolls the file back
+    to its old contents); with another path the old file is copied at OS speed (shutil.copyfile) to
+    a temporary file next to ``output``, appended to the same way, and renamed.
+    ``write="new"`` writes the whole union into a new file (the writer before 2026-11-25; tests
+    compare the two)."""
+    if write not in ("append", "new"):
+        raise ValueError(f"write must be 'append' or 'new', not {write!r}")
     if clusters_path == "-":
         raise InputError("--update needs a cluster file on disk (random access to its graph), not stdin")
     backend = device if isinstance(device, Backend) else resolve(device)
@@ -1101,7 +1114,6 @@ def update(clusters_path: str, added: Corpus, output: str, device: str | Backend
             obsm[key] = sp.vstack([a, b]).tocsr()
         elif not sp.issparse(a) and not sp.issparse(b) and np.ndim(a) == np.ndim(b) and np.shape(a)[1:] == np.shape(b)[1:]:
             obsm[key] = np.concatenate([a, b])
-    X = sp.vstack([old.X, canonical_csr(added.X)]).tocsr()
     uns = dict(old.uns)
     gp = dict(uns.get("gputext", {}))
     prev = gp.get("star_updates", 0)
@@ -1111,28 +1123,42 @@ def update(clusters_path: str, added: Corpus, output: str, device: str | Backend
         "update": {k: v for k, v in report.__dict__.items() if k != "stats"} | stats_out})
     gp["star_updates"] = int(prev) + 1
     uns["gputext"] = gp
-    corpus = Corpus(X, np.concatenate([old.doc_ids, added.doc_ids]), old.terms, obs, dict(old.var), obsm, uns)
-    with atomic_output(output) as tmp:
-        write_corpus(corpus, tmp, compression=compression)
-        t_write1 = time.perf_counter()
-        with h5py.File(clusters_path, "r") as src, h5py.File(tmp, "a") as dst:
-            _write_updated_graph(src, dst, meta, pcc_of, n_pcc, links, degree, weight_sum, own_ptr, own_idx, own_w,
-                                 stored_beta)
-    t_end = time.perf_counter()
-    report.stats["seconds_write_corpus"] = t_write1 - t_write0
-    report.stats["seconds_write_graph"] = t_end - t_write1
+    doc_ids = np.concatenate([old.doc_ids, added.doc_ids])
+    X_add = canonical_csr(added.X)
+    if write == "new":
+        X = sp.vstack([old.X, X_add]).tocsr()
+        corpus = Corpus(X, doc_ids, old.terms, obs, dict(old.var), obsm, uns)
+        with atomic_output(output) as tmp:
+            write_corpus(corpus, tmp, compression=compression)
+            t_write1 = time.perf_counter()
+            with h5py.File(clusters_path, "r") as src, h5py.File(tmp, "a") as dst:
+                _write_updated_graph(src, dst, meta, pcc_of, n_pcc, links, degree, weight_sum, own_ptr, own_idx, own_w,
+                                     stored_beta)
+        t_end = time.perf_counter()
+        report.stats["seconds_write_corpus"] = t_write1 - t_write0
+        report.stats["seconds_write_graph"] = t_end - t_write1
+    else:
+        parts = AppendParts(old.X, X_add, doc_ids, obs, obsm, uns, meta, pcc_of, n_pcc, links, degree, weight_sum,
+                            own_ptr, own_idx, own_w, stored_beta, compression)
+        wstats = {}
+        if output != "-" and os.path.exists(output) and os.path.samefile(output, clusters_path):
+            append_update(clusters_path, parts, wstats)
+        else:
+            with atomic_output(output) as tmp:
+                tc = time.perf_counter()
+                shutil.copyfile(clusters_path, tmp)  # sendfile / copy_file_range (reflink where the filesystem has it)
+                wstats["seconds_copy"] = time.perf_counter() - tc
+                append_update(tmp, parts, wstats)
+        t_end = time.perf_counter()
+        report.stats.update(wstats)
     report.stats["seconds_write"] = t_end - t_cluster
     report.stats["seconds_total"] = t_end - t0
     return report
 
 
-def _write_updated_graph(src: h5py.File, dst: h5py.File, meta: GraphOnDisk, pcc_of: np.ndarray, n_pcc: int,
-                         links: np.ndarray, degree: np.ndarray, weight_sum: np.ndarray, own_ptr: np.ndarray,
-                         own_idx: np.ndarray, own_w: np.ndarray, beta: float) -> None:
-    """The graph of the union.  Old PCCs never gain vertices and every new edge is owned by a new
-    vertex, which sits in a new PCC: the stored rows of the old positions are unchanged, so the
-    two edge datasets are copied raw (H5Ocopy, nothing decoded) and the new vertices' owner rows,
-    grouped by their new PCCs, are appended.  The small arrays are rewritten."""
+def _updated_layout(meta: GraphOnDisk, pcc_of: np.ndarray, n_pcc: int, own_ptr, own_idx, own_w):
+    """(order, pcc_indptr, adj_indptr, tail indices, tail weights) of the union's graph: the old
+    positions and rows unchanged, the new vertices' owner rows grouped by their new PCCs after them."""
     n_old = meta.n_docs
     order, pcc_indptr = pcc_layout(pcc_of, n_pcc)
     if not np.array_equal(order[:n_old], meta.order):
@@ -1140,6 +1166,18 @@ def _write_updated_graph(src: h5py.File, dst: h5py.File, meta: GraphOnDisk, pcc_
     new_rows = order[n_old:].astype(np.int64) - n_old
     ptr, idx, w = gather_rows(own_ptr, own_idx, own_w, new_rows)
     adj_indptr = np.concatenate([meta.adj_indptr, meta.adj_indptr[-1] + ptr[1:]])
+    return order, pcc_indptr, adj_indptr, idx, w
+
+
+def _write_updated_graph(src: h5py.File, dst: h5py.File, meta: GraphOnDisk, pcc_of: np.ndarray, n_pcc: int,
+                         links: np.ndarray, degree: np.ndarray, weight_sum: np.ndarray, own_ptr: np.ndarray,
+                         own_idx: np.ndarray, own_w: np.ndarray, beta: float) -> None:
+    """The graph of the union into a new file (``update(write="new")``).  Old PCCs never gain
+    vertices and every new edge is owned by a new vertex, which sits in a new PCC: the stored rows
+    of the old positions are unchanged, so the two edge datasets are copied raw (H5Ocopy, nothing
+    decoded) and the new vertices' owner rows, grouped by their new PCCs, are appended.  The small
+    arrays are rewritten."""
+    order, pcc_indptr, adj_indptr, idx, w = _updated_layout(meta, pcc_of, n_pcc, own_ptr, own_idx, own_w)
     g = _graph_group(dst)
     _write_small(g, pcc_of, order, pcc_indptr, adj_indptr, degree, weight_sum, links, n_pcc, beta)
     e_old, e_new = int(meta.adj_indptr[-1]), int(adj_indptr[-1])
@@ -1157,6 +1195,155 @@ def _write_updated_graph(src: h5py.File, dst: h5py.File, meta: GraphOnDisk, pcc_
         if e_new > e_old:
             ds.write_direct(np.ascontiguousarray(values), np.s_[0:e_new - e_old], np.s_[e_old:e_new])
 
+
+
+# ----------------------------------------------------------------------------- appending in place
+
+TMP_PREFIX = "__gputext_update_"  # temporary names at the file's root during an in-place append
+
+
+@dataclass
+class AppendParts:
+    """Everything an in-place append writes, computed (and validated) before the first write."""
+
+    X_old: sp.csr_matrix  # only used when the stored X is not growable (rewritten once)
+    X_add: sp.csr_matrix  # canonical rows of the added documents
+    doc_ids: np.ndarray
+    obs: dict
+    obsm: dict
+    uns: dict
+    meta: GraphOnDisk
+    pcc_of: np.ndarray
+    n_pcc: int
+    links: np.ndarray
+    degree: np.ndarray
+    weight_sum: np.ndarray
+    own_ptr: np.ndarray
+    own_idx: np.ndarray
+    own_w: np.ndarray
+    beta: float
+    compression: str | None
+
+
+def _step(name: str) -> None:
+    """A named point of the in-place append (tests replace it to inject a failure there)."""
+
+
+def _growable(ds) -> bool:
+    return isinstance(ds, h5py.Dataset) and ds.chunks is not None and ds.maxshape == (None,)
+
+
+def _append_tail(ds: h5py.Dataset, values: np.ndarray, undo: list) -> None:
+    """Resize a growable 1-d dataset and write ``values`` after its old end; undo resizes back."""
+    n0 = ds.shape[0]
+    undo.append(lambda: ds.resize((n0,)))
+    ds.resize((n0 + len(values),))
+    if len(values):
+        ds.write_direct(np.ascontiguousarray(values, ds.dtype), np.s_[0:len(values)], np.s_[n0:n0 + len(values)])
+
+
+def _drop(f: h5py.File, key: str) -> None:
+    if key in f:
+        del f[key]
+
+
+def _move(f: h5py.File, src: str, dst: str, undo: list) -> None:
+    f.move(src, dst)
+    undo.append(lambda: f.move(dst, src))
+
+
+def append_update(path: str, p: AppendParts, stats: dict) -> None:
+    """Write an update into the cluster file ``path`` in place.
+
+    Appended (resize + write of the new tail only): /X's data, indices and indptr (when the
+    stored X is growable; an older file's fixed-size X is rewritten once as growable datasets)
+    and the graph's adj_indices / adj_weights.  Rewritten: the per-document and per-PCC arrays
+    (obs, obsm, uns with the graph's small arrays), first under temporary names, then swapped in
+    by moving links; the old groups are deleted last.  Every step registers its undo; on any
+    exception they run in reverse, so the file's contents equal the old ones (the appended
+    datasets are resized back).  A process killed mid-append (SIGKILL, power loss) cannot roll
+    back and HDF5 keeps no journal: the file may be left damaged.  Updating into another output
+    path (a copy, renamed at the end) is the crash-safe form.
+    ``stats`` gets seconds_write_corpus (X, obs, obsm, uns), seconds_write_graph, seconds_swap."""
+    order, pcc_indptr, adj_indptr, tail_idx, tail_w = _updated_layout(p.meta, p.pcc_of, p.n_pcc, p.own_ptr,
+                                                                      p.own_idx, p.own_w)
+    n_old, n_total = p.meta.n_docs, len(p.pcc_of)
+    try:
+        f = h5py.File(path, "r+")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot open for writing: {str(exc).splitlines()[0]}") from None
+    undo: list = []
+    delete_after: list[str] = []
+    with f:
+        for k in [k for k in f.keys() if k.startswith(TMP_PREFIX)]:  # left by a killed process
+            del f[k]
+        try:
+            t0 = time.perf_counter()
+            _step("start")
+            X = f["X"]
+            names = {}
+            if all(_growable(X.get(k)) for k in ("data", "indices", "indptr")) and X["indptr"].shape[0] == n_old + 1:
+                nnz0 = int(X["indptr"][n_old])
+                if X["data"].shape[0] != nnz0 or X["indices"].shape[0] != nnz0:
+                    raise FormatError(f"{path}: /X/data and /X/indices must have indptr[-1] = {nnz0} entries")
+                shape0 = np.array(X.attrs["shape"])
+                undo.append(lambda: X.attrs.__setitem__("shape", shape0))
+                X.attrs["shape"] = np.array([n_total, shape0[1]], dtype=np.int64)
+                _append_tail(X["data"], p.X_add.data, undo)
+                _step("X/data")
+                _append_tail(X["indices"], p.X_add.indices, undo)
+                _append_tail(X["indptr"], p.X_add.indptr[1:].astype(np.int64) + nnz0, undo)
+                _step("X")
+            else:  # an X written before growable datasets: rewritten once
+                union = sp.vstack([p.X_old, p.X_add]).tocsr()
+                undo.append(lambda: _drop(f, TMP_PREFIX + "X"))
+                cio._write_csr(f, TMP_PREFIX + "X", union, p.compression, growable=True)
+                names["X"] = TMP_PREFIX + "X"
+            for key in ("obs", "obsm", "uns"):
+                undo.append(lambda key=key: _drop(f, TMP_PREFIX + key))
+            cio._write_dataframe(f, TMP_PREFIX + "obs", p.doc_ids, p.obs)
+            cio._write_dict(f, TMP_PREFIX + "obsm", p.obsm)
+            cio._write_dict(f, TMP_PREFIX + "uns", cio.uns_for_file(p.uns))
+            names.update(obs=TMP_PREFIX + "obs", obsm=TMP_PREFIX + "obsm", uns=TMP_PREFIX + "uns")
+            _step("corpus")
+            t1 = time.perf_counter()
+            new_graph = TMP_PREFIX + GRAPH_KEY
+            g = _graph_group(f, new_graph)
+            _write_small(g, p.pcc_of, order, pcc_indptr, adj_indptr, p.degree, p.weight_sum, p.links, p.n_pcc, p.beta)
+            e_old = int(p.meta.adj_indptr[-1])
+            for name, values in (("adj_indices", tail_idx), ("adj_weights", tail_w)):
+                s = f[GRAPH_KEY][name]
+                if _growable(s):
+                    _append_tail(s, values, undo)
+                    _step(name)
+                    _move(f, f"{GRAPH_KEY}/{name}", f"{new_graph}/{name}", undo)
+                else:  # not growable: copied through memory into a growable dataset
+                    ds = _dataset(g, name, shape=(e_old + len(values),), dtype=s.dtype, growable=True)
+                    step = 1 << 24
+                    for a in range(0, e_old, step):
+                        ds[a:min(e_old, a + step)] = s[a:min(e_old, a + step)]
+                    ds[e_old:] = values
+            _step("graph")
+            t2 = time.perf_counter()
+            for key, tmp_key in names.items():  # swap: old -> parked, new -> in place
+                _move(f, key, TMP_PREFIX + "old_" + key, undo)
+                _step("park " + key)
+                _move(f, tmp_key, key, undo)
+                delete_after.append(TMP_PREFIX + "old_" + key)
+            _step("swapped")
+        except BaseException:
+            for fn in reversed(undo):
+                try:
+                    fn()
+                except Exception:  # keep undoing the rest
+                    pass
+            raise
+        for key in delete_after:  # after this point the new state is complete
+            del f[key]
+    stats["seconds_write_corpus"] = t1 - t0
+    stats["seconds_write_graph"] = t2 - t1
+    stats["seconds_swap"] = time.perf_counter() - t2
+    stats["write_mode"] = "append"
 
 
 # ----------------------------------------------------------------------------- writing a fresh result
@@ -1183,7 +1370,7 @@ def write_result(corpus: Corpus, result: StarResult, output: str, beta: float, b
     uns["gputext"] = gp
     out = Corpus(corpus.X, corpus.doc_ids, corpus.terms, dict(corpus.obs), dict(corpus.var), obsm, uns)
     with atomic_output(output) as tmp:
-        write_corpus(out, tmp, compression=compression)
+        write_corpus(out, tmp, compression=compression, growable=True)  # X growable: updates append rows
         with h5py.File(tmp, "a") as f:
             write_graph(f, result.graph, pccs, beta)
     return pccs

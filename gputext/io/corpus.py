@@ -175,15 +175,23 @@ def _write_array(group: h5py.Group, name: str, values, compression=None) -> None
     _attrs(ds, **{"encoding-type": "array", "encoding-version": "0.2.0"})
 
 
-def _write_csr(group: h5py.Group, name: str, X: sp.csr_matrix, compression=None) -> None:
+def growable_chunk(n: int) -> int:
+    """Chunk length (entries) of a growable 1-d dataset that starts with n entries: 2^12..2^20."""
+    return int(min(1 << 20, max(1 << 12, n)))
+
+
+def _write_csr(group: h5py.Group, name: str, X: sp.csr_matrix, compression=None, growable: bool = False) -> None:
+    """``growable``: data, indices and indptr chunked with maxshape None, so rows can be appended
+    in place (DClustR's update); same contents either way."""
     X = sp.csr_matrix(X)
     g = group.create_group(name)
     _attrs(g, **{"encoding-type": "csr_matrix", "encoding-version": "0.1.0"})
     g.attrs["shape"] = np.array(X.shape, dtype=np.int64)
     comp = compression if X.nnz > 65536 else None
-    g.create_dataset("data", data=X.data, compression=comp)
-    g.create_dataset("indices", data=X.indices.astype(np.int32, copy=False), compression=comp)
-    g.create_dataset("indptr", data=X.indptr.astype(np.int64, copy=False))
+    kw = (lambda n: {"chunks": (growable_chunk(n),), "maxshape": (None,)}) if growable else (lambda n: {})
+    g.create_dataset("data", data=X.data, compression=comp, **kw(X.nnz))
+    g.create_dataset("indices", data=X.indices.astype(np.int32, copy=False), compression=comp, **kw(X.nnz))
+    g.create_dataset("indptr", data=X.indptr.astype(np.int64, copy=False), **kw(X.shape[0] + 1))
 
 
 def _write_categorical(group: h5py.Group, name: str, cat: Categorical) -> None:
@@ -226,25 +234,31 @@ def _write_dict(parent: h5py.Group, name: str, d: dict) -> None:
             _write_array(g, key, value)
 
 
-def _write_root(f: h5py.File, corpus: Corpus, compression) -> None:
+def uns_for_file(uns: dict) -> dict:
+    """The /uns dict as written: a copy with uns["gputext"]["version"] set to this version."""
+    uns = _copy_dict(uns)
+    uns.setdefault("gputext", {})["version"] = __version__
+    return uns
+
+
+def _write_root(f: h5py.File, corpus: Corpus, compression, growable: bool = False) -> None:
     _attrs(f, **{"encoding-type": "anndata", "encoding-version": "0.1.0",
                  "gputext-format": "corpus", "gputext-format-version": FORMAT_VERSION})
-    _write_csr(f, "X", corpus.X, compression)
+    _write_csr(f, "X", corpus.X, compression, growable)
     _write_dataframe(f, "obs", corpus.doc_ids, corpus.obs)
     _write_dataframe(f, "var", corpus.terms, corpus.var)
     _write_dict(f, "obsm", corpus.obsm)
-    uns = _copy_dict(corpus.uns)
-    uns.setdefault("gputext", {})["version"] = __version__
-    _write_dict(f, "uns", uns)
+    _write_dict(f, "uns", uns_for_file(corpus.uns))
     for empty in ("varm", "layers", "obsp", "varp"):
         _write_dict(f, empty, {})
 
 
-def write_corpus(corpus: Corpus, path: str, compression: str | None = "gzip") -> None:
-    """Write atomically (temp file + rename); ``-`` writes the file's bytes to stdout."""
+def write_corpus(corpus: Corpus, path: str, compression: str | None = "gzip", growable: bool = False) -> None:
+    """Write atomically (temp file + rename); ``-`` writes the file's bytes to stdout.
+    ``growable``: /X's datasets chunked and growable (rows can be appended in place)."""
     with atomic_output(path) as tmp:
         with h5py.File(tmp, "w") as f:
-            _write_root(f, corpus, compression)
+            _write_root(f, corpus, compression, growable)
 
 
 @contextmanager
