@@ -167,10 +167,10 @@ def twenty_ng(args, has_gpu, threads):
             import traceback
             traceback.print_exc()
             row("20NG", "cuda ERROR (default path)", f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}",
-                "retried with pipeline=1, staging_bytes=0, segment_table_bytes=0")
+                "retried with pipeline=1, staging_bytes=0, segment_table_bytes=0, packed_upload=False")
             from gputext.engine import Geometry
             from gputext.engine import search as engine_search
-            plain = Geometry(pipeline=1, staging_bytes=0, segment_table_bytes=0)
+            plain = Geometry(pipeline=1, staging_bytes=0, segment_table_bytes=0, packed_upload=False)
             engine_search.Geometry = lambda: plain
             med, mf, secs = timed_runs(run, args.repeats)
             sec["cuda_fallback_geometry"] = True

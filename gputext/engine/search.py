@@ -47,6 +47,7 @@ class Geometry:
     pipeline: int = 4  # grouped selector: split the queries into at least this many batches ...
     pipeline_min_rows: int = 1024  # ... of at least this many queries, to overlap copies and kernels
     segment_table_bytes: int = 256 << 20  # largest (term, segment) offset table; beyond: binary search
+    packed_upload: bool = True  # grouped selector: index and queries each in one pinned transfer (upload_packed)
 
 
 def _metric_code(metric: str) -> int:

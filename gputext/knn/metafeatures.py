@@ -147,12 +147,13 @@ def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: in
 
 
 def _vstack(A: sp.csr_matrix, B: sp.csr_matrix) -> sp.csr_matrix:
-    """Rows of A then B (both canonical CSR): arrays concatenated, no re-sorting."""
+    """Rows of A then B (both canonical CSR, as canonical_csr makes them): arrays concatenated,
+    no re-sorting or re-validation."""
     indptr = np.concatenate([A.indptr.astype(np.int64), B.indptr[1:].astype(np.int64) + A.nnz])
     out = sp.csr_matrix((np.concatenate([A.data, B.data]), np.concatenate([A.indices, B.indices]), indptr),
                         shape=(A.shape[0] + B.shape[0], A.shape[1]))
-    out.has_sorted_indices = True
-    return canonical_csr(out)
+    out.has_canonical_format = True  # rows of canonical A and B stay canonical: no second pass
+    return out
 
 
 def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info) -> np.ndarray:
