@@ -35,6 +35,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -58,6 +59,8 @@ def parse_args():
     p.add_argument("--adds", help="additions, comma-separated (default 5000,10000; quick 500,1000)")
     p.add_argument("--repeats", type=int, help="timed runs of each (default 3; quick 2)")
     p.add_argument("--skip-cpu", action="store_true", help="no CPU-twin update (no device == CPU check)")
+    p.add_argument("--only-in-place", action="store_true",
+                   help="time only the in-place update (not the copy form and the new-file writer)")
     args = p.parse_args()
     q = args.quick
     args.base = args.base or (3000 if q else 50000)
@@ -144,6 +147,52 @@ def same_files(a, b):
     return all(checks.values()), checks
 
 
+def same_datasets(a, b):
+    """Every dataset and attribute of two result files equal (timings left out): X, obs, obsm, uns, graph."""
+    import h5py
+
+    def snap(path):
+        out = {}
+
+        def visit(name, obj):
+            if "seconds" in name.rsplit("/", 1)[-1] or name.endswith("write_mode"):
+                return
+            attrs = sorted((k, repr(v.tolist() if hasattr(v, "tolist") else v)) for k, v in obj.attrs.items())
+            value = None
+            if isinstance(obj, h5py.Dataset):
+                v = obj[()]
+                value = (str(obj.dtype), v.tobytes() if isinstance(v, np.ndarray) and v.dtype.kind != "O"
+                         else repr(v.tolist() if isinstance(v, np.ndarray) else v))
+            out[name] = (value, attrs)
+        with h5py.File(path, "r") as f:
+            f.visititems(visit)
+        return out
+    sa, sb = snap(a), snap(b)
+    return sa == sb
+
+
+def file_growth(args, whole, base_path, backend, tmp, n_add, parts=4):
+    """File size after ``parts`` successive in-place updates of n_add/parts documents each, against
+    the new-file writer's file after the same updates (HDF5 does not reuse the space of deleted
+    groups after the file is closed)."""
+    from gputext.cluster import dclus
+    a, b = os.path.join(tmp, "grow_inplace.h5"), os.path.join(tmp, "grow_new.h5")
+    shutil.copyfile(base_path, a)
+    shutil.copyfile(base_path, b)
+    sizes = []
+    step = n_add // parts
+    for k in range(parts):
+        add = whole.take(np.arange(args.base + k * step, args.base + (k + 1) * step))
+        dclus.update(a, add, a, backend, compression=None)
+        dclus.update(b, add, b, backend, compression=None, write="new")
+        sizes.append({"docs": args.base + (k + 1) * step, "in_place_bytes": os.path.getsize(a),
+                      "new_file_bytes": os.path.getsize(b)})
+    equal = same_datasets(a, b)
+    os.remove(a)
+    os.remove(b)
+    return {"parts": parts, "docs_each": step, "sizes": sizes, "equal": equal}
+
+
 def same_graph(update_path, full_path):
     """The graph stored after the update equals the union's graph of the full recluster."""
     from gputext.cluster import dclus
@@ -175,7 +224,7 @@ def relevance_events(graph, repeats=5):
 
 
 UPDATE_STAGES = ("read", "scoring", "pcc", "load_rows", "local_graph", "relevance", "cover", "improve", "membership",
-                 "union_clusters", "write_corpus", "write_graph")
+                 "union_clusters", "copy", "write_corpus", "write_graph", "swap")
 
 
 def update_stages(stats):
@@ -212,20 +261,31 @@ def run(args, preset, backend, cpu, tmp):
         write_corpus(add, add_path, compression=None)
         write_corpus(union, union_path, compression=None)
         upd_path, full_path = os.path.join(tmp, "updated.h5"), os.path.join(tmp, "full.h5")
-        upd_runs, full_runs = [], []
+        inplace_path, new_path = os.path.join(tmp, "inplace.h5"), os.path.join(tmp, "newfile.h5")
+        upd_runs, full_runs, copy_runs, new_runs = [], [], [], []
         report = None
-        for rep in range(args.repeats + 1):  # run 0 is the warm-up
+
+        def timed_update(src, dst, runs, write="append"):
             t0 = time.perf_counter()
             added = read_corpus(add_path)
             t_read_add = time.perf_counter() - t0
-            report = dclus.update(base_path, added, upd_path, backend, compression=None)
+            rep_ = dclus.update(src, added, dst, backend, compression=None, write=write)
             t1 = time.perf_counter()
-            st = report.stats
+            st = rep_.stats
             stages = update_stages(st)
             stages["read_added"] = t_read_add
             # compute = scoring + load + cluster, the spans scripts/gpu_star.py reported before
             compute = sum(st.get(k, 0.0) for k in ("seconds_scoring", "seconds_load", "seconds_cluster"))
-            upd_runs.append({"total": t1 - t0, "compute": compute, **stages})
+            runs.append({"total": t1 - t0, "compute": compute, **stages})
+            return rep_
+
+        for rep in range(args.repeats + 1):  # run 0 is the warm-up
+            # the update as it is used: in place (-o = --update); the base is copied first, untimed
+            shutil.copyfile(base_path, inplace_path)
+            report = timed_update(inplace_path, inplace_path, upd_runs)
+            if not args.only_in_place:
+                timed_update(base_path, upd_path, copy_runs)  # -o another file: OS copy + append
+                timed_update(base_path, new_path, new_runs, write="new")  # the whole union into a new file
             t0 = time.perf_counter()
             u = read_corpus(union_path)
             t_read = time.perf_counter() - t0
@@ -241,7 +301,13 @@ def run(args, preset, backend, cpu, tmp):
             log(f"+{n_add} run {rep}: update {upd_runs[-1]['total']:.2f} s, full {full_runs[-1]['total']:.2f} s")
         upd = {k: median([r[k] for r in upd_runs[1:]]) for k in upd_runs[0]}
         fl = {k: median([r[k] for r in full_runs[1:]]) for k in full_runs[0]}
+        forms = {}
+        for name, runs in (("copy", copy_runs), ("new_file", new_runs)):
+            if runs:
+                forms[name] = {k: median([r[k] for r in runs[1:]]) for k in runs[0]}
+                forms[name]["ratio_total"] = forms[name]["total"] / fl["total"]
         row = {"preset": preset, "n_base": args.base, "n_add": n_add, "update": upd, "full": fl,
+               "update_form": "in place (-o = --update)", "other_forms": forms,
                "ratio_total": upd["total"] / fl["total"], "ratio_compute": upd["compute"] / fl["compute"],
                # everything but scoring, on both sides: the host and I/O work the update still does
                "ratio_without_scoring": (upd["total"] - (upd["scoring"] or 0.0)) / (fl["total"] - (fl["scoring"] or 0.0)),
@@ -250,7 +316,14 @@ def run(args, preset, backend, cpu, tmp):
                "vertices_loaded": report.vertices_loaded, "entries_loaded": report.entries_loaded,
                "affected_vertices": report.stats.get("affected_vertices"), "new_edges": report.n_new_edges,
                "clusters_update": report.n_clusters, "clusters_full": full.n_clusters, "edges_full": full.graph.n_edges,
-               "file_bytes_update": os.path.getsize(upd_path), "file_bytes_full": os.path.getsize(full_path)}
+               "file_bytes_update": os.path.getsize(inplace_path), "file_bytes_full": os.path.getsize(full_path),
+               "file_bytes_base": os.path.getsize(base_path)}
+        if not args.only_in_place:
+            row["file_bytes_copy"] = os.path.getsize(upd_path)
+            row["file_bytes_new_file"] = os.path.getsize(new_path)
+            row["inplace_equals_new_file"] = same_datasets(inplace_path, new_path)
+            row["copy_equals_new_file"] = same_datasets(upd_path, new_path)
+        upd_path = inplace_path  # the checks below read the in-place result
         # exactness: graph after the update == union graph; agreement with the recluster
         row["graph_equals_union"], _ = same_graph(upd_path, full_path)
         from gputext.cluster import metrics
@@ -275,9 +348,13 @@ def run(args, preset, backend, cpu, tmp):
             os.remove(cpu_path)
         log(f"+{n_add}: ratio {row['ratio_total']:.3f} (compute {row['ratio_compute']:.3f}); "
             f"touched {row['components_touched']}/{row['components_total']}; graph == union: {row['graph_equals_union']}")
+        if n_add == max(args.adds) and not args.only_in_place:
+            row["file_growth"] = file_growth(args, whole, base_path, backend, tmp, n_add)
+            log(f"file growth: {row['file_growth']}")
         rows.append(row)
-        for pth in (add_path, union_path, upd_path, full_path):
-            os.remove(pth)
+        for pth in (add_path, union_path, upd_path, full_path, os.path.join(tmp, "updated.h5"), new_path):
+            if os.path.exists(pth):
+                os.remove(pth)
     return base_info, rows
 
 
@@ -303,6 +380,29 @@ def markdown(r):
                      f"{u['pccs_loaded']:,} / {u['pccs_total']:,} | {u.get('affected_vertices') or 0:,} | "
                      f"{u['new_edges']:,} | {u['edges_full']:,} | {u['graph_equals_union']} | "
                      f"{u['same_clusters_as_full']} / {u['agreement_fbcubed']:.3f} | {u.get('device_equals_cpu', 'n/a')} |")
+    if any(u.get("other_forms") for u in r["update"]):
+        lines += ["", "Update written in place (the rows above), into another file (OS copy of the old file + the same "
+                  "append), and as a whole new file (the writer before 2026-11-25); file sizes after one update:", "",
+                  "| preset | added | in place s (ratio) | copy s (ratio) | new file s (ratio) | MiB: base / in place / copy / new file / full | equal files |",
+                  "| --- | ---: | ---: | ---: | ---: | --- | --- |"]
+        for u in r["update"]:
+            o = u.get("other_forms") or {}
+            cell = lambda k: f"{fmt(o[k]['total'])} ({o[k]['ratio_total']:.3f})" if k in o else "n/a"
+            mib = " / ".join(fmt(u.get(k, 0) / 2**20, 1) for k in ("file_bytes_base", "file_bytes_update", "file_bytes_copy",
+                                                                  "file_bytes_new_file", "file_bytes_full"))
+            lines.append(f"| {u['preset']} | {u['n_add']:,} | {fmt(u['update']['total'])} ({u['ratio_total']:.3f}) | {cell('copy')} | "
+                         f"{cell('new_file')} | {mib} | {u.get('inplace_equals_new_file', 'n/a')} / {u.get('copy_equals_new_file', 'n/a')} |")
+        lines += ["", "Stages of the copy form: " + "; ".join(
+            f"{u['preset']} +{u['n_add']:,}: copy {fmt(u['other_forms']['copy'].get('copy'))} s, write corpus "
+            f"{fmt(u['other_forms']['copy'].get('write_corpus'))} s, write graph {fmt(u['other_forms']['copy'].get('write_graph'))} s"
+            for u in r["update"] if "copy" in (u.get("other_forms") or {}))]
+    for u in r["update"]:
+        g = u.get("file_growth")
+        if g:
+            lines.append("")
+            lines.append(f"File growth, {u['preset']}: {g['parts']} successive in-place updates of {g['docs_each']:,} documents: "
+                         + ", ".join(f"{z['docs']:,} docs {z['in_place_bytes'] / 2**20:.1f} MiB (new file "
+                                     f"{z['new_file_bytes'] / 2**20:.1f})" for z in g["sizes"]) + f"; same datasets: {g['equal']}")
     lines += ["", "Update stages (median seconds): " + ", ".join(["read added corpus"] + [s.replace("_", " ") for s in UPDATE_STAGES]),
               "", "| preset | added | read added | " + " | ".join(s.replace("_", " ") for s in UPDATE_STAGES) + " | total |",
               "| --- " + "| ---: " * (len(UPDATE_STAGES) + 3) + "|"]

@@ -176,8 +176,9 @@ def _write_array(group: h5py.Group, name: str, values, compression=None) -> None
 
 
 def growable_chunk(n: int) -> int:
-    """Chunk length (entries) of a growable 1-d dataset that starts with n entries: 2^12..2^20."""
-    return int(min(1 << 20, max(1 << 12, n)))
+    """Chunk length (entries) of a growable 1-d dataset that starts with n entries: 2^12..2^18
+    (at most 1-2 MiB: an append allocates at most one partly filled chunk)."""
+    return int(min(1 << 18, max(1 << 12, n)))
 
 
 def _write_csr(group: h5py.Group, name: str, X: sp.csr_matrix, compression=None, growable: bool = False) -> None:
