@@ -256,9 +256,12 @@ def _write_root(f: h5py.File, corpus: Corpus, compression, growable: bool = Fals
 
 def write_corpus(corpus: Corpus, path: str, compression: str | None = "gzip", growable: bool = False) -> None:
     """Write atomically (temp file + rename); ``-`` writes the file's bytes to stdout.
-    ``growable``: /X's datasets chunked and growable (rows can be appended in place)."""
+    ``growable``: a file meant to be updated in place: /X's datasets chunked and growable (rows can
+    be appended) and the file's free space tracked persistently (HDF5 >= 1.10 file-space strategy
+    "fsm", fs_persist), so the space of groups an update replaces is reused by the next one."""
+    kw = {"fs_strategy": "fsm", "fs_persist": True, "fs_threshold": 1} if growable else {}
     with atomic_output(path) as tmp:
-        with h5py.File(tmp, "w") as f:
+        with h5py.File(tmp, "w", **kw) as f:
             _write_root(f, corpus, compression, growable)
 
 
