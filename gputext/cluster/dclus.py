@@ -71,11 +71,14 @@ The update (``update``)
    relevance 0, all its neighbours enter L by (b).
 6. The improvement stage of OClustR (gputext.cluster.star.improve_centers) gives the final
    clusters of the affected components; clusters of untouched components are copied unchanged.
-7. The output file gets the union corpus, the clusters, and the graph: the two edge datasets
-   are copied raw from the input (H5Ocopy, nothing decoded), the new owner rows appended, the
-   small arrays rewritten.  The output is a new file renamed into place (atomic), so the old
-   edges are still copied once per update; that copy is the only cost of an update that grows
-   with the untouched part of the graph.
+7. The file is written by appending (``append_update``): the added rows go after /X's rows and
+   the new owner rows after the edge datasets (resize + write of the tail only), the small
+   per-document arrays (obs, obsm, uns with the graph's small arrays) are written under
+   temporary names and swapped in.  With ``-o`` the input file this happens in place (rolled
+   back on any exception; a killed process can leave the file damaged, HDF5 has no journal);
+   with another output the old file is first copied at OS speed (shutil.copyfile) to a temporary
+   file that is renamed at the end (crash-safe).  ``write="new"`` keeps the whole-file writer
+   (union corpus rewritten, old edge datasets H5Ocopy'd); tests check both give the same datasets.
 
 What "equal to DClustR" means here and how it is checked (tests/test_star_dclus.py): the update
 is compared with an independent set-based implementation of section 2.2 over the whole graph in
