@@ -270,7 +270,7 @@ def geometry_sweep(Xtr, y, C, Xte, sec, cpu_mf):
     sec["kernel_by_metrics_ms"] = parts
     row("20NG kernel", "kernels ms by metrics searched (default geometry)",
         "; ".join(f"{key} {v:.2f}" for key, v in parts.items()),
-        "cosine+l1+l2 is the meta-features' call (first sweep row)")
+        "cosine+l1+l2 is the meta-features' call (the sweep row with the default register cap)")
 
 
 def zipf_corpus(n_docs, n_terms, terms_per_doc, seed, offset=5.0):

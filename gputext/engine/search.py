@@ -40,7 +40,7 @@ class Geometry:
     scan_items: int = 8
     group_block: int | None = None  # grouped selector: None = max(128, next pow2 of k)
     group_items: int | None = None  # None: fewest (<= 16) covering the largest group
-    group_max_registers: int = 64  # register cap of the fused grouped kernel (0: none); occupancy (H200: 64 fastest)
+    group_max_registers: int = 56  # register cap of the fused grouped kernel (0: none); occupancy (H200, 20NG: 56 0.5-1.0 ms faster than 64 in 5 runs of 2026-11-25)
     group_counting: bool = True  # grouped selector: tau and the candidates' order by counting, not sorting (same lists)
     finish_block: int = 256
     staging_bytes: int = 32 << 20  # copy-back chunk through pinned buffers; 0: plain copy
