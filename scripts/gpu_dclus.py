@@ -227,8 +227,11 @@ UPDATE_STAGES = ("read", "scoring", "pcc", "load_rows", "local_graph", "relevanc
                  "union_clusters", "copy", "write_corpus", "write_graph", "swap")
 
 
+READ_PARTS = ("read_X", "read_obs", "read_var", "read_obsm_uns", "read_graph_meta", "read_checks")  # JSON only
+
+
 def update_stages(stats):
-    out = {s: stats.get(f"seconds_{s}") for s in UPDATE_STAGES}
+    out = {s: stats.get(f"seconds_{s}") for s in UPDATE_STAGES + READ_PARTS}
     if out["write_corpus"] is None and out["write_graph"] is None:  # format 1 (before the finer stages)
         out["write_graph"] = stats.get("seconds_write")
         out["load_rows"] = stats.get("seconds_load")

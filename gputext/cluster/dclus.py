@@ -808,16 +808,26 @@ def dclustr_graph(graph: StarGraph, old_center: np.ndarray, device: str | Backen
 
 # ----------------------------------------------------------------------------- reading a cluster file
 
-def _read_parts(path: str):
-    """The non-graph parts of a cluster file, read selectively (the graph's edges stay on disk)."""
-    from ..io import corpus as cio
+def _read_parts(path: str, times: dict | None = None):
+    """The non-graph parts of a cluster file, read selectively (the graph's edges stay on disk).
+    ``times`` gets seconds_read_{X, obs, var, obsm_uns, graph_meta}."""
+    times = {} if times is None else times
+    t = [time.perf_counter()]
+
+    def lap(name):
+        now = time.perf_counter()
+        times[f"seconds_read_{name}"] = now - t[0]
+        t[0] = now
 
     with cio._open(path) as f:
         if "X" not in f:
             raise FormatError(f"{path}: /X is missing (not a gputext cluster file)")
         X = cio._read_csr(f, "X")
+        lap("X")
         doc_ids, obs = cio._read_dataframe(f, "obs", X.shape[0])
+        lap("obs")
         terms, var = cio._read_dataframe(f, "var", X.shape[1])
+        lap("var")
         obsm = {k: cio._read_element(f, f"obsm/{k}") for k in (f["obsm"].keys() if "obsm" in f else [])}
         uns = {}
         if "uns" in f:
@@ -829,7 +839,9 @@ def _read_parts(path: str):
         if STAR_KEY not in f or "centers" not in f[STAR_KEY]:
             raise InputError(f"{path}: /{STAR_KEY}/centers is missing: the file was not written by `gputext cluster star`")
         centers = f[f"{STAR_KEY}/centers"][()].astype(np.int64)
+        lap("obsm_uns")
         meta = read_graph_meta(f, path, X.shape[0])
+        lap("graph_meta")
     if "clusters" not in obsm or not sp.issparse(obsm["clusters"]):
         raise InputError(f"{path}: /obsm/clusters is missing or not a CSR matrix")
     M = obsm.pop("clusters")
@@ -995,7 +1007,9 @@ def update(clusters_path: str, added: Corpus, output: str, device: str | Backend
         raise InputError("--update needs a cluster file on disk (random access to its graph), not stdin")
     backend = device if isinstance(device, Backend) else resolve(device)
     t0 = time.perf_counter()
-    old, old_centers, old_M, meta = _read_parts(clusters_path)
+    read_times: dict = {}
+    old, old_centers, old_M, meta = _read_parts(clusters_path, read_times)
+    t_parts = time.perf_counter()
     stored_beta = check_beta(meta.beta)
     if beta is not None and abs(check_beta(beta) - stored_beta) > 0:
         raise InputError(f"--beta {beta} differs from the beta {stored_beta} the clusters in {clusters_path} were built "
@@ -1097,7 +1111,8 @@ def update(clusters_path: str, added: Corpus, output: str, device: str | Backend
 
     report = UpdateReport(n_old, n_new, n_new_edges, components_total, components_touched, meta.n_pcc,
                           int(len(old_affected)), int(len(old_vertices)), n_loaded_entries, int(len(centers)))
-    report.stats = {**res.stats, "seconds_read": t_read - t0, "seconds_scoring": t_score - t_read,
+    report.stats = {**res.stats, **read_times, "seconds_read_checks": t_read - t_parts,
+                    "seconds_read": t_read - t0, "seconds_scoring": t_score - t_read,
                     # load = PCC assignment + reading rows, cluster = local graph + relevance + cover +
                     # improvement (the same spans as before the finer stages were added)
                     "seconds_pcc": t_pcc - t_score, "seconds_load_rows": t_load - t_pcc, "seconds_load": t_load - t_score,
