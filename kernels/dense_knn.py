@@ -235,7 +235,7 @@ _finish_key_dev = cuda.jit(device=True, inline=True)(_finish_key_py)
 
 @lru_cache(maxsize=None)
 def make_matvec_kernel(threads_per_block: int, threads_per_row: int, queries_per_pass: int,
-                       unroll: int, is_l1: bool, rows_per_thread: int = 1):
+                       unroll: int, is_l1: bool, rows_per_thread: int = 1, warp_sync: bool = False):
     """The paper's kernel: block-strided matrix-vector product + shared-memory tree reduction.
 
     Launch: 1-d grid (any number of blocks), ``threads_per_block`` threads.
@@ -250,7 +250,10 @@ def make_matvec_kernel(threads_per_block: int, threads_per_row: int, queries_per
     rows_per_thread rows, so a block synchronises rows_per_thread times less often per document.
     Lane 0 applies the metric's finish (divides by the norms for cosine) and writes keys[q, row].
     Synchronisation: syncthreads after the partials are stored, after each tree level, and before
-    the shared array is reused for the next rows.
+    the shared array is reused for the next rows. ``warp_sync`` (needs threads_per_row <= 32: a
+    row's lanes and their shared slots then lie in one warp) uses syncwarp for the same three
+    points, so warps do not wait for each other (the simulator has no syncwarp and uses
+    syncthreads there).
     Arguments: X (n_docs, n_terms) f32 C; Q (n_alloc, n_terms) f32 C with n_alloc a multiple of
     queries_per_pass (rows >= n_queries are zero padding); n_queries int64; rq (n_alloc,) f32;
     rd, half_sqd (n_docs,) f32; metric int64; keys (n_alloc, n_docs) f32 (rows < n_queries written).
@@ -265,6 +268,8 @@ def make_matvec_kernel(threads_per_block: int, threads_per_row: int, queries_per
     SLOTS = TPB // TPR
     ROWS = SLOTS * RPT
     NACC = QPP * RPT
+    assert not warp_sync or TPR <= 32
+    WARP = bool(warp_sync) and not numba.config.ENABLE_CUDASIM  # the simulator has no syncwarp
 
     @cuda.jit
     def dense_matvec_keys(X, Q, n_queries, rq, rd, half_sqd, metric, keys):
@@ -323,13 +328,19 @@ def make_matvec_kernel(threads_per_block: int, threads_per_row: int, queries_per
                                 j += TPR
                 for a in range(NACC):
                     partial[a, tid] = acc[a]
-                cuda.syncthreads()  # every lane's partial is in shared memory
+                if WARP:  # every lane's partial is in shared memory
+                    cuda.syncwarp()
+                else:
+                    cuda.syncthreads()
                 h = TPR // 2
                 while h > 0:
                     if lane < h:
                         for a in range(NACC):
                             partial[a, tid] += partial[a, tid + h]
-                    cuda.syncthreads()  # this tree level is complete before the next reads it
+                    if WARP:  # this tree level is complete before the next reads it
+                        cuda.syncwarp()
+                    else:
+                        cuda.syncthreads()
                     h //= 2
                 if lane == 0:
                     for s in range(RPT):
@@ -340,7 +351,10 @@ def make_matvec_kernel(threads_per_block: int, threads_per_row: int, queries_per
                                 if q < n_queries:
                                     keys[q, r] = _finish_key_dev(partial[t * RPT + s, tid], metric, rq[q], rd[r],
                                                                  half_sqd[r])
-                cuda.syncthreads()  # lane 0 has read the sums before the next rows overwrite them
+                if WARP:  # lane 0 has read the sums before the next rows overwrite them
+                    cuda.syncwarp()
+                else:
+                    cuda.syncthreads()
 
     return dense_matvec_keys
 
@@ -1286,6 +1300,7 @@ def ptx_kernels():
         ("dense_matvec_keys", make_matvec_kernel(256, 32, 4, 4, False), _KEYS_SIG),
         ("dense_matvec_keys_l1", make_matvec_kernel(256, 32, 4, 4, True), _KEYS_SIG),
         ("dense_matvec_keys_rows4", make_matvec_kernel(256, 32, 1, 4, False, 4), _KEYS_SIG),
+        ("dense_matvec_keys_warp", make_matvec_kernel(128, 32, 1, 4, False, 4, True), _KEYS_SIG),
         ("dense_gemm_keys", make_gemm_kernel(128, 128, 8, 8, 8, False), _KEYS_SIG),
         ("dense_gemm_keys_l1", make_gemm_kernel(64, 64, 8, 4, 4, True), _KEYS_SIG),
         ("dense_select_candidates", make_select_kernel(256, 2048, 2048), _SELECT_SIG),

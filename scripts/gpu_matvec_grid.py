@@ -1,6 +1,7 @@
 """GPU host: the one-query matvec kernel's grid size and geometry against cuBLAS gemv (CuPy) on
 2,000,000 x 1024 float32, medians of 21 by CUDA events after a warm-up; prints one line a variant
 and writes them to OUT/matvec_grid.json.  `bash scripts/gpu_round.sh matvec_grid` (carry .whl).
+Each geometry with block-wide or warp-level synchronisation of the tree (warp_sync).
 Grid: 4 / 8 / 16 / 32 blocks per multiprocessor (grid-stride loop) or "full" (one block per row
 group).  The library's default is min(full, 8 x SMs) (gputext/knn/dense.py)."""
 import argparse, json, os, sys
@@ -29,20 +30,21 @@ reps = 21
 g_ms = gpu_ms(gemv, reps, 5)
 print(f"cublas gemv {g_ms:.3f} ms {nbytes/g_ms/1e6:.0f} GB/s", flush=True)
 res = []
-for tpb, tpr, unroll, rpt in [(128,32,4,4),(256,32,4,4),(256,32,4,2),(128,32,8,2),(256,32,2,4),(512,32,4,2),(128,32,4,8),(256,32,8,4)]:
-    kern = kd.make_matvec_kernel(tpb, tpr, 1, unroll, False, rpt)
+for tpb, tpr, unroll, rpt, ws in [(128,32,4,4,0),(256,32,4,4,0),(128,32,4,4,1),(256,32,4,4,1),(512,32,4,4,1),(256,32,8,4,1),
+                                  (256,32,4,2,1),(128,32,4,2,1),(256,16,4,4,1),(256,32,2,8,1)]:
+    kern = kd.make_matvec_kernel(tpb, tpr, 1, unroll, False, rpt, bool(ws))
     rows = (tpb // tpr) * rpt
     full = -(-n_docs // rows)
     for mult in (4, 8, 16, 32, 0):
         blocks = full if mult == 0 else min(full, mult * sms)
         ms = gpu_ms(lambda: kern[blocks, tpb](Xd, qd, 1, rq, rd, half, 0, keys), reps, 3)
-        res.append((ms, tpb, tpr, unroll, rpt, mult))
-        print(f"tpb={tpb} tpr={tpr} unroll={unroll} rpt={rpt} blocks={'full' if mult==0 else str(mult)+'xSM'}({blocks}): {ms:.3f} ms {nbytes/ms/1e6:.0f} GB/s = {g_ms/ms:.3f}x gemv", flush=True)
+        res.append((ms, tpb, tpr, unroll, rpt, mult, ws))
+        print(f"warp_sync={ws} tpb={tpb} tpr={tpr} unroll={unroll} rpt={rpt} blocks={'full' if mult==0 else str(mult)+'xSM'}({blocks}): {ms:.3f} ms {nbytes/ms/1e6:.0f} GB/s = {g_ms/ms:.3f}x gemv", flush=True)
 res.sort()
 print("best", res[:5])
 # verify the best keys against cublas
-ms, tpb, tpr, unroll, rpt, mult = res[0]
-kern = kd.make_matvec_kernel(tpb, tpr, 1, unroll, False, rpt)
+ms, tpb, tpr, unroll, rpt, mult, ws = res[0]
+kern = kd.make_matvec_kernel(tpb, tpr, 1, unroll, False, rpt, bool(ws))
 rows = (tpb // tpr) * rpt; full = -(-n_docs // rows)
 blocks = full if mult == 0 else min(full, mult * sms)
 kern[blocks, tpb](Xd, qd, 1, rq, rd, half, 0, keys); gemv(); cuda.synchronize()
@@ -53,4 +55,4 @@ with open(os.path.join(args.out, "matvec_grid.json"), "w") as fh:
     json.dump({"device": cuda.get_current_device().name.decode() if isinstance(cuda.get_current_device().name, bytes)
                else str(cuda.get_current_device().name), "gemv_ms": g_ms, "bytes": nbytes, "max_abs_diff": diff,
                "variants": [dict(zip(("ms", "threads", "threads_per_row", "unroll", "rows_per_thread",
-                                      "blocks_per_sm"), r)) for r in res]}, fh, indent=1)
+                                      "blocks_per_sm", "warp_sync"), r)) for r in res]}, fh, indent=1)

@@ -253,6 +253,7 @@ def test_keys_kernels_equal_twin_in_simulator():
         for kern, launch in ((kd.make_matvec_kernel(16, 4, 2, 2, code == 3), (2, 16)),
                              (kd.make_matvec_kernel(16, 4, 2, 2, code == 3, 3), (1, 16)),  # 3 rows per thread, ragged end
                              (kd.make_matvec_kernel(16, 4, 1, 3, code == 3, 2), (2, 16)),
+                             (kd.make_matvec_kernel(16, 4, 1, 3, code == 3, 2, True), (2, 16)),  # warp sync
                              (kd.make_gemm_kernel(8, 8, 4, 2, 2, code == 3), ((3, 1), 16)),
                              (kd.make_gemm_kernel(8, 8, 4, 4, 4, code == 3), ((3, 1), 4))):  # vector layout
             got = cuda.device_array((4, 19), np.float32)

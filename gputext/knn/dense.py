@@ -58,6 +58,10 @@ class DenseGeometry:
     # rows per thread of the matvec kernel (one shared-memory tree for all of them); H200, 2,000,000
     # x 1024, 2026-11-25: R=4 2.190 ms (3740 GB/s) vs R=1 2.854 ms (benchmarks/knn_classify_h200.json)
     matvec_rows: int = 4
+    # synchronise the matvec tree per warp (a row's lanes sit in one warp when threads_per_row <= 32)
+    # instead of per block: H200, same run, 2026-11-25 07:00: 0.920x vs 0.881x cuBLAS gemv at this
+    # geometry (scripts/gpu_matvec_grid.py, benchmarks/matvec_grid_h200_1125_warp.json)
+    matvec_warp_sync: bool = True
     matvec_blocks: int = 0
     gemm_tile: tuple = (128, 128, 8, 8, 8)  # block queries, block docs, block terms, thread queries, thread docs
     gemm_min_queries: int = 16  # batches with fewer queries use the matrix-vector kernel
@@ -484,7 +488,7 @@ class DenseIndex:
                     self.last_run["kernel"] = "cublas"
                 elif nb < g.gemm_min_queries:
                     kern = kd.make_matvec_kernel(g.matvec_threads, g.threads_per_row, qpp, g.unroll, is_l1,
-                                                 g.matvec_rows)
+                                                 g.matvec_rows, g.matvec_warp_sync and g.threads_per_row <= 32)
                     rows_per_block = (g.matvec_threads // g.threads_per_row) * g.matvec_rows
                     blocks = g.matvec_blocks or min(-(-n_docs // rows_per_block), 8 * sms)
                     keys_launch = (kern, blocks, g.matvec_threads,
