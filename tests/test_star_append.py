@@ -106,6 +106,26 @@ def test_a_fixed_size_x_is_rewritten_once_as_growable(tmp_path):
         assert f["X/data"].maxshape == (None,)
 
 
+def test_fixed_size_edge_datasets_are_copied_into_growable_ones(tmp_path):
+    old, add1, _ = corpora(6, 80, 50, 80)
+    base = str(tmp_path / "base.h5")
+    base_file(old, 0.3, base)
+    with h5py.File(base, "a") as f:  # edge datasets without maxshape (not growable)
+        g = f[dclus.GRAPH_KEY]
+        for k in ("adj_indices", "adj_weights"):
+            v = g[k][()]
+            del g[k]
+            g.create_dataset(k, data=v)
+    ref, inplace = str(tmp_path / "ref.h5"), str(tmp_path / "inplace.h5")
+    shutil.copyfile(base, inplace)
+    dclus.update(base, add1, ref, device="cpu", write="new")
+    dclus.update(inplace, add1, inplace, device="cpu")
+    assert_same_file(inplace, ref)
+    for path in (ref, inplace):
+        with h5py.File(path, "r") as f:
+            assert f[dclus.GRAPH_KEY]["adj_indices"].maxshape == (None,)
+
+
 STEPS = ["start", "X/data", "X", "corpus", "adj_indices", "adj_weights", "graph", "park obs", "park obsm",
          "park uns", "swapped"]
 

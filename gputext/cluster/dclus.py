@@ -1198,20 +1198,26 @@ def _write_updated_graph(src: h5py.File, dst: h5py.File, meta: GraphOnDisk, pcc_
     order, pcc_indptr, adj_indptr, idx, w = _updated_layout(meta, pcc_of, n_pcc, own_ptr, own_idx, own_w)
     g = _graph_group(dst)
     _write_small(g, pcc_of, order, pcc_indptr, adj_indptr, degree, weight_sum, links, n_pcc, beta)
-    e_old, e_new = int(meta.adj_indptr[-1]), int(adj_indptr[-1])
+    e_old = int(meta.adj_indptr[-1])
     for name, values in (("adj_indices", idx), ("adj_weights", w)):
         s = src[GRAPH_KEY][name]
-        if s.chunks is not None and s.maxshape == (None,):
+        if _growable(s):
             src.copy(s, g, name)
-            ds = g[name]
-            ds.resize((e_new,))
+            _append_tail(g[name], values, [])  # a new file: nothing to undo
         else:  # not growable: copy through memory
-            ds = _dataset(g, name, shape=(e_new,), dtype=s.dtype, growable=True)
-            step = 1 << 24
-            for a in range(0, e_old, step):
-                ds[a:min(e_old, a + step)] = s[a:min(e_old, a + step)]
-        if e_new > e_old:
-            ds.write_direct(np.ascontiguousarray(values), np.s_[0:e_new - e_old], np.s_[e_old:e_new])
+            _growable_copy(g, name, s, e_old, values)
+
+
+def _growable_copy(g: h5py.Group, name: str, src: h5py.Dataset, n_old: int, tail: np.ndarray) -> None:
+    """g[name] = src[:n_old] then ``tail``, as a growable dataset; the old part is copied
+    through memory in pieces of 2^24 entries (a fixed-size src cannot be resized or H5Ocopy'd
+    into a growable one)."""
+    ds = _dataset(g, name, shape=(n_old + len(tail),), dtype=src.dtype, growable=True)
+    step = 1 << 24
+    for a in range(0, n_old, step):
+        ds[a:min(n_old, a + step)] = src[a:min(n_old, a + step)]
+    if len(tail):
+        ds[n_old:] = tail
 
 
 
@@ -1336,11 +1342,7 @@ def append_update(path: str, p: AppendParts, stats: dict) -> None:
                     _step(name)
                     _move(f, f"{GRAPH_KEY}/{name}", f"{new_graph}/{name}", undo)
                 else:  # not growable: copied through memory into a growable dataset
-                    ds = _dataset(g, name, shape=(e_old + len(values),), dtype=s.dtype, growable=True)
-                    step = 1 << 24
-                    for a in range(0, e_old, step):
-                        ds[a:min(e_old, a + step)] = s[a:min(e_old, a + step)]
-                    ds[e_old:] = values
+                    _growable_copy(g, name, s, e_old, values)
             _step("graph")
             t2 = time.perf_counter()
             for key, tmp_key in names.items():  # swap: old -> parked, new -> in place
