@@ -228,6 +228,8 @@ UPDATE_STAGES = ("read", "scoring", "pcc", "load_rows", "local_graph", "relevanc
 
 
 READ_PARTS = ("read_X", "read_obs", "read_var", "read_obsm_uns", "read_graph_meta", "read_checks")  # JSON only
+# read_obs / read_var: without decoding the ids / terms since 2026-11-25 08:00 (stored id hashes and
+# vocabulary digest); read_checks: vocabulary and duplicate-id checks
 
 
 def update_stages(stats):
@@ -269,14 +271,14 @@ def run(args, preset, backend, cpu, tmp):
         report = None
 
         def timed_update(src, dst, runs, write="append"):
+            # end to end from the added corpus's file, as the CLI does: update() reads it selectively
+            # (its stage seconds_read_added; before 2026-11-25 08:00 this read_corpus'd it first)
             t0 = time.perf_counter()
-            added = read_corpus(add_path)
-            t_read_add = time.perf_counter() - t0
-            rep_ = dclus.update(src, added, dst, backend, compression=None, write=write)
+            rep_ = dclus.update(src, add_path, dst, backend, compression=None, write=write)
             t1 = time.perf_counter()
             st = rep_.stats
             stages = update_stages(st)
-            stages["read_added"] = t_read_add
+            stages["read_added"] = st.get("seconds_read_added")
             # compute = scoring + load + cluster, the spans scripts/gpu_star.py reported before
             compute = sum(st.get(k, 0.0) for k in ("seconds_scoring", "seconds_load", "seconds_cluster"))
             runs.append({"total": t1 - t0, "compute": compute, **stages})
@@ -318,6 +320,7 @@ def run(args, preset, backend, cpu, tmp):
                "pccs_loaded": report.pccs_loaded, "pccs_total": report.pccs_total,
                "vertices_loaded": report.vertices_loaded, "entries_loaded": report.entries_loaded,
                "affected_vertices": report.stats.get("affected_vertices"), "new_edges": report.n_new_edges,
+               "decoded": getattr(report, "decoded", None),  # strings the in-place update had to decode
                "clusters_update": report.n_clusters, "clusters_full": full.n_clusters, "edges_full": full.graph.n_edges,
                "file_bytes_update": os.path.getsize(inplace_path), "file_bytes_full": os.path.getsize(full_path),
                "file_bytes_base": os.path.getsize(base_path)}

@@ -111,3 +111,55 @@ def test_zero_documents_refused(tmp_path):
     with pytest.raises(InputError, match="zero documents"):
         read_corpus(path)
     assert read_corpus(path, require_docs=False).n_docs == 0
+
+
+def test_terms_digest_is_stored_by_every_writer_and_tells_lists_apart(tmp_path):
+    from gputext.io import corpus as cio
+    c = small_corpus(20, 9)
+    a, b = str(tmp_path / "a.h5"), str(tmp_path / "b.h5")
+    write_corpus(c, a, growable=True)
+    with CorpusWriter(b, 9) as w:
+        w.append(c.X, c.doc_ids)
+        w.finish(c.terms)
+    for path in (a, b):
+        with h5py.File(path) as f:
+            assert f["var/_index"].attrs[cio.TERMS_DIGEST_ATTR] == cio.terms_digest(c.terms)
+            assert cio.stored_terms_digest(f, 9) == cio.terms_digest(list(read_corpus(path).terms))
+            with pytest.raises(FormatError, match="var/_index has 9 entries, expected 8"):
+                cio.stored_terms_digest(f, 8)
+    d = cio.terms_digest
+    assert d(["ab", "c"]) != d(["a", "bc"]) and d(["a", "b"]) != d(["b", "a"]) and d([]) != d([""])
+    assert d(["x", None, 3]) == d(["x", "", "3"])  # as written
+    assert len(d(["é"])) == 64 and d(["é"]) != d(["e"])
+
+
+def test_growable_ids_and_reading_without_decoding(tmp_path):
+    from gputext.io import corpus as cio
+    c = small_corpus(12, 6)
+    path = str(tmp_path / "g.h5")
+    write_corpus(c, path, growable=True)
+    r = read_corpus(path)
+    assert list(r.doc_ids) == list(c.doc_ids)
+    with h5py.File(path) as f:
+        assert f["obs/_index"].maxshape == (None,) and f["var/_index"].maxshape != (None,)
+        ids, cols = cio._read_dataframe(f, "obs", 12, index=False)
+        assert ids is None and set(cols) == {"label", "qid"}
+        with pytest.raises(FormatError, match="obs/_index has 12 entries, expected 13"):
+            cio._read_dataframe(f, "obs", 13, index=False)
+    anndata = pytest.importorskip("anndata")
+    a = anndata.read_h5ad(path)
+    assert list(a.obs_names) == list(c.doc_ids) and list(a.var_names) == list(c.terms)
+
+
+def test_string_reader_decodes_bytes_and_str(tmp_path):
+    from gputext.io import corpus as cio
+    path = str(tmp_path / "s.h5")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("v", data=np.array(["a", "é", ""], dtype=object), dtype=cio.STR_DTYPE)
+        f.create_dataset("bad", data=np.array([b"ok", b"\xff"], dtype=object), dtype=h5py.string_dtype("ascii"))
+        f.create_dataset("fixed", data=np.array([b"ab", b"c"], dtype="S2"))
+        f.create_dataset("empty", shape=(0,), dtype=cio.STR_DTYPE)
+    with h5py.File(path) as f:
+        for key, want in (("v", ["a", "é", ""]), ("bad", ["ok", "\ufffd"]), ("fixed", ["ab", "c"]), ("empty", [])):
+            got = cio._read_str_array(f[key])
+            assert got.dtype == object and list(got) == want and all(type(x) is str for x in got)

@@ -126,7 +126,7 @@ def test_fixed_size_edge_datasets_are_copied_into_growable_ones(tmp_path):
             assert f[dclus.GRAPH_KEY]["adj_indices"].maxshape == (None,)
 
 
-STEPS = ["start", "X/data", "X", "corpus", "adj_indices", "adj_weights", "graph", "park obs", "park obsm",
+STEPS = ["start", "X/data", "X", "obs/_index", "corpus", "adj_indices", "adj_weights", "graph", "park obs", "park obsm",
          "park uns", "swapped"]
 
 

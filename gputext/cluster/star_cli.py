@@ -63,9 +63,10 @@ def star(corpus, beta, update_path, add_path, output, batch_size, shards, no_com
             raise InputError("--update CLUSTERS.h5 and --add NEW.h5 go together")
         if corpus:
             raise InputError(f"give either CORPUS ({corpus}) or --update/--add, not both")
-        added = read_corpus(add_path)
         backend = pick_backend(device, quiet)
-        report = dclus.update(update_path, added, output, backend, beta=beta, batch_size=batch_size, quiet=quiet,
+        # the path: the update reads the added corpus selectively (its terms only when the stored
+        # vocabulary digests differ)
+        report = dclus.update(update_path, add_path, output, backend, beta=beta, batch_size=batch_size, quiet=quiet,
                               compression=compression)
         info(f"star --update: {report.line()} in {report.stats['seconds_total']:.2f} s on {backend.name}", quiet)
         return

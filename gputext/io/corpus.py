@@ -8,7 +8,8 @@ Layout (DESIGN.md, "HDF5 corpus format"):
                       indptr int64, attrs shape=[n_docs, n_terms]
     /obs              dataframe: _index (doc ids), columns (label is categorical: codes int32 +
                       categories), qid int32, relevance float32, cluster int32, ...
-    /var              dataframe: _index (terms), df int64, idf float64 (when weighted)
+    /var              dataframe: _index (terms; attr gputext-sha256 = terms_digest of the list, written
+                      by every writer), df int64, idf float64 (when weighted)
     /obsm             dict: dense arrays (knn_indices, knn_scores, ...) or csr groups (labels, clusters)
     /uns/gputext      dict: parameters of the run that wrote the file (nested dicts allowed)
 
@@ -17,6 +18,7 @@ Every reader error names the offending HDF5 key, what was expected and what was 
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import shutil
@@ -35,6 +37,7 @@ from ..errors import FormatError, InputError
 
 FORMAT_VERSION = "1"
 STR_DTYPE = h5py.string_dtype("utf-8")
+TERMS_DIGEST_ATTR = "gputext-sha256"  # attribute of /var/_index: terms_digest() of the stored terms
 
 
 @dataclass
@@ -160,10 +163,39 @@ def _attrs(obj, **attrs):
         obj.attrs[key] = value
 
 
-def _write_str_array(group: h5py.Group, name: str, values) -> None:
-    values = np.asarray([("" if v is None else str(v)) for v in values], dtype=object)
-    ds = group.create_dataset(name, data=values, dtype=STR_DTYPE)
+def str_values(values) -> list:
+    """The strings a string array is written as: str(v), "" for None (what readers get back)."""
+    return [("" if v is None else str(v)) for v in values]
+
+
+def terms_digest(values) -> str:
+    """SHA-256 (hex) of a list of strings as written (``str_values``): of b"gputext-terms-1" and a
+    zero byte, the count (int64 little-endian), every string's length in code points (int64
+    little-endian) and the concatenated strings in UTF-8.  Two files whose /var/_index carry the
+    same digest hold the same term list.  About 2.5 ms per 75,000 terms (2-core VM)."""
+    return _digest_of_strings(str_values(values))
+
+
+def _digest_of_strings(strings: list) -> str:
+    lengths = np.fromiter(map(len, strings), np.int64, len(strings)).astype("<i8", copy=False)
+    h = hashlib.sha256(b"gputext-terms-1\0")
+    h.update(np.array([len(strings)], "<i8").tobytes())
+    h.update(lengths.tobytes())
+    h.update("".join(strings).encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+def _write_str_array(group: h5py.Group, name: str, values, growable: bool = False, digest: bool = False) -> None:
+    """``growable``: chunked with maxshape None (entries can be appended in place: DClustR's update
+    appends document ids); ``digest``: attribute TERMS_DIGEST_ATTR = terms_digest(values)."""
+    strings = str_values(values)
+    values = np.empty(len(strings), dtype=object)
+    values[:] = strings
+    kw = {"chunks": (growable_chunk(len(values)),), "maxshape": (None,)} if growable else {}
+    ds = group.create_dataset(name, data=values, dtype=STR_DTYPE, **kw)
     _attrs(ds, **{"encoding-type": "string-array", "encoding-version": "0.2.0"})
+    if digest:
+        ds.attrs[TERMS_DIGEST_ATTR] = _digest_of_strings(strings)
 
 
 def _write_array(group: h5py.Group, name: str, values, compression=None) -> None:
@@ -203,11 +235,15 @@ def _write_categorical(group: h5py.Group, name: str, cat: Categorical) -> None:
     _write_str_array(g, "categories", cat.categories)
 
 
-def _write_dataframe(parent: h5py.Group, name: str, index, columns: dict) -> None:
+def _write_dataframe(parent: h5py.Group, name: str, index, columns: dict, index_growable: bool = False,
+                     digest: bool = False) -> None:
+    """``index`` None: the group is written without its _index dataset (the caller moves one in);
+    ``index_growable`` / ``digest``: see _write_str_array (for the index)."""
     g = parent.create_group(name)
     _attrs(g, **{"encoding-type": "dataframe", "encoding-version": "0.2.0", "_index": "_index"})
     g.attrs["column-order"] = np.array(list(columns), dtype=object).astype(STR_DTYPE) if columns else np.array([], dtype="S1")
-    _write_str_array(g, "_index", index)
+    if index is not None:
+        _write_str_array(g, "_index", index, growable=index_growable, digest=digest)
     for key, value in columns.items():
         if isinstance(value, Categorical):
             _write_categorical(g, key, value)
@@ -246,8 +282,8 @@ def _write_root(f: h5py.File, corpus: Corpus, compression, growable: bool = Fals
     _attrs(f, **{"encoding-type": "anndata", "encoding-version": "0.1.0",
                  "gputext-format": "corpus", "gputext-format-version": FORMAT_VERSION})
     _write_csr(f, "X", corpus.X, compression, growable)
-    _write_dataframe(f, "obs", corpus.doc_ids, corpus.obs)
-    _write_dataframe(f, "var", corpus.terms, corpus.var)
+    _write_dataframe(f, "obs", corpus.doc_ids, corpus.obs, index_growable=growable)
+    _write_dataframe(f, "var", corpus.terms, corpus.var, digest=True)
     _write_dict(f, "obsm", corpus.obsm)
     _write_dict(f, "uns", uns_for_file(corpus.uns))
     for empty in ("varm", "layers", "obsp", "varp"):
@@ -256,8 +292,8 @@ def _write_root(f: h5py.File, corpus: Corpus, compression, growable: bool = Fals
 
 def write_corpus(corpus: Corpus, path: str, compression: str | None = "gzip", growable: bool = False) -> None:
     """Write atomically (temp file + rename); ``-`` writes the file's bytes to stdout.
-    ``growable``: a file meant to be updated in place: /X's datasets chunked and growable (rows can
-    be appended) and the file's free space tracked persistently (HDF5 >= 1.10 file-space strategy
+    ``growable``: a file meant to be updated in place: /X's datasets and /obs/_index chunked and
+    growable (rows and ids can be appended) and the file's free space tracked persistently (HDF5 >= 1.10 file-space strategy
     "fsm", fs_persist), so the space of groups an update replaces is reused by the next one."""
     kw = {"fs_strategy": "fsm", "fs_persist": True, "fs_threshold": 1} if growable else {}
     with atomic_output(path) as tmp:
@@ -377,7 +413,7 @@ class CorpusWriter:
                 f.move(f"_staging/{key}", f"obs/{key}")
                 _attrs(obs[key], **{"encoding-type": "array", "encoding-version": "0.2.0"})
         del f["_staging"]
-        _write_dataframe(f, "var", terms, var or {})
+        _write_dataframe(f, "var", terms, var or {}, digest=True)
         _write_dict(f, "obsm", obsm or {})
         uns = _copy_dict(uns or {})
         uns.setdefault("gputext", {})["version"] = __version__
@@ -455,10 +491,36 @@ def _need(f: h5py.File, key: str, kind=None):
 
 
 def _read_str_array(ds: h5py.Dataset) -> np.ndarray:
+    """A string dataset as an object array of str (UTF-8, undecodable bytes replaced).  The usual
+    case (1-d, h5py's bytes objects) decodes a plain list, about 15% faster than per-element
+    isinstance checks on the array; h5py's own read of the variable-length strings is the rest."""
     values = ds[()]
     if values.dtype.kind in "SO":
-        return np.array([v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values], dtype=object)
+        items = values.tolist() if values.ndim == 1 else list(values)
+        try:
+            strings = [b.decode("utf-8", "replace") for b in items]
+        except AttributeError:  # not all bytes (str objects from some writers)
+            strings = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in items]
+        out = np.empty(len(strings), dtype=object)
+        out[:] = strings
+        return out
     return values.astype(object)
+
+
+def stored_terms_digest(f, n_terms: int) -> str | None:
+    """The TERMS_DIGEST_ATTR of /var/_index (None when absent: files of other writers, or older
+    ones); FormatError when /var/_index does not hold n_terms entries (as _read_dataframe would)."""
+    g = _need(f, "var", h5py.Group)
+    index_key = g.attrs.get("_index", "_index")
+    if isinstance(index_key, bytes):
+        index_key = index_key.decode()
+    ds = _need(f, f"var/{index_key}", h5py.Dataset)
+    if ds.shape != (n_terms,):
+        raise FormatError(f"{_where(f, 'var/' + index_key)} has {ds.shape[0] if ds.ndim else 0} entries, expected {n_terms}")
+    value = ds.attrs.get(TERMS_DIGEST_ATTR)
+    if isinstance(value, bytes):
+        value = value.decode()
+    return str(value) if value is not None else None
 
 
 def _read_csr(f, key: str, n_rows: int | None = None, n_cols: int | None = None, validate: bool = True) -> sp.csr_matrix:
@@ -537,14 +599,22 @@ def _read_element(f, key: str):
     return value
 
 
-def _read_dataframe(f, key: str, n_rows: int) -> tuple[np.ndarray, dict]:
+def _read_dataframe(f, key: str, n_rows: int, index: bool = True) -> tuple[np.ndarray | None, dict]:
+    """(index strings, columns); ``index`` False: the index is not decoded (None; its length is
+    still checked)."""
     g = _need(f, key, h5py.Group)
     index_key = g.attrs.get("_index", "_index")
     if isinstance(index_key, bytes):
         index_key = index_key.decode()
-    index = _read_str_array(_need(f, f"{key}/{index_key}", h5py.Dataset))
-    if len(index) != n_rows:
-        raise FormatError(f"{_where(f, key + '/' + index_key)} has {len(index)} entries, expected {n_rows}")
+    ds = _need(f, f"{key}/{index_key}", h5py.Dataset)
+    n_index = (ds.shape[0] if ds.ndim else 0) if not index else None
+    if index:
+        index = _read_str_array(ds)
+        n_index = len(index)
+    else:
+        index = None
+    if n_index != n_rows:
+        raise FormatError(f"{_where(f, key + '/' + index_key)} has {n_index} entries, expected {n_rows}")
     columns = {}
     for name in g.keys():
         if name == index_key:
@@ -612,6 +682,11 @@ def read_rows(path: str, start: int, stop: int) -> sp.csr_matrix:
 def check_same_vocabulary(a: Corpus, b: Corpus, a_name: str = "index", b_name: str = "queries") -> None:
     """Queries must use the indexed corpus's vocabulary (build them with --vocab-from)."""
     if a.n_terms != b.n_terms or not np.array_equal(a.terms, b.terms):
-        raise InputError(
-            f"the {b_name} corpus has a different vocabulary ({b.n_terms} terms) from the {a_name} corpus "
-            f"({a.n_terms} terms): build it with `gputext corpus build ... --vocab-from` the {a_name} corpus")
+        raise vocabulary_error(a.n_terms, b.n_terms, a_name, b_name)
+
+
+def vocabulary_error(a_terms: int, b_terms: int, a_name: str = "index", b_name: str = "queries") -> InputError:
+    """The error of check_same_vocabulary (for callers that compare vocabularies another way)."""
+    return InputError(
+        f"the {b_name} corpus has a different vocabulary ({b_terms} terms) from the {a_name} corpus "
+        f"({a_terms} terms): build it with `gputext corpus build ... --vocab-from` the {a_name} corpus")
