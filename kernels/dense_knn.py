@@ -361,95 +361,154 @@ def make_matvec_kernel(threads_per_block: int, threads_per_row: int, queries_per
 
 @lru_cache(maxsize=None)
 def make_gemm_kernel(block_queries: int, block_docs: int, block_terms: int,
-                     thread_queries: int, thread_docs: int, is_l1: bool):
+                     thread_queries: int, thread_docs: int, is_l1: bool,
+                     pipelined: bool = True, max_registers: int = 0, warp_docs: int = 0):
     """Batched keys: a register-tiled float32 GEMM keys = finish(Q @ X.T).
 
-    Launch: grid (ceil(n_docs / block_docs), ceil(n_queries / block_queries)), threads per block
+    Launch: ``gemm_launch`` gives the 1-d grid (one block per block_queries x block_docs tile of
+    keys, the query tiles of one document tile consecutive, so blocks sharing a tile of X run
+    together and X is read from memory about once) and the threads per block,
     (block_queries // thread_queries) * (block_docs // thread_docs).
-    Work: a block computes a block_queries x block_docs tile of keys; for each slice of
-    ``block_terms`` terms it stages Q and X sub-tiles, transposed (term-major) and padded by one
-    column against bank conflicts, in shared memory (float32 (block_terms, block_queries + 1) and
-    (block_terms, block_docs + 1)); each thread then accumulates thread_queries x thread_docs keys in
-    scalar registers: query rows ty*thread_queries + i (contiguous, broadcast within a warp) and
-    document columns tx + (block_docs // thread_docs) * j (strided, conflict-free). When both
-    thread tile sides are multiples of 4, the thread owns runs of 4 rows/columns instead
-    (rows ty*4 + r + 4*TY*h, columns tx*4 + c + 4*TX*h) and the tile rows are padded to 16 bytes
-    (+4 floats, still conflict-free for the transposed stores), so the shared loads compile to
-    128-bit ld.shared.v4 (checked in tests/test_dense_knn.py). The finish
-    (norms, |d|^2/2) is applied in the epilogue. Out-of-range terms, queries and documents load as
-    0 and are never written. The kernel's source is generated with one scalar per accumulator
-    (numba keeps a local array of 64 floats in local memory, not in registers).
-    Synchronisation: syncthreads after each staging (tiles complete) and after each slice's
-    products (tiles consumed before they are overwritten).
+    Work: per slice of ``block_terms`` terms the block stages Q and X sub-tiles, transposed
+    (term-major) and padded, in shared memory (float32 (block_terms, block_queries + pad) and
+    (block_terms, block_docs + pad)); each thread then accumulates thread_queries x thread_docs keys
+    in scalar registers (the source is generated: one variable per accumulator and the term loop of
+    a slice unrolled, since numba keeps a local array in local memory): query rows
+    ty*thread_queries + i (contiguous, broadcast within a warp) and document columns
+    tx + (block_docs // thread_docs) * j (strided, conflict-free). When both thread tile sides are
+    multiples of 4 the thread owns runs of 4 rows/columns instead (rows ty*4 + r + 4*TY*h, columns
+    tx*4 + c + 4*TX*h) and the tile rows are padded to 16 bytes (+4 floats), so the shared loads
+    compile to 128-bit ld.shared.v4 (checked in tests/test_dense_knn.py). Staging: thread t loads
+    term t % block_terms of rows t // block_terms + (threads / block_terms) * i (a warp reads
+    runs of block_terms consecutive floats of a row); rows past the end are clamped to the last
+    row (their products are never written), terms past the end load 0. Index arithmetic is
+    unsigned 64-bit, so numba emits no negative-index wraparound.
+    ``pipelined`` (default): the next slice's global loads are issued into registers before the
+    current slice's products and stored into the other half of a double-buffered shared tile
+    after them: one syncthreads per slice, global latency hidden behind the FMAs. Otherwise one
+    buffer: stage, syncthreads, products, syncthreads.
+    ``max_registers`` > 0 caps registers per thread (ptxas spills the rest; see ``_jit_kernel``).
+    ``warp_docs`` > 0 arranges each warp's 32 threads as (32 / warp_docs) x warp_docs (tx, ty) in
+    a 2-d patch of the thread grid (fewer distinct shared addresses per 128-bit load: warp_docs
+    document runs and 32 / warp_docs query runs) instead of consecutive tx (0: tid = ty * TX + tx).
+    The finish (norms, |d|^2/2) is applied in the epilogue; documents and queries past the end are
+    never written.
     Arguments as make_matvec_kernel (Q rows >= n_queries may be anything).
-    Float32 error: each key is a sequential sum over all n_terms (``chain_length``).
+    Float32 error: each key is a sequential sum over the terms in increasing order (one fma per
+    term; ``chain_length``).
     """
-    BM, BN, BK, TM, TN, L1 = int(block_queries), int(block_docs), int(block_terms), int(thread_queries), int(thread_docs), bool(is_l1)
-    assert BM % TM == 0 and BN % TN == 0
-    TX = BN // TN
-    TY = BM // TM
+    BM, BN, BK, TM, TN, L1 = (int(block_queries), int(block_docs), int(block_terms), int(thread_queries),
+                              int(thread_docs), bool(is_l1))
+    TX, TY = BN // TN, BM // TM
     NT = TX * TY
-    # vector layout (thread tiles in runs of 4, rows padded to 16 bytes) lets the compiler use
-    # 128-bit shared loads; otherwise rows ty*TM + i and strided columns tx + TX*j, padding 1
+    assert BM % TM == 0 and BN % TN == 0 and NT % BK == 0 and (BM * BK) % NT == 0 and (BN * BK) % NT == 0, \
+        "gemm tile: threads must divide the staged tiles and be a multiple of block_terms"
     VEC = TM % 4 == 0 and TN % 4 == 0
     PAD = 4 if VEC else 1
+    SQ, SX = BM + PAD, BN + PAD  # shared row lengths (floats)
+    WX = int(warp_docs) if 0 < int(warp_docs) < TX else 0
+    if WX:
+        assert 32 % WX == 0 and TX % WX == 0 and TY % (32 // WX) == 0, "warp_docs: a warp must tile the thread grid"
+    ty_tx = (f"(tid // U(32)) // U({TX // WX}) * U({32 // WX}) + (tid % U(32)) // U({WX})",
+             f"(tid // U(32)) % U({TX // WX}) * U({WX}) + tid % U({WX})") if WX else (f"tid // U({TX})", f"tid % U({TX})")
+    RS = NT // BK  # staging: rows per pass of the block
+    LQ, LX = BM * BK // NT, BN * BK // NT  # staging: floats per thread and slice
+    NBUF = 2 if pipelined else 1
 
-    def qrow(i):
-        return f"ty * 4 + {(i // 4) * TY * 4 + i % 4}" if VEC else f"ty * {TM} + {i}"
+    def qrow(i):  # the thread's i-th query row relative to ty * (4 or TM)
+        return (i // 4) * TY * 4 + i % 4 if VEC else i
 
-    def dcol(j):
-        return f"tx * 4 + {(j // 4) * TX * 4 + j % 4}" if VEC else f"tx + {TX * j}"
+    def dcol(j):  # the thread's j-th document column relative to tx * (4 or 1)
+        return (j // 4) * TX * 4 + j % 4 if VEC else TX * j
 
-    ind = " " * 4
+    I, I2, I3 = " " * 4, " " * 8, " " * 12
     # (the CUDA simulator does not take an alignment, which changes no result)
     align = ", alignment=16" if VEC and not numba.config.ENABLE_CUDASIM else ""
     src = [
         "def dense_gemm_keys(X, Q, n_queries, rq, rd, half_sqd, metric, keys):",
-        f"{ind}sQ = cuda.shared.array(({BK}, {BM + PAD}), float32{align})",
-        f"{ind}sX = cuda.shared.array(({BK}, {BN + PAD}), float32{align})",
-        f"{ind}tid = cuda.threadIdx.x",
-        f"{ind}tx = tid % {TX}",
-        f"{ind}ty = tid // {TX}",
-        f"{ind}d0 = cuda.blockIdx.x * {BN}",
-        f"{ind}q0 = cuda.blockIdx.y * {BM}",
-        f"{ind}n_docs = X.shape[0]",
-        f"{ind}n_terms = X.shape[1]",
+        f"{I}sQ = cuda.shared.array({NBUF * BK * SQ}, float32{align})",
+        f"{I}sX = cuda.shared.array({NBUF * BK * SX}, float32{align})",
+        f"{I}tid = U(cuda.threadIdx.x)",
+        f"{I}nq = U(n_queries)",
+        f"{I}nd = U(X.shape[0])",
+        f"{I}nt = U(X.shape[1])",
+        f"{I}n_qb = (nq + U({BM - 1})) // U({BM})",
+        f"{I}blk = U(cuda.blockIdx.x)",
+        f"{I}q0 = (blk % n_qb) * U({BM})",
+        f"{I}d0 = (blk // n_qb) * U({BN})",
+        f"{I}ty = {ty_tx[0]}",
+        f"{I}tx = {ty_tx[1]}",
+        f"{I}abase = ty * U({4 if VEC else TM})",
+        f"{I}bbase = tx * U({4 if VEC else 1})",
+        f"{I}lk = tid % U({BK})",
+        f"{I}lm = tid // U({BK})",
+        f"{I}wq = lk * U({SQ}) + lm",
+        f"{I}wx = lk * U({SX}) + lm",
     ]
-    src += [f"{ind}c_{i}_{j} = float32(0.0)" for i in range(TM) for j in range(TN)]
-    src += [
-        f"{ind}for k0 in range(0, n_terms, {BK}):",
-        f"{ind * 2}for e in range(tid, {BM * BK}, {NT}):",
-        f"{ind * 3}m = e // {BK}",
-        f"{ind * 3}kk = e % {BK}",
-        f"{ind * 3}v = float32(0.0)",
-        f"{ind * 3}if q0 + m < n_queries and k0 + kk < n_terms:",
-        f"{ind * 4}v = Q[q0 + m, k0 + kk]",
-        f"{ind * 3}sQ[kk, m] = v",
-        f"{ind * 2}for e in range(tid, {BN * BK}, {NT}):",
-        f"{ind * 3}m = e // {BK}",
-        f"{ind * 3}kk = e % {BK}",
-        f"{ind * 3}v = float32(0.0)",
-        f"{ind * 3}if d0 + m < n_docs and k0 + kk < n_terms:",
-        f"{ind * 4}v = X[d0 + m, k0 + kk]",
-        f"{ind * 3}sX[kk, m] = v",
-        f"{ind * 2}cuda.syncthreads()  # both tiles staged",
-        f"{ind * 2}for kk in range({BK}):",
-    ]
-    src += [f"{ind * 3}a_{i} = sQ[kk, {qrow(i)}]" for i in range(TM)]
-    src += [f"{ind * 3}b_{j} = sX[kk, {dcol(j)}]" for j in range(TN)]
-    op = "abs(a_{i} - b_{j})" if L1 else "a_{i} * b_{j}"
-    src += [f"{ind * 3}c_{i}_{j} += " + op.format(i=i, j=j) for i in range(TM) for j in range(TN)]
-    src += [f"{ind * 2}cuda.syncthreads()  # tiles consumed before the next staging overwrites them"]
+    src += [f"{I}rq_{i} = min(q0 + lm + U({RS * i}), nq - U(1))" for i in range(LQ)]
+    src += [f"{I}rx_{i} = min(d0 + lm + U({RS * i}), nd - U(1))" for i in range(LX)]
+    src += [f"{I}c_{i}_{j} = float32(0.0)" for i in range(TM) for j in range(TN)]
+    src += [f"{I}n_slices = (nt + U({BK - 1})) // U({BK})"]
+
+    def loads(ind, term):  # global -> registers
+        out = [f"{ind}kn = {term}", f"{ind}ok = kn < nt"]
+        out += [f"{ind}pq_{i} = Q[rq_{i}, kn] if ok else float32(0.0)" for i in range(LQ)]
+        out += [f"{ind}px_{i} = X[rx_{i}, kn] if ok else float32(0.0)" for i in range(LX)]
+        return out
+
+    def stores(ind, off_q, off_x):  # registers -> shared (transposed)
+        out = [f"{ind}sQ[{off_q}wq + U({RS * i})] = pq_{i}" for i in range(LQ)]
+        out += [f"{ind}sX[{off_x}wx + U({RS * i})] = px_{i}" for i in range(LX)]
+        return out
+
+    def products(ind, off_q, off_x):  # the slice's block_terms steps, unrolled
+        op = "abs(a_{i} - b_{j})" if L1 else "a_{i} * b_{j}"
+        out = []
+        for kk in range(BK):
+            out += [f"{ind}a_{i} = sQ[{off_q}abase + U({kk * SQ + qrow(i)})]" for i in range(TM)]
+            out += [f"{ind}b_{j} = sX[{off_x}bbase + U({kk * SX + dcol(j)})]" for j in range(TN)]
+            out += [f"{ind}c_{i}_{j} += " + op.format(i=i, j=j) for i in range(TM) for j in range(TN)]
+        return out
+
+    if pipelined:
+        src += loads(I, "lk") + stores(I, "", "") + [f"{I}cuda.syncthreads()  # slice 0 staged"]
+        src += [f"{I}for sl in range(n_slices):",
+                f"{I2}cq = (sl & U(1)) * U({BK * SQ})",
+                f"{I2}cx = (sl & U(1)) * U({BK * SX})",
+                f"{I2}more = sl + U(1) < n_slices",
+                f"{I2}if more:  # next slice's loads in flight during the products"]
+        src += loads(I3, f"(sl + U(1)) * U({BK}) + lk")
+        src += products(I2, "cq + ", "cx + ")
+        src += [f"{I2}if more:"]
+        src += stores(I3, f"U({BK * SQ}) - cq + ", f"U({BK * SX}) - cx + ")
+        src += [f"{I2}cuda.syncthreads()  # next slice staged; this buffer consumed before it is restaged"]
+    else:
+        src += [f"{I}for sl in range(n_slices):"]
+        src += loads(I2, f"sl * U({BK}) + lk") + stores(I2, "", "")
+        src += [f"{I2}cuda.syncthreads()  # both tiles staged"]
+        src += products(I2, "", "")
+        src += [f"{I2}cuda.syncthreads()  # tiles consumed before the next staging overwrites them"]
+    for j in range(TN):
+        src += [f"{I}d_{j} = d0 + bbase + U({dcol(j)})",
+                f"{I}rd_{j} = rd[min(d_{j}, nd - U(1))]",
+                f"{I}hd_{j} = half_sqd[min(d_{j}, nd - U(1))]"]
     for i in range(TM):
-        src += [f"{ind}q = q0 + {qrow(i)}", f"{ind}if q < n_queries:"]
+        src += [f"{I}q = q0 + abase + U({qrow(i)})", f"{I}if q < nq:", f"{I2}rq_q = rq[q]"]
         for j in range(TN):
-            src += [f"{ind * 2}d = d0 + {dcol(j)}",
-                    f"{ind * 2}if d < n_docs:",
-                    f"{ind * 3}keys[q, d] = _finish_key_dev(c_{i}_{j}, metric, rq[q], rd[d], half_sqd[d])"]
-    namespace = {"cuda": cuda, "float32": float32, "_finish_key_dev": _finish_key_dev, "abs": abs}
-    code = compile("\n".join(src) + "\n", f"<dense_gemm_keys {BM}x{BN}x{BK}/{TM}x{TN}{' l1' if L1 else ''}>", "exec")
-    exec(code, namespace)
-    return cuda.jit(namespace["dense_gemm_keys"])
+            src += [f"{I2}if d_{j} < nd:",
+                    f"{I3}keys[q, d_{j}] = _finish_key_dev(c_{i}_{j}, metric, rq_q, rd_{j}, hd_{j})"]
+    namespace = {"cuda": cuda, "float32": float32, "U": uint64, "min": min, "abs": abs,
+                 "_finish_key_dev": _finish_key_dev}
+    name = f"<dense_gemm_keys {BM}x{BN}x{BK}/{TM}x{TN}{' l1' if L1 else ''}{' pipelined' if pipelined else ''} w{WX}>"
+    exec(compile("\n".join(src) + "\n", name, "exec"), namespace)
+    return _jit_kernel(max_registers)(namespace["dense_gemm_keys"])
+
+
+def gemm_launch(block_queries: int, block_docs: int, thread_queries: int, thread_docs: int,
+                n_queries: int, n_docs: int) -> tuple[int, int]:
+    """(blocks, threads per block) of a make_gemm_kernel launch: one block per tile of keys."""
+    blocks = -(-int(n_queries) // block_queries) * -(-int(n_docs) // block_docs)
+    return blocks, (block_queries // thread_queries) * (block_docs // thread_docs)
 
 
 def chain_length(kind: str, n_terms: int, threads_per_row: int = 1) -> int:
@@ -1303,6 +1362,7 @@ def ptx_kernels():
         ("dense_matvec_keys_warp", make_matvec_kernel(128, 32, 1, 4, False, 4, True), _KEYS_SIG),
         ("dense_gemm_keys", make_gemm_kernel(128, 128, 8, 8, 8, False), _KEYS_SIG),
         ("dense_gemm_keys_l1", make_gemm_kernel(64, 64, 8, 4, 4, True), _KEYS_SIG),
+        ("dense_gemm_keys_one_buffer", make_gemm_kernel(64, 128, 16, 8, 4, False, False, 128), _KEYS_SIG),
         ("dense_select_candidates", make_select_kernel(256, 2048, 2048), _SELECT_SIG),
         ("dense_rescore", make_rescore_kernel(256), _RESCORE_SIG),
         ("dense_finish", make_finish_kernel(256, 2048, 2048, 4), _FINISH_SIG),

@@ -266,8 +266,10 @@ def topk_peer(k: int):
 MATVEC_CONFIGS = [(256, 32, 1, 4, 1), (256, 32, 1, 8, 1), (256, 64, 1, 4, 1), (512, 64, 1, 8, 1), (128, 32, 1, 8, 1),
                   (256, 32, 1, 4, 2), (256, 32, 1, 4, 4), (256, 32, 1, 8, 2), (256, 16, 1, 4, 4),
                   (256, 32, 1, 8, 4), (256, 32, 1, 4, 8), (512, 32, 1, 4, 4), (128, 32, 1, 4, 4)]  # (..., rows per thread)
-GEMM_CONFIGS = [(128, 128, 8, 8, 8), (64, 128, 8, 8, 8), (128, 64, 8, 8, 8), (128, 128, 16, 8, 8), (64, 64, 8, 4, 4),
-                (64, 64, 16, 4, 8)]
+# GEMM tiles tried per batch (block queries, block docs, block terms, thread queries, thread docs, warp_docs);
+# scripts/gpu_gemm.py sweeps more of them against cuBLAS SGEMM
+GEMM_CONFIGS = [(128, 128, 16, 8, 8, 0), (128, 128, 16, 8, 8, 8), (128, 128, 8, 8, 8, 0), (64, 128, 8, 8, 8, 0),
+                (64, 128, 8, 8, 8, 8), (64, 128, 16, 8, 8, 0)]
 
 
 def bench_one_query(args, dev_name, copy_bw):
@@ -389,22 +391,25 @@ def bench_batches(args, dev_name):
         rq = cuda.to_device((1 / np.linalg.norm(Q, axis=1)).astype(np.float32))
         keys = cuda.device_array((nq, n_docs), np.float32)
         best = None
-        for bm, bn, bk, tm, tn in GEMM_CONFIGS:
-            kern = kd.make_gemm_kernel(bm, bn, bk, tm, tn, False)
-            grid = (-(-n_docs // bn), -(-nq // bm))
-            ms = gpu_ms(lambda: kern[grid, (bm // tm) * (bn // tn)](dev["X"], Qd, nq, rq, dev["rd"], dev["half"], 0, keys),
+        for bm, bn, bk, tm, tn, wx in GEMM_CONFIGS:
+            kern = kd.make_gemm_kernel(bm, bn, bk, tm, tn, False, True, 0, wx)
+            grid, threads = kd.gemm_launch(bm, bn, tm, tn, nq, n_docs)
+            ms = gpu_ms(lambda: kern[grid, threads](dev["X"], Qd, nq, rq, dev["rd"], dev["half"], 0, keys),
                         max(3, args.repeats // 2))
-            log(f"    nq={nq} gemm {bm}x{bn}x{bk}/{tm}x{tn}: {ms:.3f} ms = {flops / ms / 1e9:.1f} TFLOP/s")
+            log(f"    nq={nq} gemm {bm}x{bn}x{bk}/{tm}x{tn} w{wx}: {ms:.3f} ms = {flops / ms / 1e9:.1f} TFLOP/s")
             if best is None or ms < best[0]:
-                best = (ms, (bm, bn, bk, tm, tn))
+                best = (ms, (bm, bn, bk, tm, tn, wx))
         kernel_ms, tile = best
-        index.geometry = DenseGeometry(keys_bytes=4 << 30, query_bytes=1 << 30, gemm_tile=tile, gemm_min_queries=16,
-                                       key_backend="numba")
+        from dataclasses import replace
+        # the library's default geometry (no tuning), our keys
+        index.geometry = DenseGeometry(keys_bytes=4 << 30, query_bytes=1 << 30, key_backend="numba")
+        search_default_ms = gpu_ms(lambda: index.search(Q, 30), args.repeats)
+        default_kernel = index.last_run.get("kernel")
+        index.geometry = replace(index.geometry, gemm_tile=tile, gemm_small_tile=tile)
         best_geom = index.geometry
         search_ms = gpu_ms(lambda: index.search(Q, 30), args.repeats)
         stages_numba = stage_breakdown(index, Q, 30, max(3, args.repeats // 3))
         replay = kernel_replay(index, Q, 30, n=8)
-        from dataclasses import replace
         variants = select_variants(f"{nq} queries", index, Q, 30, max(3, args.repeats // 3),
                                    cuda.get_current_device().MULTIPROCESSOR_COUNT)
         index.geometry = replace(best_geom, key_backend="cublas")
@@ -424,6 +429,7 @@ def bench_batches(args, dev_name):
         theirs = peer()
         agree = float(np.mean([np.isin(a, b).mean() for a, b in zip(ours[0], theirs[0])]))
         out[nq] = dict(kernel_ms=kernel_ms, tile=tile, search_ms=search_ms, cublas_gemm_ms=gemm_ms, peer_ms=peer_ms,
+                       search_default_geometry_ms=search_default_ms, default_geometry_kernel=default_kernel,
                        search_cublas_keys_ms=search_cublas_ms, stages_numba_keys=stages_numba,
                        stages_cublas_keys=stages_cublas, kernels_alone=replay, selection_variants=variants,
                        escalated=index.last_run.get("escalated"), overlap_with_peer=agree)
@@ -434,6 +440,8 @@ def bench_batches(args, dev_name):
         row(f"{nq} queries", f"SGEMM + cosine + {name} to host", f"{peer_ms:.2f} ms = {flops / peer_ms / 1e9:.1f} TFLOP/s")
         row(f"{nq} queries", "search vs peer, top-k included", f"{peer_ms / search_ms:.2f}x",
             f"goal >= 0.8x; top-30 overlap {agree:.0%}; escalated queries {index.last_run.get('escalated')}")
+        row(f"{nq} queries", "our exact search, our keys, the library's default geometry",
+            f"{search_default_ms:.2f} ms", f"{peer_ms / search_default_ms:.2f}x the peer; keys by {default_kernel}; goal >= 0.8x")
         row(f"{nq} queries", "our exact search with cuBLAS keys (the default when CuPy imports)", f"{search_cublas_ms:.2f} ms",
             f"{peer_ms / search_cublas_ms:.2f}x the peer; goal >= 0.8x")
         breakdown_rows(f"{nq} queries", "our keys", stages_numba)
@@ -458,7 +466,8 @@ def exactness(args, tuned, has_gpu):
     X = dense_corpus(n_docs, n_terms, 0.05, seed=4)
     X[7] = X[3]  # duplicate rows: ties
     rng = np.random.default_rng(5)
-    cases = [("cosine", 8), ("cosine", 64), ("l2", 64), ("l1", 8), ("dot", 40)]
+    # (our GEMM keys: 40 and 64 queries take the small-batch tile, 100 and 200 the large one)
+    cases = [("cosine", 8), ("cosine", 64), ("l2", 64), ("l1", 8), ("dot", 40), ("l2", 200), ("l1", 100)]
     cpu = DenseIndex(X, "cpu")
     ok_all = True
     results = []

@@ -211,16 +211,18 @@ def test_ordered_keys_preserve_float_order():
 
 
 SIM_GEOMETRY = DenseGeometry(matvec_threads=8, threads_per_row=4, queries_per_pass=2, unroll=2, matvec_blocks=2,
-                             gemm_tile=(8, 8, 4, 2, 2), gemm_min_queries=4, select_threads=8, select_buffer=16,
+                             gemm_tile=(8, 8, 4, 2, 2), gemm_small_tile=(4, 8, 2, 2, 2), gemm_small_queries=4,
+                             gemm_min_queries=4, select_threads=8, select_buffer=16,
                              select_blocks=4, max_slice_candidates=64, finish_threads=32, finish_unroll=2,
                              rescore_threads=32, max_candidates=32, extra_candidates=2, min_docs_per_slice=4,
                              key_backend="numba")
 
 
 @pytest.mark.cudasim
-@pytest.mark.parametrize("metric,n_queries", [("cosine", 3), ("l2", 3), ("dot", 5), ("l1", 5)])
+@pytest.mark.parametrize("metric,n_queries", [("cosine", 3), ("l2", 3), ("dot", 5), ("l1", 5), ("cosine", 4)])
 def test_cuda_path_equals_reference_in_simulator(metric, n_queries):
-    """matvec (3 queries) and GEMM (5 queries) paths, selection over slices, rescoring and sort."""
+    """matvec (3 queries), GEMM (5 queries) and the small-batch GEMM tile (4 queries) paths, selection
+    over slices, rescoring and sort."""
     X, Q = quarter_data(18, 9, n_queries, seed=6)
     index = DenseIndex(X, device="cuda", geometry=SIM_GEOMETRY)
     got = index.search(Q, 4, metric)
@@ -254,8 +256,12 @@ def test_keys_kernels_equal_twin_in_simulator():
                              (kd.make_matvec_kernel(16, 4, 2, 2, code == 3, 3), (1, 16)),  # 3 rows per thread, ragged end
                              (kd.make_matvec_kernel(16, 4, 1, 3, code == 3, 2), (2, 16)),
                              (kd.make_matvec_kernel(16, 4, 1, 3, code == 3, 2, True), (2, 16)),  # warp sync
-                             (kd.make_gemm_kernel(8, 8, 4, 2, 2, code == 3), ((3, 1), 16)),
-                             (kd.make_gemm_kernel(8, 8, 4, 4, 4, code == 3), ((3, 1), 4))):  # vector layout
+                             (kd.make_gemm_kernel(8, 8, 4, 2, 2, code == 3), kd.gemm_launch(8, 8, 2, 2, 4, 19)),
+                             (kd.make_gemm_kernel(8, 8, 4, 4, 4, code == 3), kd.gemm_launch(8, 8, 4, 4, 4, 19)),  # vector layout
+                             (kd.make_gemm_kernel(4, 8, 4, 2, 2, code == 3, False), kd.gemm_launch(4, 8, 2, 2, 4, 19)),  # one buffer
+                             (kd.make_gemm_kernel(2, 8, 2, 2, 4, code == 3), kd.gemm_launch(2, 8, 2, 4, 4, 19)),  # 2 query tiles
+                             # warps as 4 x 8 patches of a 16 x 8 thread grid (64 threads, 2 warps)
+                             (kd.make_gemm_kernel(16, 16, 4, 2, 2, code == 3, True, 0, 4), kd.gemm_launch(16, 16, 2, 2, 4, 19))):
             got = cuda.device_array((4, 19), np.float32)
             kern[launch](X, Q, 4, rq, rd, half, code, got)
             np.testing.assert_allclose(got.copy_to_host(), want, rtol=1e-6, atol=1e-6)

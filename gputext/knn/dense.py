@@ -63,8 +63,14 @@ class DenseGeometry:
     # geometry (scripts/gpu_matvec_grid.py, benchmarks/matvec_grid_h200_1125_warp.json)
     matvec_warp_sync: bool = True
     matvec_blocks: int = 0
-    gemm_tile: tuple = (128, 128, 8, 8, 8)  # block queries, block docs, block terms, thread queries, thread docs
+    # GEMM tiles (make_gemm_kernel): block queries, block docs, block terms, thread queries, thread docs
+    # [, warp_docs]; batches of at most gemm_small_queries rows take gemm_small_tile
+    gemm_tile: tuple = (128, 128, 16, 8, 8)
+    gemm_small_tile: tuple = (64, 128, 8, 8, 8)
+    gemm_small_queries: int = 64
     gemm_min_queries: int = 16  # batches with fewer queries use the matrix-vector kernel
+    gemm_pipelined: bool = True  # double-buffered shared tiles, next slice's loads in flight (make_gemm_kernel)
+    gemm_registers: int = 0  # register cap per thread of the GEMM kernel (0: the compiler's choice)
     select_threads: int = 256
     select_buffer: int = 2048  # keys >= the bound L0 kept in shared memory per block (8 bytes each)
     select_blocks: int = 0
@@ -497,10 +503,12 @@ class DenseIndex:
                     chain = kd.chain_length("matvec", n_terms, g.threads_per_row)
                     self.last_run["kernel"] = "matvec"
                 else:
-                    bm, bn, bk, tm, tn = g.gemm_tile
-                    kern = kd.make_gemm_kernel(bm, bn, bk, tm, tn, is_l1)
-                    grid = (-(-n_docs // bn), -(-nb // bm))
-                    keys_launch = (kern, grid, (bm // tm) * (bn // tn),
+                    tile = g.gemm_small_tile if nb <= g.gemm_small_queries else g.gemm_tile
+                    bm, bn, bk, tm, tn = tile[:5]
+                    kern = kd.make_gemm_kernel(bm, bn, bk, tm, tn, is_l1, g.gemm_pipelined, g.gemm_registers,
+                                               tile[5] if len(tile) > 5 else 0)
+                    blocks, threads = kd.gemm_launch(bm, bn, tm, tn, nb, n_docs)
+                    keys_launch = (kern, blocks, threads,
                                    (dev["X"], q_dev, nb, rq_dev, dev["rd"], dev["half"], code, keys))
                     _launch(keys_launch)
                     chain = kd.chain_length("gemm", n_terms)
