@@ -163,3 +163,24 @@ def test_string_reader_decodes_bytes_and_str(tmp_path):
         for key, want in (("v", ["a", "é", ""]), ("bad", ["ok", "\ufffd"]), ("fixed", ["ab", "c"]), ("empty", [])):
             got = cio._read_str_array(f[key])
             assert got.dtype == object and list(got) == want and all(type(x) is str for x in got)
+
+
+def test_sorted_rows_check_equals_a_row_by_row_check():
+    """_validate_csr's vectorised sortedness check (neighbour comparison, row starts cleared)
+    against a plain per-row check, on random CSR structures with empty rows."""
+    from gputext.io import corpus as cio
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        n = int(rng.integers(1, 7))
+        lens = rng.integers(0, 4, n)
+        indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        nnz = int(indptr[-1])
+        indices = np.concatenate([np.sort(rng.choice(9, k, replace=False)) for k in lens]).astype(np.int32)
+        if nnz and rng.random() < 0.5:
+            indices[rng.integers(0, nnz)] = rng.integers(0, 9)
+        ok = all(np.all(np.diff(indices[indptr[r]:indptr[r + 1]]) > 0) for r in range(n))
+        if ok:
+            cio._validate_csr(None, "X", (n, 9), np.ones(nnz, np.float32), indices, indptr)
+        else:
+            with pytest.raises(FormatError, match="not sorted and unique"):
+                cio._validate_csr(None, "X", (n, 9), np.ones(nnz, np.float32), indices, indptr)
