@@ -314,6 +314,9 @@ def run(args, preset, backend, cpu, tmp):
         row = {"preset": preset, "n_base": args.base, "n_add": n_add, "update": upd, "full": fl,
                "update_form": "in place (-o = --update)", "other_forms": forms,
                "ratio_total": upd["total"] / fl["total"], "ratio_compute": upd["compute"] / fl["compute"],
+               # each timed update with the recluster that ran right after it (same host state), median
+               "ratio_paired_median": median([a["total"] / b["total"] for a, b in zip(upd_runs[1:], full_runs[1:])]),
+               "runs_total": {"update": [r["total"] for r in upd_runs], "full": [r["total"] for r in full_runs]},
                # everything but scoring, on both sides: the host and I/O work the update still does
                "ratio_without_scoring": (upd["total"] - (upd["scoring"] or 0.0)) / (fl["total"] - (fl["scoring"] or 0.0)),
                "components_touched": report.components_touched, "components_total": report.components_total,
@@ -432,8 +435,10 @@ def markdown(r):
     lines += ["", "| goal | target | measured | met |", "| --- | --- | --- | --- |"]
     for u in r["update"]:
         if u["n_add"] == 10000 and u["n_base"] == 50000:
+            paired = u.get("ratio_paired_median")
             lines.append(f"| {u['preset']}: add 10,000 to 50,000 vs full recluster (end to end) | <= 0.20 | {u['ratio_total']:.3f} "
-                         f"(compute {u['ratio_compute']:.3f}) | {'yes' if u['ratio_total'] <= 0.2 else 'NO'} |")
+                         f"(compute {u['ratio_compute']:.3f}; median of paired runs {fmt(paired)}) | "
+                         f"{'yes' if u['ratio_total'] <= 0.2 else 'NO'} |")
     for u in r["update"]:
         ok = u["graph_equals_union"] and u.get("device_equals_cpu", True)
         lines.append(f"| {u['preset']} +{u['n_add']:,}: stored graph == union graph; device == CPU twin | identical | "
