@@ -214,3 +214,17 @@ def test_new_file_writer_output_updates_in_place_without_strings(tmp_path):
     with h5py.File(mid, "r") as f:
         assert f["obs/_index"].maxshape == (None,)
     shutil.copyfile(mid, str(tmp_path / "again.h5"))
+
+
+def test_cli_update_reads_the_added_corpus_from_stdin(tmp_path):
+    _, add1, _, base, paths = setup(tmp_path, seed=14)
+    ref = reference(tmp_path, base, (add1,))
+    with open(paths["add1"], "rb") as fh:
+        data = fh.read()
+    r = CliRunner().invoke(cli, ["cluster", "star", "--update", base, "--add", "-", "-o", base, "--device", "cpu"],
+                           input=data)
+    assert r.exit_code == 0, r.output
+    assert_same_file(base, ref)
+    r = CliRunner().invoke(cli, ["cluster", "star", "--update", base, "--add", "-", "-o", base, "--device", "cpu"],
+                           input=b"")
+    assert r.exit_code == 2 and "stdin is empty" in r.output
