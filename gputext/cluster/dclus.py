@@ -74,10 +74,12 @@ The update (``update``)
    relevance 0, all its neighbours enter L by (b).
 6. The improvement stage of OClustR (gputext.cluster.star.improve_centers) gives the final
    clusters of the affected components; clusters of untouched components are copied unchanged.
-7. The file is written by appending (``append_update``): the added rows go after /X's rows and
-   the new owner rows after the edge datasets (resize + write of the tail only), the small
-   per-document arrays (obs, obsm, uns with the graph's small arrays) are written under
-   temporary names and swapped in.  With ``-o`` the input file this happens in place (rolled
+7. The file is written by appending (``append_update``): the added rows go after /X's rows, the
+   new ids after /obs/_index and the new owner rows after the edge datasets (resize + write of
+   the tail only), the small per-document arrays (obs columns, obsm, uns with the graph's small
+   arrays) are written under temporary names and swapped in.  Reading (step 0) decodes none of
+   the old file's strings when it carries the vocabulary digest and the id hashes
+   (``_check_vocabulary``, ``_check_new_ids``).  With ``-o`` the input file this happens in place (rolled
    back on any exception; a killed process can leave the file damaged, HDF5 has no journal);
    with another output the old file is first copied at OS speed (shutil.copyfile) to a temporary
    file that is renamed at the end (crash-safe).  ``write="new"`` keeps the whole-file writer
