@@ -160,7 +160,8 @@ def select_variants(section, index, Q, k, reps, sms):
     out = []
     for sreg, freg, blocks in SELECT_VARIANTS:
         sel_blocks = sms if blocks == -1 else blocks
-        index.geometry = replace(base, select_registers=sreg, finish_registers=freg, select_blocks=sel_blocks)
+        index.geometry = replace(base, select_registers=sreg, select_registers_batch=sreg, finish_registers=freg,
+                                 select_blocks=sel_blocks)
         ms = gpu_ms(lambda: index.search(Q, k), reps)
         rep = kernel_replay(index, Q, k, n=8)
         entry = dict(select_registers=sreg, finish_registers=freg, select_blocks=sel_blocks or 2 * sms, search_ms=ms,

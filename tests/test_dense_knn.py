@@ -416,7 +416,8 @@ def test_select_and_finish_register_caps_reach_the_compiler():
     if numba.config.ENABLE_CUDASIM:
         pytest.skip("the simulator has no registers")
     g = DenseGeometry()
-    assert g.select_registers == 128 and g.finish_registers == 128
+    assert g.select_registers == 128 and g.finish_registers == 128 and g.select_registers_batch == 64
+    assert kd.make_select_kernel(256, 2048, 2048, g.select_registers_batch).targetoptions["max_registers"] == 64
     assert kd.make_select_kernel(256, 2048, 2048, g.select_registers).targetoptions["max_registers"] == 128
     assert kd.make_finish_kernel(256, 2048, 2048, 8, g.finish_registers).targetoptions["max_registers"] == 128
     assert kd.make_select_kernel(256, 2048, 2048, 0).targetoptions.get("max_registers") is None

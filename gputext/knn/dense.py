@@ -80,6 +80,10 @@ class DenseGeometry:
     # 256 threads = one block per multiprocessor, so the 2 x SMs slices of one query ran in two
     # waves); 128: two blocks per multiprocessor, a few hundred bytes spilled (ptxas sm_90)
     select_registers: int = 128
+    # the select kernel's cap for batches of at least gemm_min_queries rows (one slice or a few per
+    # row): H200, 2026-11-25 08:15, select alone 0.376 / 0.926 / 3.435 ms at 64 / 256 / 1024 queries
+    # with 64 registers vs 0.588 / 1.471 / 5.515 with 128 (benchmarks/knn_classify_h200_1125_gemm.json)
+    select_registers_batch: int = 64
     finish_registers: int = 128
     finish_unroll: int = 8  # float64 loads per lane in flight while rescoring (no local memory: PTX checked)
     rescore_threads: int = 256  # exact fallback only
@@ -537,7 +541,8 @@ class DenseIndex:
         key_bits = self._view("key_bits", keys)
         pending = np.arange(nb, dtype=np.int32)
         kprime = min(k + g.extra_candidates, n_docs)
-        select = kd.make_select_kernel(g.select_threads, g.select_buffer, g.max_candidates, g.select_registers)
+        sreg = g.select_registers_batch if nb >= g.gemm_min_queries else g.select_registers
+        select = kd.make_select_kernel(g.select_threads, g.select_buffer, g.max_candidates, sreg)
         finish = kd.make_finish_kernel(g.finish_threads, g.select_buffer, g.max_candidates, g.finish_unroll,
                                        g.finish_registers)
         width_res = 2 * k + kd.RES_EXTRA
