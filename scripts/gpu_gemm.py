@@ -25,7 +25,6 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -33,29 +32,15 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_knn_classify import gpu_ms  # noqa: E402  (CUDA-event median, one copy for both scripts)
 
 DEFAULT_VARIANTS = (
     "128,128,8,8,8,1,0;128,128,8,8,8,1,128;128,128,8,8,8,0,0;128,128,16,8,8,1,0;128,128,16,8,8,1,128;"
     "64,256,8,8,8,1,0;64,256,8,8,8,1,128;64,128,8,8,8,1,0;64,128,16,8,8,1,0;128,64,8,8,8,1,0;"
     "128,256,8,8,8,1,128;256,128,8,8,8,1,128;64,128,8,8,4,1,0;32,256,8,4,8,1,0"
 )
-
-
-def gpu_ms(fn, repeats: int, warmup: int = 2) -> float:
-    """Median milliseconds of fn() between two CUDA events on the default stream."""
-    from numba import cuda
-    for _ in range(warmup):
-        fn()
-    cuda.synchronize()
-    out = []
-    for _ in range(repeats):
-        start, end = cuda.event(), cuda.event()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        out.append(cuda.event_elapsed_time(start, end))
-    return statistics.median(out)
 
 
 def _one(v):
