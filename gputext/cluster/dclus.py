@@ -891,11 +891,7 @@ class _Parts:
 
     def _index(self, group: str, n: int) -> np.ndarray:
         with cio._open(self.path) as f:
-            key = f[group].attrs.get("_index", "_index")
-            key = key.decode() if isinstance(key, bytes) else key
-            values = cio._read_str_array(cio._need(f, f"{group}/{key}", h5py.Dataset))
-        if len(values) != n:
-            raise FormatError(f"{self.path}: /{group}/{key} has {len(values)} entries, expected {n}")
+            values = cio._read_str_array(cio._index_dataset(f, group, n))
         self.decoded.append(group)
         return values
 
@@ -1010,11 +1006,8 @@ def _check_new_ids(old: _Parts, old_hash: np.ndarray | None, new_ids: list, path
     stored hashes (uint64, one per old document) answer it when no added id's hash is among them;
     otherwise (or when the file has no hashes) the old ids are decoded and compared as strings."""
     new_hash = id_hashes(new_ids)
-    if old_hash is not None:
-        stored = np.sort(old_hash)
-        at = np.minimum(np.searchsorted(stored, new_hash), max(len(stored) - 1, 0))
-        if len(stored) == 0 or not np.any(stored[at] == new_hash):
-            return new_hash
+    if old_hash is not None and not np.isin(new_hash, old_hash).any():
+        return new_hash
     clash = set(old.load_ids().tolist()) & set(new_ids)
     if clash:
         raise InputError(f"{len(clash)} added document ids already exist in {path} (e.g. {sorted(clash)[0]!r}): "
@@ -1470,10 +1463,8 @@ def _write_obs(f: h5py.File, p: AppendParts, n_old: int, undo: list) -> None:
     stored growable /obs/_index, which is then moved into the new group (the old ids are never
     decoded), or, when the stored ids are not growable (files written before), all ids rewritten
     once as a growable dataset."""
-    key = f["obs"].attrs.get("_index", "_index") if "obs" in f else None
-    key = key.decode() if isinstance(key, bytes) else key
-    ds = f.get(f"obs/{key}") if key is not None else None
-    if key == "_index" and _growable(ds) and ds.shape == (n_old,) and h5py.check_string_dtype(ds.dtype) is not None:
+    ds = cio._index_dataset(f, "obs", n_old)
+    if ds.name == "/obs/_index" and _growable(ds) and h5py.check_string_dtype(ds.dtype) is not None:
         cio._write_dataframe(f, TMP_PREFIX + "obs", None, p.obs)
         undo.append(lambda: ds.resize((n_old,)))
         ds.resize((n_old + len(p.new_ids),))
@@ -1484,9 +1475,7 @@ def _write_obs(f: h5py.File, p: AppendParts, n_old: int, undo: list) -> None:
         _step("obs/_index")
         _move(f, "obs/_index", TMP_PREFIX + "obs/_index", undo)
         return
-    old_ids = p.old_ids if p.old_ids is not None else cio._read_str_array(cio._need(f, f"obs/{key}", h5py.Dataset))
-    if len(old_ids) != n_old:
-        raise FormatError(f"{f.filename}: /obs/{key} has {len(old_ids)} entries, expected {n_old}")
+    old_ids = p.old_ids if p.old_ids is not None else cio._read_str_array(ds)
     cio._write_dataframe(f, TMP_PREFIX + "obs", np.concatenate([old_ids, np.asarray(p.new_ids, dtype=object)]), p.obs,
                          index_growable=True)
 
@@ -1564,7 +1553,7 @@ def append_update(path: str, p: AppendParts, stats: dict) -> None:
             _step("graph")
             t2 = time.perf_counter()
             if p.terms_digest is not None:
-                _set_attr(cio._need(f, "var/_index", h5py.Dataset), cio.TERMS_DIGEST_ATTR, p.terms_digest, undo)
+                _set_attr(cio._index_dataset(f, "var", p.X_add.shape[1]), cio.TERMS_DIGEST_ATTR, p.terms_digest, undo)
             for key, tmp_key in names.items():  # swap: old -> parked, new -> in place
                 _move(f, key, TMP_PREFIX + "old_" + key, undo)
                 _step("park " + key)

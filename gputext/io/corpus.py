@@ -510,14 +510,7 @@ def _read_str_array(ds: h5py.Dataset) -> np.ndarray:
 def stored_terms_digest(f, n_terms: int) -> str | None:
     """The TERMS_DIGEST_ATTR of /var/_index (None when absent: files of other writers, or older
     ones); FormatError when /var/_index does not hold n_terms entries (as _read_dataframe would)."""
-    g = _need(f, "var", h5py.Group)
-    index_key = g.attrs.get("_index", "_index")
-    if isinstance(index_key, bytes):
-        index_key = index_key.decode()
-    ds = _need(f, f"var/{index_key}", h5py.Dataset)
-    if ds.shape != (n_terms,):
-        raise FormatError(f"{_where(f, 'var/' + index_key)} has {ds.shape[0] if ds.ndim else 0} entries, expected {n_terms}")
-    value = ds.attrs.get(TERMS_DIGEST_ATTR)
+    value = _index_dataset(f, "var", n_terms).attrs.get(TERMS_DIGEST_ATTR)
     if isinstance(value, bytes):
         value = value.decode()
     return str(value) if value is not None else None
@@ -601,22 +594,27 @@ def _read_element(f, key: str):
     return value
 
 
-def _read_dataframe(f, key: str, n_rows: int, index: bool = True) -> tuple[np.ndarray | None, dict]:
-    """(index strings, columns); ``index`` False: the index is not decoded (None; its length is
-    still checked)."""
+def _index_dataset(f, key: str, n_rows: int) -> h5py.Dataset:
+    """The index dataset (ids, terms) of the dataframe group ``key``, named by the group's _index
+    attribute; FormatError unless it holds n_rows entries.  Nothing is decoded."""
     g = _need(f, key, h5py.Group)
     index_key = g.attrs.get("_index", "_index")
     if isinstance(index_key, bytes):
         index_key = index_key.decode()
     ds = _need(f, f"{key}/{index_key}", h5py.Dataset)
-    n_index = (ds.shape[0] if ds.ndim else 0) if not index else None
-    if index:
-        index = _read_str_array(ds)
-        n_index = len(index)
-    else:
-        index = None
+    n_index = ds.shape[0] if ds.ndim else 0
     if n_index != n_rows:
         raise FormatError(f"{_where(f, key + '/' + index_key)} has {n_index} entries, expected {n_rows}")
+    return ds
+
+
+def _read_dataframe(f, key: str, n_rows: int, index: bool = True) -> tuple[np.ndarray | None, dict]:
+    """(index strings, columns); ``index`` False: the index is not decoded (None; its length is
+    still checked)."""
+    ds = _index_dataset(f, key, n_rows)
+    index = _read_str_array(ds) if index else None
+    g = f[key]
+    index_key = ds.name.rsplit("/", 1)[-1]
     columns = {}
     for name in g.keys():
         if name == index_key:
