@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from gputext.cli import cli
 from gputext.cluster import dclus
 from gputext.cluster.graph import build_graph, graph_from_edges, shard_bounds
+from gputext.cluster import star
 from gputext.cluster.star import cluster_star, compute_relevance, oclustr_graph
 from gputext.errors import InputError
 from gputext.io import Corpus, Categorical, read_corpus, write_corpus
@@ -79,6 +80,49 @@ def test_oclustr_equals_reference_on_random_graphs(seed):
     g = random_graph(45, [0.05, 0.1, 0.2][seed % 3], seed)
     res = oclustr_graph(g, "cpu")
     assert clusters_of(res) == oclustr(adjacency_of(g))
+
+
+def sequential_cover(g, candidates, is_center, covered):
+    """The cover's visit, literally (plain Python): v becomes a center when v or a neighbour is uncovered."""
+    for v in candidates:
+        if not is_center[v] and (not covered[v] or not covered[g.neighbours(v)].all()):
+            is_center[v] = True
+            covered[v] = True
+            covered[g.neighbours(v)] = True
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cover_in_blocks_equals_the_sequential_visit(seed):
+    # cover_candidates drops, block by block and in parallel, the candidates with nothing left to
+    # cover; with blocks of 1..4 candidates, or one block, it must equal the literal visit
+    rng = np.random.default_rng(seed)
+    g = random_graph(300, [0.01, 0.03, 0.08][seed % 3], seed + 50)
+    cand = rng.permutation(300)[:rng.integers(100, 300)].astype(np.int64)
+    start = rng.random(300) < [0.0, 0.05][seed % 2]  # e.g. DClustR's kept centers
+    covered0 = start.copy()
+    for c in np.flatnonzero(start):
+        covered0[g.neighbours(c)] = True
+    want_c, want_cov = start.copy(), covered0.copy()
+    sequential_cover(g, cand, want_c, want_cov)
+    for block, max_block in ((1, 4), (3, 3), (256, 16384), (1 << 20, 1 << 20)):
+        is_c, cov = start.copy(), covered0.copy()
+        added = star.cover_candidates(g.indptr, g.indices, cand, is_c, cov, block, max_block)
+        assert is_c.tolist() == want_c.tolist() and cov.tolist() == want_cov.tolist()
+        assert added == int(want_c.sum() - start.sum())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_non_useful_stops_early_with_the_full_count_answer(seed):
+    rng = np.random.default_rng(seed)
+    g = random_graph(80, 0.1, seed + 70)
+    for _ in range(20):
+        cnt = rng.integers(0, 3, g.n).astype(np.int32)
+        for u in range(g.n):
+            if g.degree[u] == 0:
+                continue
+            members = np.concatenate([[u], g.neighbours(u)])
+            shared = int((cnt[members] > 1).sum())
+            assert star._non_useful(g.indptr, g.indices, u, cnt) == (shared > len(members) - shared)
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -449,6 +449,20 @@ def test_symmetric_from_owner_equals_scipy_for_any_ownership_and_chunks(seed):
         assert np.array_equal(ptr2, ptr) and np.array_equal(ind2, ind) and len(val2) == 0
 
 
+@pytest.mark.parametrize("chunks", [1, 3, 64])
+def test_best_cover_is_the_largest_covering_center(chunks):
+    rng = np.random.default_rng(chunks)
+    from test_star import random_graph
+    g = random_graph(120, 0.05, chunks + 3)
+    rel = rng.choice([0.0, 0.25, 0.5, 0.75, 1.0], g.n)
+    is_center = rng.random(g.n) < 0.2
+    want = np.full(g.n, -1.0)
+    for c in np.flatnonzero(is_center):
+        for u in np.concatenate([[c], g.neighbours(c)]):
+            want[u] = max(want[u], rel[c])
+    assert dclus._best_cover(g.indptr, g.indices, rel, is_center, chunks).tolist() == want.tolist()
+
+
 def test_assign_pcc_by_distinct_old_pccs_equals_the_entry_walk():
     # an update's PCC assignment reduces each row's old neighbours to their distinct PCCs (in
     # parallel); the PCCs and the links must be those of walking every entry in order
@@ -478,9 +492,38 @@ def test_assign_pcc_by_distinct_old_pccs_equals_the_entry_walk():
                 out = dclus.assign_pcc(ptr, idx, pcc_of, n_old, n_pcc, parent)
             else:
                 out = dclus._assign_pcc(ptr, idx, pcc_of, n_old, n_pcc, parent, np.empty(0, np.int32),
-                                        np.zeros(n_new, np.int64), False)
+                                        np.zeros(n_new, np.int64), np.zeros(n_new, np.int64), False)
             outs.append((out[0], out[1], pcc_of))
         assert outs[0][0] == outs[1][0]
         assert np.array_equal(outs[0][1], outs[1][1]) and np.array_equal(outs[0][2], outs[1][2])
         n_links += len(outs[0][1])
     assert n_links > 100  # the walks do link PCCs (old ones among themselves, new ones to old)
+
+
+def test_the_cluster_and_update_kernels_can_be_cached(tmp_path):
+    """numba cannot cache a jitted function that uses a dynamic global (numba.get_num_threads()
+    inside jitted code is one): it would compile in every process, seconds on every CLI call.  A
+    fresh process clusters and updates a small corpus with numba's warnings as errors: a "Cannot
+    cache" warning fails it."""
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent(f"""
+        import warnings
+        from numba.core.errors import NumbaWarning
+        warnings.simplefilter("error", NumbaWarning)
+        import numpy as np
+        from gputext.cluster import dclus
+        from gputext.cluster.star import cluster_star
+        from gputext.io import Corpus, write_corpus
+        from test_star_reference import random_corpus
+        X = random_corpus(80, 30, 6, 1)
+        c = Corpus(X, np.array([f"d{{i}}" for i in range(80)], object), np.array([f"t{{j}}" for j in range(30)], object))
+        base, add = c.take(np.arange(60)), c.take(np.arange(60, 80))
+        dclus.write_result(base, cluster_star(base, beta=0.2, device="cpu"), r"{tmp_path}/b.h5", 0.2, "cpu")
+        dclus.update(r"{tmp_path}/b.h5", add, r"{tmp_path}/b.h5", device="cpu")
+    """)
+    tests = str(__import__("pathlib").Path(__file__).parent)
+    env = {**__import__("os").environ, "PYTHONPATH": tests}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]

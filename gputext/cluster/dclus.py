@@ -56,7 +56,8 @@ The update (``update``)
    vertices' owner rows they give the symmetric adjacency of the affected components in local
    ids (``symmetric_from_owner``: parallel counting-sort transpose and per-row merge), checked
    against the stored degrees.
-4. Relevance of every vertex of the affected components is recomputed on the device.
+4. Relevance of every vertex of the affected components is recomputed, on the host where the
+   local graph is (uploading its adjacency costs more than the host's parallel pass over it).
 5. DClustR's cover update (paper section 2.2) with C' = the old centers of those components:
    V+ (vertices not in C' with relevance > 0) is scanned: v enters the candidate list L when
    (a) v is uncovered, (b) a neighbour of v is uncovered, or (c) some neighbour u has no center
@@ -156,24 +157,27 @@ def _distinct_old_pccs(indptr, indices, pcc_of, first, n_pcc_old, chunks):
     """For each row r, the distinct PCCs of its neighbours before ``first`` (old vertices: their
     PCCs are fixed during an update), in order of first occurrence along the row: dpcc[indptr[r]:
     indptr[r] + dcnt[r]].  Rows in ``chunks`` contiguous pieces, one prange task each with its own
-    stamp array (n_pcc_old,).  Returns (dpcc int32 (nnz,), dcnt int64 (n_rows,))."""
+    stamp array (n_pcc_old,).  Returns (dpcc int32 (nnz,), dcnt int64 (n_rows,), n_before int64
+    (n_rows,): the number of neighbours before ``first``, the front of each ascending row)."""
     n_rows = indptr.shape[0] - 1
     dpcc = np.empty(indices.shape[0], np.int32)
     dcnt = np.zeros(n_rows, np.int64)
+    n_before = np.zeros(n_rows, np.int64)
     for c in prange(chunks):
         seen = np.full(max(n_pcc_old, 1), -1, np.int32)
         for r in range(n_rows * c // chunks, n_rows * (c + 1) // chunks):
             d = indptr[r]
-            for p in range(indptr[r], indptr[r + 1]):
-                u = indices[p]
-                if u < first:
-                    q = pcc_of[u]
-                    if seen[q] != r:
-                        seen[q] = r
-                        dpcc[d] = q
-                        d += 1
+            p = indptr[r]
+            while p < indptr[r + 1] and indices[p] < first:
+                q = pcc_of[indices[p]]
+                if seen[q] != r:
+                    seen[q] = r
+                    dpcc[d] = q
+                    d += 1
+                p += 1
             dcnt[r] = d - indptr[r]
-    return dpcc, dcnt
+            n_before[r] = p - indptr[r]
+    return dpcc, dcnt, n_before
 
 
 def assign_pcc(indptr, indices, pcc_of, first, next_pcc, parent):
@@ -183,11 +187,13 @@ def assign_pcc(indptr, indices, pcc_of, first, next_pcc, parent):
     (``_distinct_old_pccs``): a PCC met again along a row is already connected to the row's PCC
     and never adds a link, so the links are the same as walking every entry."""
     if first > 0 and len(indices):
-        dpcc, dcnt = _distinct_old_pccs(indptr, indices, pcc_of, first, int(pcc_of[:first].max()) + 1,
-                                        max(1, min(numba.get_num_threads() * 4, indptr.shape[0] - 1)))
+        dpcc, dcnt, n_before = _distinct_old_pccs(indptr, indices, pcc_of, first, int(pcc_of[:first].max()) + 1,
+                                                  max(1, min(numba.get_num_threads() * 4, indptr.shape[0] - 1)))
     else:
-        dpcc, dcnt = np.empty(0, np.int32), np.zeros(indptr.shape[0] - 1, np.int64)
-    return _assign_pcc(indptr, indices, pcc_of, first, next_pcc, parent, dpcc, dcnt, first > 0 and len(indices) > 0)
+        dpcc, dcnt, n_before = (np.empty(0, np.int32), np.zeros(indptr.shape[0] - 1, np.int64),
+                                np.zeros(indptr.shape[0] - 1, np.int64))
+    return _assign_pcc(indptr, indices, pcc_of, first, next_pcc, parent, dpcc, dcnt, n_before,
+                       first > 0 and len(indices) > 0)
 
 
 @numba.njit(cache=True)
@@ -211,7 +217,7 @@ def _link(pu, pv, parent, links, k):
 
 
 @numba.njit(cache=True)
-def _assign_pcc(indptr, indices, pcc_of, first, next_pcc, parent, dpcc, dcnt, reduced):
+def _assign_pcc(indptr, indices, pcc_of, first, next_pcc, parent, dpcc, dcnt, n_before, reduced):
     """Assign vertices first..n-1 (rows 0.. of indptr/indices) to PCCs, in order.
 
     indptr int64 (n-first+1,), indices int32: the adjacency rows of vertices first, first+1, ...
@@ -240,10 +246,8 @@ def _assign_pcc(indptr, indices, pcc_of, first, next_pcc, parent, dpcc, dcnt, re
                 if pu != pv:
                     last = pu
                     links, k = _link(pu, pv, parent, links, k)
-        for p in range(indptr[r], indptr[r + 1]):
+        for p in range(indptr[r] + n_before[r] if reduced else indptr[r], indptr[r + 1]):
             u = indices[p]
-            if reduced and u < first:
-                continue
             if u > v or u < first:
                 pu = pcc_of[u]
                 if pu < 0:
@@ -698,6 +702,8 @@ def load_pcc_rows(f: h5py.File, meta: GraphOnDisk, pccs: np.ndarray, extra: int 
     rng = range_of_run[run_of_pos]
     row_start = buf_at[rng] + (meta.adj_indptr[positions] - read_lo[rng])
     buf = np.empty(total + extra, np.int32)
+    if len(buf):  # first-touch page faults on every core, not inside HDF5's single-threaded copy
+        kstar.touch_pages(buf.view(np.uint8), 4096)
     for lo, hi, at in zip(read_lo.tolist(), read_hi.tolist(), buf_at.tolist()):
         if hi > lo:
             ds.read_direct(buf, np.s_[lo:hi], np.s_[at:at + hi - lo])
@@ -731,7 +737,35 @@ def read_stored_graph(path: str) -> tuple[StarGraph, PCCs]:
 # ----------------------------------------------------------------------------- DClustR cover
 
 @numba.njit(parallel=True, cache=True)
-def dclustr_lists(indptr, indices, relevance, is_center, in_list):
+def _best_cover(indptr, indices, relevance, is_center, chunks):
+    """best float64 (n,): the largest relevance of a center covering each vertex (the vertex
+    itself or a neighbour), -1 where none does.  A scatter from the centers' rows only (they are
+    few): the centers are split into ``chunks`` contiguous pieces, one prange task each with a
+    private row of maxima, then a max per vertex (order-free, so the result is exact)."""
+    n = indptr.shape[0] - 1
+    chunks = max(1, min(chunks, n, (1 << 24) // max(n, 1)))
+    part = np.full((chunks, n), -1.0)
+    for t in prange(chunks):
+        for c in range(n * t // chunks, n * (t + 1) // chunks):
+            if is_center[c]:
+                r = relevance[c]
+                if r > part[t, c]:
+                    part[t, c] = r
+                for p in range(indptr[c], indptr[c + 1]):
+                    u = indices[p]
+                    if r > part[t, u]:
+                        part[t, u] = r
+    best = np.empty(n)
+    for u in prange(n):
+        b = -1.0
+        for t in range(chunks):
+            if part[t, u] > b:
+                b = part[t, u]
+        best[u] = b
+    return best
+
+
+def dclustr_lists(indptr, indices, relevance, is_center, in_list) -> tuple[int, int]:
     """DClustR's candidate list (paper section 2.2) on a graph whose current centers are C'.
 
     indptr int64 (n+1,), indices int32: symmetric adjacency; relevance float64 (n,); is_center
@@ -739,8 +773,8 @@ def dclustr_lists(indptr, indices, relevance, is_center, in_list):
     (all False on entry) receives L.  Returns (centers removed, vertices activated).
 
     Every rule reads C' as it was on entry and the relevances, so the result does not depend
-    on the order in which vertices are visited.  best[] is a sequential scatter over the rows of
-    the centers; then one parallel pass over every row (one vertex per prange iteration, each
+    on the order in which vertices are visited.  best[] is a scatter over the rows of the centers
+    (``_best_cover``); then one parallel pass over every row (one vertex per prange iteration, each
     writing only its own entries) and one over the centers' rows:
       best[u]   = largest relevance of a center of C' covering u (u itself or a neighbour), -1 if none;
       V+ scan   : v (not in C', relevance > 0) enters L if best[v] < 0 (a), or some neighbour u has
@@ -750,17 +784,14 @@ def dclustr_lists(indptr, indices, relevance, is_center, in_list):
                   a weak c, or one with an activated neighbour, leaves C' and enters L when its
                   relevance is > 0.
     """
+    best = _best_cover(indptr, indices, relevance, is_center, numba.get_num_threads())
+    return _dclustr_lists(indptr, indices, relevance, is_center, in_list, best)
+
+
+@numba.njit(parallel=True, cache=True)
+def _dclustr_lists(indptr, indices, relevance, is_center, in_list, best):
+    """dclustr_lists after best[]: the V+ scan, the activations and the C' scan (see there)."""
     n = indptr.shape[0] - 1
-    best = np.full(n, -1.0)
-    for c in range(n):  # scatter from the centers only (their rows are few): sequential, order-free max
-        if is_center[c]:
-            r = relevance[c]
-            if r > best[c]:
-                best[c] = r
-            for p in range(indptr[c], indptr[c + 1]):
-                u = indices[p]
-                if r > best[u]:
-                    best[u] = r
     active = np.zeros(n, np.bool_)
     for v in prange(n):  # one pass over every row: activation of v, V+ scan of v, v as a more relevant neighbour
         rv = relevance[v]
@@ -1257,7 +1288,9 @@ def update(clusters_path: str, added: Corpus | str, output: str, device: str | B
     old_center = np.zeros(m, bool)
     in_local = old_centers[local_of[old_centers] >= 0] if len(old_centers) else old_centers
     old_center[local_of[in_local]] = True
-    res = dclustr_graph(local, old_center, backend, geometry, vertex_ids=vertices)
+    # relevance on the host: the local graph is there, and shipping its adjacency to the device
+    # costs more than the host's parallel pass over it (measured: docs/star.md, "DClustR update")
+    res = dclustr_graph(local, old_center, "cpu", geometry, vertex_ids=vertices)
     t_cluster = time.perf_counter()
 
     # clusters of the union: untouched old clusters + the affected components' new ones

@@ -163,7 +163,8 @@ class _EdgeBuffer:
     edges so far) up to ``capacity``; past that the edges go to the host (spill).  Allocating
     the largest buffer up front would cost its cuMemAlloc even for small graphs."""
 
-    def __init__(self, capacity: int, initial: int | None = None):
+    def __init__(self, capacity: int, initial: int | None = None, geom: DeviceGraphGeometry | None = None):
+        self.geom = geom or DeviceGraphGeometry()
         self.max_capacity = max(1, int(capacity))
         self.capacity = min(self.max_capacity, max(1, int(initial or capacity)))
         self.cols = cuda.device_array(self.capacity, np.int32)
@@ -205,10 +206,20 @@ class _EdgeBuffer:
             self.weights = cuda.device_array(self.capacity, np.float32)
 
     def spill(self) -> None:
+        """The edges so far to new host arrays (the build's transfer mode: staged by default)."""
         if self.fill:
-            self.spilled_cols.append(self.cols[:self.fill].copy_to_host())
-            self.spilled_weights.append(self.weights[:self.fill].copy_to_host())
+            for dev, out in ((self.cols, self.spilled_cols), (self.weights, self.spilled_weights)):
+                host = np.empty(self.fill, dev.dtype)
+                _to_host(dev[:self.fill], host, self.geom)
+                out.append(host)
         self.fill = 0
+
+    def host_edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every edge, on the host (cols int32, weights float32), spilling what is left."""
+        self.spill()
+        pieces = (self.spilled_cols, self.spilled_weights)
+        return tuple(p[0] if len(p) == 1 else np.concatenate(p) if p else np.empty(0, t)
+                     for p, t in zip(pieces, (np.int32, np.float32)))
 
     @property
     def spills(self) -> int:
@@ -273,7 +284,7 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
                 shard.buffer("acc", (entries,), np.int64, zeroed=True)
                 acc = shard.buffers["acc"]  # (device array, views): the engine's workspace entry
                 cap = edge_capacity or _edge_capacity(simulator)
-                edges = _EdgeBuffer(cap, geom.edge_initial)
+                edges = _EdgeBuffer(cap, geom.edge_initial, geom)
                 stats["edge_capacity"] = edges.max_capacity
             rows = max(1, min(stop - start, 65535, acc[0].size // max(1, n_docs)))
             clock.mark("index")
@@ -334,10 +345,8 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
             edges.cols, edges.weights = up_col, up_w
         up_col = up_w = None
         stats["assembly"] = "upper" if upper_only else "host"
-        edges.spill()
+        cols, weights = edges.host_edges()
         stats["spills"] = edges.spills
-        cols = np.concatenate(edges.spilled_cols) if edges.spilled_cols else np.empty(0, np.int32)
-        weights = np.concatenate(edges.spilled_weights) if edges.spilled_weights else np.empty(0, np.float32)
         edges = None
         up_len = d_up_len.copy_to_host()[:n]
         degree = d_degree.copy_to_host()[:n]

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 
 import numba
+from numba import prange
 import numpy as np
 import scipy.sparse as sp
 
@@ -135,15 +136,22 @@ def _needs_center(indptr, indices, v, covered):
     return False
 
 
-@numba.njit(cache=True)
-def cover_candidates(indptr, indices, candidates, is_center, covered):
-    """Visit ``candidates`` (int64, in order); make v a center when v or a neighbour is uncovered.
+@numba.njit(parallel=True, cache=True)
+def _still_open(indptr, indices, candidates, lo, hi, is_center, covered, open_):
+    """open_[k] = candidates[k] is not a center and it or a neighbour is uncovered, for k in
+    [lo, hi): one candidate per prange iteration, reading is_center and covered only."""
+    for k in prange(lo, hi):
+        v = candidates[k]
+        open_[k] = (not is_center[v]) and _needs_center(indptr, indices, v, covered)
 
-    is_center, covered bool (n,) updated in place (they may already hold centers, e.g. isolated
-    vertices or DClustR's kept centers).  Returns the number of centers added.
-    """
+
+@numba.njit(cache=True)
+def _visit_block(indptr, indices, candidates, lo, hi, open_, is_center, covered):
+    """The sequential visit of candidates[lo:hi] that were still open at the block's start."""
     added = 0
-    for k in range(candidates.shape[0]):
+    for k in range(lo, hi):
+        if not open_[k]:
+            continue
         v = candidates[k]
         if is_center[v]:
             continue
@@ -151,6 +159,32 @@ def cover_candidates(indptr, indices, candidates, is_center, covered):
             is_center[v] = True
             _mark_covered(indptr, indices, v, covered)
             added += 1
+    return added
+
+
+def cover_candidates(indptr, indices, candidates, is_center, covered, block: int = 256,
+                     max_block: int = 16384) -> int:
+    """Visit ``candidates`` (int64, in order); make v a center when v or a neighbour is uncovered.
+
+    is_center, covered bool (n,) updated in place (they may already hold centers, e.g. isolated
+    vertices or DClustR's kept centers).  Returns the number of centers added.
+    The visit is sequential, but most late candidates are covered with all their neighbours, and
+    deciding that scans their whole row: so the candidates are taken in blocks (``block``
+    doubling up to ``max_block``) and a parallel pass first drops those with nothing uncovered
+    (``_still_open``).  covered and is_center only ever become True, so a candidate closed at the
+    start of its block is still closed at its turn: the survivors are then visited in order and
+    re-checked (``_visit_block``), which gives exactly the sequential result.
+    """
+    candidates = np.asarray(candidates, np.int64)
+    open_ = np.zeros(len(candidates), np.bool_)
+    added = 0
+    lo = 0
+    while lo < len(candidates):
+        hi = min(len(candidates), lo + block)
+        _still_open(indptr, indices, candidates, lo, hi, is_center, covered, open_)
+        added += _visit_block(indptr, indices, candidates, lo, hi, open_, is_center, covered)
+        lo = hi
+        block = min(2 * block, max_block)
     return added
 
 
@@ -167,21 +201,65 @@ def initial_cover(graph: StarGraph, relevance: np.ndarray, vertex_ids: np.ndarra
 
 # ----------------------------------------------------------------------------- improvement (stage 3)
 
+@numba.njit(parallel=True, cache=True)
+def _star_counts(indptr, indices, centers, chunks):
+    """int32 (n,): how many of the stars {c} U Adj(c), c in ``centers``, hold each vertex.  The
+    centers in ``chunks`` contiguous pieces, one prange task each with private counters, then
+    summed per vertex (integer sums: exact in any order)."""
+    n = indptr.shape[0] - 1
+    m = centers.shape[0]
+    chunks = max(1, min(chunks, m, (1 << 24) // max(n, 1)))
+    part = np.zeros((chunks, n), np.int32)
+    for t in prange(chunks):
+        for k in range(m * t // chunks, m * (t + 1) // chunks):
+            c = centers[k]
+            part[t, c] += 1
+            for p in range(indptr[c], indptr[c + 1]):
+                part[t, indices[p]] += 1
+    cnt = np.zeros(n, np.int32)
+    for u in prange(n):
+        s = 0
+        for t in range(chunks):
+            s += part[t, u]
+        cnt[u] = s
+    return cnt
+
+
 @numba.njit(cache=True)
-def improve_centers(indptr, indices, order, is_center, linked_to):
+def _non_useful(indptr, indices, u, cnt):
+    """u's ws-graph {u} U Adj(u) has more vertices shared with other ws-graphs (cnt > 1) than
+    vertices only it holds.  Scans Adj(u) only until the answer is certain: shared > size/2
+    already, or can no longer exceed it."""
+    size = indptr[u + 1] - indptr[u] + 1
+    shared = 1 if cnt[u] > 1 else 0
+    own = 1 - shared
+    for q in range(indptr[u], indptr[u + 1]):
+        if cnt[indices[q]] > 1:
+            shared += 1
+            if 2 * shared > size:
+                return True
+        else:
+            own += 1
+            if 2 * own >= size:
+                return False
+    return shared > own
+
+
+def improve_centers(indptr, indices, order, is_center, linked_to) -> int:
     """OClustR's removal of non-useful ws-graphs.
 
     order int64: the centers, by decreasing degree then lower id.  is_center bool (n,) is updated
     (removed centers become False); linked_to int32 (n,) (all -1 on entry) receives, for each
     vertex linked to a center, that center.  Returns the number of centers removed.
     """
+    cnt = _star_counts(indptr, indices, order, numba.get_num_threads())  # current ws-graphs holding each vertex
+    return _improve(indptr, indices, order, is_center, linked_to, cnt)
+
+
+@numba.njit(cache=True)
+def _improve(indptr, indices, order, is_center, linked_to, cnt):
+    """improve_centers's sequential visit; cnt int32 (n,) is updated as stars are removed."""
     n = indptr.shape[0] - 1
-    cnt = np.zeros(n, np.int32)  # number of current ws-graphs containing each vertex
-    for k in range(order.shape[0]):
-        c = order[k]
-        cnt[c] += 1
-        for p in range(indptr[c], indptr[c + 1]):
-            cnt[indices[p]] += 1
     visited = np.zeros(n, np.bool_)
     removed = 0
     for k in range(order.shape[0]):
@@ -192,14 +270,7 @@ def improve_centers(indptr, indices, order, is_center, linked_to):
             u = indices[p]
             if not is_center[u] or visited[u]:
                 continue
-            shared = 0
-            if cnt[u] > 1:
-                shared += 1
-            for q in range(indptr[u], indptr[u + 1]):
-                if cnt[indices[q]] > 1:
-                    shared += 1
-            own = (indptr[u + 1] - indptr[u] + 1) - shared
-            if shared > own:
+            if _non_useful(indptr, indices, u, cnt):
                 is_center[u] = False
                 removed += 1
                 cnt[u] -= 1  # u is also in v's star, so cnt[u] >= 2 here

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Where a DClustR update's time goes, function by function (issue 5's update ratio).
+
+Clusters --base documents of a synthetic preset (scripts/gpu_dclus.py's corpora, e.g.
+``reu-50k:newtopics``), writes them uncompressed, then runs ``dclus.update`` adding --add documents
+in place, --repeats times from a fresh copy, with a wall-clock timer around each named step
+(``dclus.update``'s own stage timers and the functions it calls: PCC assignment, row loading, the
+symmetric transpose, relevance, DClustR's lists, the ordered cover, the improvement, ...).  It
+also times the relevance of the update's local graph on the device (upload + kernel + copy back)
+against the host twin, and the scoring's device stages (graph_cuda's clock).  Medians are printed
+as one markdown table and written to profile_dclus.json in --out.
+
+  python scripts/profile_dclus.py --device cpu --base 8000 --add 2000      # anywhere
+  python scripts/profile_dclus.py --base 50000 --add 10000 --beta 0.25     # GPU host
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+WRAPPED = ["addition_rows", "assign_pcc", "_add_owner_stats", "components_of_pccs", "load_pcc_rows",
+           "symmetric_from_owner", "compute_relevance", "dclustr_lists", "_covered_by", "candidate_order",
+           "cover_candidates", "degree_order", "improve_centers", "membership_matrix", "append_update"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="reu-50k:newtopics")
+    p.add_argument("--base", type=int, default=50000)
+    p.add_argument("--add", type=int, default=10000)
+    p.add_argument("--beta", type=float, default=0.25)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--out", default=os.environ.get("OUT", "out"))
+    a = p.parse_args()
+
+    from gpu_dclus import corpus
+    from gputext.backend import resolve
+    from gputext.cluster import dclus
+    from gputext.cluster import graph_cuda
+    from gputext.cluster.star import cluster_star, compute_relevance
+    from gputext.io.corpus import write_corpus
+
+    backend = resolve(a.device)
+    times = collections.defaultdict(float)
+    for name in WRAPPED:
+        f = getattr(dclus, name)
+
+        def timed(*args, _f=f, _n=name, **kw):
+            t = time.perf_counter()
+            try:
+                return _f(*args, **kw)
+            finally:
+                times[_n] += time.perf_counter() - t
+        setattr(dclus, name, timed)
+    scoring_stats = []
+    build = graph_cuda.build_graph_cuda
+
+    def build_logged(*args, **kw):
+        out = build(*args, **kw)
+        if out is not None:
+            scoring_stats.append(out[-1])
+        return out
+    graph_cuda.build_graph_cuda = build_logged
+    local_graphs = []
+    dclustr_graph = dclus.dclustr_graph
+
+    def keep_local(graph, *args, **kw):
+        local_graphs.append(graph)
+        return dclustr_graph(graph, *args, **kw)
+    dclus.dclustr_graph = keep_local
+
+    whole = corpus(a.base + a.add, a.preset, n_base=a.base)
+    base, add = whole.take(list(range(a.base))), whole.take(list(range(a.base, a.base + a.add)))
+    tmp = tempfile.mkdtemp()
+    base_path, add_path, work = (os.path.join(tmp, x) for x in ("base.h5", "add.h5", "work.h5"))
+    res = cluster_star(base, beta=a.beta, device=backend)
+    dclus.write_result(base, res, base_path, a.beta, backend.name, compression=None)
+    write_corpus(add, add_path, compression=None)
+    runs = []
+    for rep in range(a.repeats + 1):  # the first run compiles
+        times.clear()
+        local_graphs.clear()
+        shutil.copyfile(base_path, work)
+        r = dclus.update(work, add_path, work, device=backend, compression=None)
+        row = {f"stage {k[8:]}": v for k, v in r.stats.items() if k.startswith("seconds_") and isinstance(v, float)}
+        row.update({f"fn {k}": v for k, v in times.items()})
+        g = local_graphs[-1]
+        for where in (["cpu", backend] if backend.is_cuda else ["cpu"]):
+            t = time.perf_counter()
+            compute_relevance(g, where)
+            row[f"relevance on {getattr(where, 'name', where)} (local graph)"] = time.perf_counter() - t
+        if scoring_stats:
+            st = scoring_stats[-1]
+            for k, v in {**st.get("device_seconds", {}), **st.get("host_seconds", {})}.items():
+                row[f"scoring {k}"] = v
+        if rep:
+            runs.append(row)
+        print(f"run {rep}: total {r.stats['seconds_total']:.3f} s", file=sys.stderr, flush=True)
+    shutil.rmtree(tmp)
+    keys = list(runs[0])
+    med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}
+    facts = {"preset": a.preset, "base": a.base, "add": a.add, "beta": a.beta, "backend": backend.describe(),
+             "affected_vertices": r.stats["affected_vertices"], "affected_entries": r.stats["affected_entries"],
+             "date": time.strftime("%Y-%m-%d %H:%M")}
+    print(f"### DClustR update profile: {a.preset} {a.base:,} + {a.add:,}, beta {a.beta}, {facts['backend']}, "
+          f"{facts['affected_vertices']:,} vertices / {facts['affected_entries']:,} entries in touched components")
+    print("\n| step | median s |\n| --- | ---: |")
+    for k in keys:
+        print(f"| {k} | {med[k]:.4f} |")
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "profile_dclus.json"), "w") as f:
+        json.dump({"facts": facts, "median": med, "runs": runs}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
