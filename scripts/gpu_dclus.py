@@ -53,8 +53,9 @@ def parse_args():
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--out", default=os.environ.get("OUT", "out"))
     p.add_argument("--beta", type=float, default=0.25)
-    p.add_argument("--presets", default="reu-50k,reu-50k-tfidf",  # PRESET:newtopics: see corpus()
-                   help="synthetic corpus shapes (gputext corpus synth presets), comma-separated; each gets the whole run")
+    p.add_argument("--presets", default="reu-50k,reu-50k-tfidf",  # PRESET:newtopics, 20ng+r52: see corpus()
+                   help="synthetic corpus shapes (gputext corpus synth presets; PRESET:newtopics), or 20ng+r52[:tf|tfidf] "
+                        "(real text: Reuters added to 20 Newsgroups; --base 18821), comma-separated; each gets the whole run")
     p.add_argument("--base", type=int, help="documents clustered before the additions (default 50000; quick 3000)")
     p.add_argument("--adds", help="additions, comma-separated (default 5000,10000; quick 500,1000)")
     p.add_argument("--repeats", type=int, help="timed runs of each (default 3; quick 2)")
@@ -92,13 +93,46 @@ def device_info(backend):
 NEW_TOPICS = ":newtopics"
 
 
+REAL = "20ng+r52"
+
+
+def real_corpus(preset):
+    """``20ng+r52[:WEIGHTING]`` (tf by default, the paper's weighting; or tfidf): the paper's
+    scenario on real text: the 18,821 documents of 20 Newsgroups (train + test) first, then the
+    9,100 of Reuters R52, one vocabulary (``gputext corpus build`` of the three files, English
+    stopwords).  Read from $GPUTEXT_DATASETS or .data (a copy of ../shared/datasets).  Returns
+    (corpus, number of 20NG documents)."""
+    from gputext.io.ingest import build_corpus
+    weighting = preset.split(":")[1] if ":" in preset else "tf"
+    ddir = os.environ.get("GPUTEXT_DATASETS") or (".data" if os.path.isdir(".data") else "../shared/datasets")
+    files = [os.path.join(ddir, *f) for f in (("20newsgroups", "20newsgroups-train.tab"),
+                                                 ("20newsgroups", "20newsgroups-test.tab"),
+                                                 ("reuters-r52", "reuters-r52-train.tab"),
+                                                 ("reuters-r52", "reuters-r52-test.tab"))]
+    missing = [f for f in files if not os.path.exists(f)]
+    if missing:
+        raise SystemExit(f"{preset}: missing {missing[0]} (set GPUTEXT_DATASETS)")
+    whole = build_corpus(files, weighting=weighting, quiet=True)
+    label = whole.obs["label"]
+    names = np.asarray(label.categories)[np.asarray(label.codes)]
+    n_20ng = int(sum(1 for x in names if "." in x))  # 20NG's labels are dotted (comp.graphics), R52's not
+    if not np.all([("." in x) for x in names[:n_20ng]]):
+        raise SystemExit(f"{preset}: the 20NG documents do not come first")
+    return whole, n_20ng
+
+
 def corpus(n_docs, preset, seed=2, n_base=None):
-    """A synthetic corpus of a preset's shape.  ``PRESET:newtopics`` (the paper's scenario of
+    """A synthetic corpus of a preset's shape (or ``20ng+r52``: real_corpus, its first n_docs).  ``PRESET:newtopics`` (the paper's scenario of
     Tdt-65K documents added to Reu-50K: the additions are about other topics): the preset's shape
     with 40 single-label classes, the first n_base documents from classes 0-19, the rest from
     classes 20-39 (drawn from one corpus of about twice the size, so vocabulary and idf are shared)."""
     from gputext.datasets.presets import resolve
     from gputext.datasets.synth import make_corpus
+    if preset.split(":")[0] == REAL:
+        whole, n_20ng = real_corpus(preset)
+        if n_base is not None and n_base != n_20ng:
+            raise SystemExit(f"{preset}: --base must be {n_20ng} (all of 20NG)")
+        return whole.take(np.arange(min(n_docs, whole.n_docs)))
     if not preset.endswith(NEW_TOPICS):
         _, params = resolve(preset, n_docs=n_docs)
         return make_corpus(seed=seed, **params)
