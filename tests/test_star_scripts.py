@@ -68,3 +68,31 @@ def test_stage_times_reads_both_paths():
     st = gs.stage_times(host)
     assert st["scoring"] == 3.0 and st["host_assembly"] == 1.0 and st["relevance"] == 0.1
     assert np.isclose(sum(st.values()), 4.3)
+
+
+def test_profile_dclus_runs_and_times_every_step(tmp_path):
+    """scripts/profile_dclus.py on the CPU at a small size: every wrapped step is timed and the
+    median table is written."""
+    import json
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "profile_dclus.py"), "--device", "cpu",
+                          "--preset", "reu-10k:newtopics", "--base", "600", "--add", "150", "--beta", "0.2",
+                          "--repeats", "1", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.returncode == 0, out.stderr[-2000:]
+    med = json.load(open(tmp_path / "profile_dclus.json"))["median"]
+    for step in ("fn addition_rows", "fn symmetric_from_owner", "fn cover_candidates", "fn improve_centers",
+                 "stage total", "relevance on cpu (local graph)"):
+        assert step in med and med[step] >= 0, step
+    assert "| fn dclustr_lists |" in out.stdout
+
+
+def test_real_scenario_puts_20ng_first(shared_datasets, monkeypatch):
+    """gpu_dclus.py's 20ng+r52 preset: all of 20 Newsgroups first, then Reuters R52, one vocabulary."""
+    monkeypatch.setenv("GPUTEXT_DATASETS", str(shared_datasets))
+    whole, n_20ng = load("gpu_dclus").real_corpus("20ng+r52")
+    names = np.asarray(whole.obs["label"].categories)[np.asarray(whole.obs["label"].codes)]
+    assert n_20ng == 18821 and whole.n_docs == 18821 + 9100
+    assert all("." in x for x in names[:n_20ng]) and not any("." in x for x in names[n_20ng:])
+    assert whole.params["weighting"] == "tf"
