@@ -368,10 +368,9 @@ def test_owner_rows_of_ordered_engine_output_equal_the_sorting_path():
 
 @pytest.mark.cudasim
 def test_update_on_cuda_writes_the_same_file_as_cpu(tmp_path):
-    """Simulator, tiny sizes: scoring of the additions and relevance on device="cuda" give the same
-    clusters and the same stored graph (every dataset) as the CPU twin."""
+    """Simulator, tiny sizes: scoring of the additions on device="cuda" gives the same clusters and
+    the same stored graph (every dataset) as the CPU twin."""
     from gputext.backend import resolve
-    from gputext.cluster.star import RelevanceGeometry
     from gputext.engine import Geometry
     try:
         backend = resolve("cuda")
@@ -383,8 +382,7 @@ def test_update_on_cuda_writes_the_same_file_as_cpu(tmp_path):
     old, new, _ = split_corpus(X, 12)
     cluster_file(old, 0.3, str(tmp_path / "old.h5"))
     dclus.update(str(tmp_path / "old.h5"), new, str(tmp_path / "cpu.h5"), device="cpu")
-    dclus.update(str(tmp_path / "old.h5"), new, str(tmp_path / "gpu.h5"), device=backend,
-                 geometry=RelevanceGeometry(4, 2, 4), engine_geometry=tiny)
+    dclus.update(str(tmp_path / "old.h5"), new, str(tmp_path / "gpu.h5"), device=backend, engine_geometry=tiny)
     assert read_clusters(str(tmp_path / "cpu.h5")) == read_clusters(str(tmp_path / "gpu.h5"))
     with h5py.File(tmp_path / "cpu.h5") as a, h5py.File(tmp_path / "gpu.h5") as b:
         g1, g2 = a["uns/gputext/star/graph"], b["uns/gputext/star/graph"]
@@ -450,7 +448,7 @@ def test_symmetric_from_owner_equals_scipy_for_any_ownership_and_chunks(seed):
 
 
 @pytest.mark.parametrize("chunks", [1, 3, 64])
-def test_best_cover_is_the_largest_covering_center(chunks):
+def test_star_reduce_gives_the_best_cover_and_the_star_counts(chunks):
     rng = np.random.default_rng(chunks)
     from test_star import random_graph
     g = random_graph(120, 0.05, chunks + 3)
@@ -460,7 +458,12 @@ def test_best_cover_is_the_largest_covering_center(chunks):
     for c in np.flatnonzero(is_center):
         for u in np.concatenate([[c], g.neighbours(c)]):
             want[u] = max(want[u], rel[c])
-    assert dclus._best_cover(g.indptr, g.indices, rel, is_center, chunks).tolist() == want.tolist()
+    centers = np.flatnonzero(is_center)
+    assert dclus.star_reduce(g.indptr, g.indices, centers, rel[centers], True, chunks).tolist() == want.tolist()
+    held = np.zeros(g.n)  # the sum form: how many of the stars hold each vertex (the improvement's counts)
+    for c in centers:
+        held[np.concatenate([[c], g.neighbours(c)])] += 1
+    assert dclus.star_reduce(g.indptr, g.indices, centers, np.ones(len(centers)), False, chunks).tolist() == held.tolist()
 
 
 def test_assign_pcc_by_distinct_old_pccs_equals_the_entry_walk():

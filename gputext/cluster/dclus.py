@@ -117,7 +117,7 @@ from ..kernels import star as kstar
 from ..progress import info
 from .graph import StarGraph, addition_rows, check_beta
 from .star import (RelevanceGeometry, StarResult, candidate_order, compute_relevance, cover_candidates,
-                   degree_order, improve_centers, membership_matrix)
+                   degree_order, improve_centers, membership_matrix, star_reduce)
 
 GRAPH_KEY = "uns/gputext/star/graph"
 STAR_KEY = "uns/gputext/star"
@@ -736,35 +736,6 @@ def read_stored_graph(path: str) -> tuple[StarGraph, PCCs]:
 
 # ----------------------------------------------------------------------------- DClustR cover
 
-@numba.njit(parallel=True, cache=True)
-def _best_cover(indptr, indices, relevance, is_center, chunks):
-    """best float64 (n,): the largest relevance of a center covering each vertex (the vertex
-    itself or a neighbour), -1 where none does.  A scatter from the centers' rows only (they are
-    few): the centers are split into ``chunks`` contiguous pieces, one prange task each with a
-    private row of maxima, then a max per vertex (order-free, so the result is exact)."""
-    n = indptr.shape[0] - 1
-    chunks = max(1, min(chunks, n, (1 << 24) // max(n, 1)))
-    part = np.full((chunks, n), -1.0)
-    for t in prange(chunks):
-        for c in range(n * t // chunks, n * (t + 1) // chunks):
-            if is_center[c]:
-                r = relevance[c]
-                if r > part[t, c]:
-                    part[t, c] = r
-                for p in range(indptr[c], indptr[c + 1]):
-                    u = indices[p]
-                    if r > part[t, u]:
-                        part[t, u] = r
-    best = np.empty(n)
-    for u in prange(n):
-        b = -1.0
-        for t in range(chunks):
-            if part[t, u] > b:
-                b = part[t, u]
-        best[u] = b
-    return best
-
-
 def dclustr_lists(indptr, indices, relevance, is_center, in_list) -> tuple[int, int]:
     """DClustR's candidate list (paper section 2.2) on a graph whose current centers are C'.
 
@@ -774,7 +745,7 @@ def dclustr_lists(indptr, indices, relevance, is_center, in_list) -> tuple[int, 
 
     Every rule reads C' as it was on entry and the relevances, so the result does not depend
     on the order in which vertices are visited.  best[] is a scatter over the rows of the centers
-    (``_best_cover``); then one parallel pass over every row (one vertex per prange iteration, each
+    (``star.star_reduce``); then one parallel pass over every row (one vertex per prange iteration, each
     writing only its own entries) and one over the centers' rows:
       best[u]   = largest relevance of a center of C' covering u (u itself or a neighbour), -1 if none;
       V+ scan   : v (not in C', relevance > 0) enters L if best[v] < 0 (a), or some neighbour u has
@@ -784,7 +755,8 @@ def dclustr_lists(indptr, indices, relevance, is_center, in_list) -> tuple[int, 
                   a weak c, or one with an activated neighbour, leaves C' and enters L when its
                   relevance is > 0.
     """
-    best = _best_cover(indptr, indices, relevance, is_center, numba.get_num_threads())
+    centers = np.flatnonzero(is_center)
+    best = star_reduce(indptr, indices, centers, relevance[centers], True, numba.get_num_threads())
     return _dclustr_lists(indptr, indices, relevance, is_center, in_list, best)
 
 
@@ -1178,8 +1150,7 @@ def _local_lookup(vertices: np.ndarray, n_total: int) -> np.ndarray:
 
 
 def update(clusters_path: str, added: Corpus | str, output: str, device: str | Backend = "auto",
-           beta: float | None = None, batch_size: int | None = None, quiet: bool = True,
-           geometry: RelevanceGeometry | None = None, engine_geometry=None,
+           beta: float | None = None, batch_size: int | None = None, quiet: bool = True, engine_geometry=None,
            compression: str | None = "gzip", edges=None, write: str = "append") -> UpdateReport:
     """DClustR / CUDA-DClus: add the documents of ``added`` to the clustering in ``clusters_path``
     (a file written by ``cluster star``) and write the updated clustering of the union to
@@ -1290,7 +1261,7 @@ def update(clusters_path: str, added: Corpus | str, output: str, device: str | B
     old_center[local_of[in_local]] = True
     # relevance on the host: the local graph is there, and shipping its adjacency to the device
     # costs more than the host's parallel pass over it (measured: docs/star.md, "DClustR update")
-    res = dclustr_graph(local, old_center, "cpu", geometry, vertex_ids=vertices)
+    res = dclustr_graph(local, old_center, "cpu", vertex_ids=vertices)
     t_cluster = time.perf_counter()
 
     # clusters of the union: untouched old clusters + the affected components' new ones

@@ -201,28 +201,43 @@ def initial_cover(graph: StarGraph, relevance: np.ndarray, vertex_ids: np.ndarra
 
 # ----------------------------------------------------------------------------- improvement (stage 3)
 
+@numba.njit(cache=True)
+def _fold(part, t, u, r, take_max):
+    if not take_max:
+        part[t, u] += r
+    elif r > part[t, u]:
+        part[t, u] = r
+
+
 @numba.njit(parallel=True, cache=True)
-def _star_counts(indptr, indices, centers, chunks):
-    """int32 (n,): how many of the stars {c} U Adj(c), c in ``centers``, hold each vertex.  The
-    centers in ``chunks`` contiguous pieces, one prange task each with private counters, then
-    summed per vertex (integer sums: exact in any order)."""
+def star_reduce(indptr, indices, centers, values, take_max, chunks):
+    """float64 (n,): at each vertex, the max (``take_max``) or the sum of values[k] (float64, one
+    per center) over the stars {c} U Adj(c) of ``centers`` (int64) that hold it; -1 (max) or 0
+    (sum) where none does.  The centers in ``chunks`` contiguous pieces, one prange task each with
+    a private row, then one reduction per vertex: a max is order-free and the sums here are of
+    small integers (exact in float64), so the result does not depend on the chunks."""
     n = indptr.shape[0] - 1
     m = centers.shape[0]
     chunks = max(1, min(chunks, m, (1 << 24) // max(n, 1)))
-    part = np.zeros((chunks, n), np.int32)
+    none = -1.0 if take_max else 0.0
+    part = np.full((chunks, n), none)
     for t in prange(chunks):
         for k in range(m * t // chunks, m * (t + 1) // chunks):
             c = centers[k]
-            part[t, c] += 1
+            _fold(part, t, c, values[k], take_max)
             for p in range(indptr[c], indptr[c + 1]):
-                part[t, indices[p]] += 1
-    cnt = np.zeros(n, np.int32)
+                _fold(part, t, indices[p], values[k], take_max)
+    out = np.empty(n)
     for u in prange(n):
-        s = 0
+        acc = none
         for t in range(chunks):
-            s += part[t, u]
-        cnt[u] = s
-    return cnt
+            x = part[t, u]
+            if not take_max:
+                acc += x
+            elif x > acc:
+                acc = x
+        out[u] = acc
+    return out
 
 
 @numba.njit(cache=True)
@@ -252,7 +267,8 @@ def improve_centers(indptr, indices, order, is_center, linked_to) -> int:
     (removed centers become False); linked_to int32 (n,) (all -1 on entry) receives, for each
     vertex linked to a center, that center.  Returns the number of centers removed.
     """
-    cnt = _star_counts(indptr, indices, order, numba.get_num_threads())  # current ws-graphs holding each vertex
+    # current ws-graphs holding each vertex
+    cnt = star_reduce(indptr, indices, order, np.ones(len(order)), False, numba.get_num_threads()).astype(np.int32)
     return _improve(indptr, indices, order, is_center, linked_to, cnt)
 
 
