@@ -56,6 +56,5 @@ def test_update_on_cuda_equals_cpu(tmp_path):
     res = cluster_star(old.X, 0.3, "cpu")
     dclus.write_result(old, res, str(tmp_path / "old.h5"), 0.3, "cpu")
     dclus.update(str(tmp_path / "old.h5"), new, str(tmp_path / "cpu.h5"), device="cpu")
-    dclus.update(str(tmp_path / "old.h5"), new, str(tmp_path / "gpu.h5"), device="cuda",
-                 geometry=RelevanceGeometry(4, 2, 4), engine_geometry=ENGINE_TINY)
+    dclus.update(str(tmp_path / "old.h5"), new, str(tmp_path / "gpu.h5"), device="cuda", engine_geometry=ENGINE_TINY)
     assert read_clusters(str(tmp_path / "cpu.h5")) == read_clusters(str(tmp_path / "gpu.h5"))
