@@ -1,0 +1,42 @@
+"""The benchmark harness every script in scripts/ is built on (issue 15 item 5).
+
+A script is a short definition of its workloads and peers on top of five pieces:
+
+  cli      ``parser()``: the common options (--quick, --device, --out: default $OUT or out/) and
+           ``log()`` (stderr, time-stamped: stdout is kept for the markdown report);
+  env      ``probe()``: host, date, git commit, Python / NumPy / SciPy / numba / numba-cuda
+           versions, CPU count and numba threads, backend; on a real GPU its name, driver, memory
+           and (asked for) the measured device-to-device copy bandwidth, the reference every
+           bandwidth figure is a fraction of;
+  timing   ``gpu_ms()``: warm-up, then the median of CUDA-event timings (numba, CuPy or PyTorch
+           events; host wall after a synchronise where there is no real GPU); ``wall_runs()``:
+           warm-up + median of host wall times of synchronous calls; ``percentiles_ms()``;
+  peers    ``@peer(name, needs=...)`` registers a small function that measures one outside
+           library (CuPy, PyTorch, scikit-learn, our CPU twin); ``run_peers()`` runs the ones asked
+           for, skips those whose libraries are missing here with one line, and records a failure
+           as ``{"error": ...}`` without stopping the round;
+  report   ``Report``: sections that fail are recorded and the others still run, rows of a
+           markdown table, ``md_table()``, and ``write()``: the JSON and the markdown written once,
+           at the end, and the markdown printed last (the device tool returns the output's tail).
+
+Scripts import it as ``import harness`` after putting scripts/ on sys.path (two lines at the
+top of each script, so that they also work when a test loads them by path); importing it puts the
+checkout's root first on sys.path, so the scripts measure the checkout's gputext.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from .cli import SUPPRESS, log, parser  # noqa: E402
+from .env import copy_bandwidth, device_name, probe  # noqa: E402
+from .peers import PEERS, peer, run_peers  # noqa: E402
+from .report import Report, md_table, write_json  # noqa: E402
+from .timing import gpu_ms, median, percentiles_ms, wall_runs  # noqa: E402
+
+__all__ = ["ROOT", "SUPPRESS", "log", "parser", "probe", "copy_bandwidth", "device_name", "gpu_ms", "wall_runs", "median",
+           "percentiles_ms", "PEERS", "peer", "run_peers", "Report", "md_table", "write_json"]

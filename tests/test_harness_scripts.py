@@ -1,0 +1,89 @@
+"""scripts/harness: the benchmark harness every script builds on (probe, timing, peers, report)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import harness  # noqa: E402
+
+
+def test_probe_says_where_it_ran():
+    from gputext.backend import resolve
+    env = harness.probe(resolve("cpu"))
+    assert env["cpu_count"] >= 1 and env["numba_threads"] >= 1 and env["backend"].startswith("cpu")
+    assert env["versions"]["numpy"] and env["versions"]["numba"] and env["date"][:2] == "20"
+    assert "gpu" not in env  # no device fields without a real GPU
+
+
+def test_timing_warms_up_and_takes_the_median():
+    calls, samples = [], []
+    ms = harness.gpu_ms(lambda: calls.append(1), repeats=5, warmup=2, clock="host", samples=samples)
+    assert len(calls) == 7 and len(samples) == 5 and ms == sorted(samples)[2]
+    seq = iter([0.0, 0.0, 0.03, 0.01, 0.02])
+    med, res, secs = harness.wall_runs(lambda: next(seq), repeats=3, warmup=2)
+    assert len(secs) == 3 and res in (0.01, 0.02, 0.03) and med == sorted(secs)[1]
+    assert harness.percentiles_ms([0.001, 0.002, 0.003]) == {"p50_ms": 2.0, "p95_ms": 2.9, "p99_ms": 2.98}
+    with pytest.raises(ValueError):
+        harness.gpu_ms(lambda: None, clock="sundial")
+
+
+def test_peers_missing_failing_and_gpu_only(capsys):
+    @harness.peer("test.missing", needs=("no_such_module_xyz",))
+    def missing(x):
+        """never runs"""
+        raise AssertionError
+
+    @harness.peer("test.fails")
+    def fails(x, scale=1):
+        raise RuntimeError("nope\nsecond line")
+
+    @harness.peer("test.ok")
+    def ok(x, scale=1):
+        return {"value": x * scale}
+
+    @harness.peer("test.gpu", gpu=True)
+    def gpu(x, scale=1):
+        return {"gpu": True}
+
+    out = harness.run_peers(["missing", "fails", "ok", "gpu"], 3, scale=2, has_gpu=False, prefix="test.")
+    assert out == {"missing": {"skipped": "no_such_module_xyz not installed"}, "fails": {"error": "RuntimeError: nope"},
+                   "ok": {"value": 6}}
+    assert "peer missing skipped: no_such_module_xyz not installed" in capsys.readouterr().err
+    assert harness.run_peers(["gpu"], 1, prefix="test.") == {"gpu": {"gpu": True}}
+    with pytest.raises(KeyError):
+        harness.run_peers(["absent"], prefix="test.")
+
+
+def test_report_records_failures_and_writes_once(tmp_path, capsys):
+    import numpy as np
+    rep = harness.Report(str(tmp_path / "o"), {"date": "today"})
+    rep.section("good", lambda n: {"n": np.int64(n), "a": np.arange(2)}, 3, timed=True)
+    rep.section("bad", lambda: 1 / 0, key="sections")
+    rep.row("good", "n", 3, "note")
+    text = "# title\n\n" + rep.rows_md()
+    rep.write("x.json", text, md_name="x.md")
+    data = json.loads((tmp_path / "o" / "x.json").read_text())
+    assert data["good"] == {"n": 3, "a": [0, 1]} and "good" in data["section_seconds"]
+    assert data["sections"]["bad"]["error"].startswith("ZeroDivisionError") and "Traceback" in data["sections"]["bad"]["traceback"]
+    assert (tmp_path / "o" / "x.md").read_text() == text + "\n"
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("| good | n | 3 | note |") and "| bad | ERROR | ZeroDivisionError" in out
+
+
+@pytest.mark.cudasim
+def test_device_timing_and_copy_bandwidth_in_the_simulator():
+    """The CUDA paths of the harness (numba events, device copy) run in the simulator, where the
+    numba clock is the host's after a synchronise."""
+    from numba import cuda
+
+    from gputext.backend import resolve
+    a = cuda.to_device(list(range(64)))
+    ms = harness.gpu_ms(lambda: a.copy_to_host(), repeats=3, warmup=1)
+    assert ms > 0
+    assert harness.copy_bandwidth(1 << 12, repeats=2) > 0
+    assert harness.probe(resolve("cuda"))["backend"].startswith("cuda (simulator)")
