@@ -28,20 +28,17 @@ Sections (each one's failure is recorded in the JSON and the others still run):
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import queue
 import sys
 import threading
 import time
-import traceback
 
-import numpy as np
-import scipy.sparse as sp
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (puts the checkout first on sys.path)
+import numpy as np  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
 
 from gputext.backend import resolve  # noqa: E402
 from gputext.cluster import stream_host as H  # noqa: E402
@@ -49,57 +46,21 @@ from gputext.cluster.stream import StreamClusterer  # noqa: E402
 from gputext.cluster.stream_reference import reference_cluster  # noqa: E402
 from gputext.cluster.stream_synth import StreamSpec, pubmed_stream, reference_df  # noqa: E402
 
+log, pct = harness.log, harness.percentiles_ms
 K, T = 35, 0.6
 GEOMETRY: dict = {}  # StreamClusterer launch geometry (only --tiny shrinks it, for the CUDA simulator)
 SIZES = {"quick": {"exact": (4000, 2000, 800), "latency": ([2000, 10_000], 100, 30)},
          "full": {"exact": (200_000, 20_000, 2000),
                   "latency": ([50_000, 200_000, 400_000, 800_000, 1_600_000, 3_200_000], 500, 100)},
          "tiny": {"exact": (60, 20, 60), "latency": ([40], 4, 4)}}
-NOMINAL_COPY_TBS = {"H100": 3.0, "H200": 4.3}  # measured copy bandwidth quoted by the team (TB/s)
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
-def section(results, name, fn, *args):
-    t0 = time.perf_counter()
-    try:
-        results[name] = fn(*args)
-    except Exception as exc:  # keep going: a failed section is a recorded result
-        results[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-        log(f"[{name}] FAILED: {exc}")
-    results.setdefault("section_seconds", {})[name] = round(time.perf_counter() - t0, 2)
 
 
 # ----------------------------------------------------------------------------- 1. env
 
 def env(backend, mode="full"):
-    out = {"backend": backend.describe()}
-    if not backend.is_cuda:
-        return out
-    from numba import cuda
-    dev = cuda.get_current_device()
-    name = getattr(dev, "name", "simulator")
-    name = name.decode() if isinstance(name, bytes) else str(name)
-    try:
-        free, total = cuda.current_context().get_memory_info()
-    except Exception:  # the simulator has no memory info
-        free = total = 0
-    out.update({"gpu": name, "memory_gib": round(total / 2**30, 1)})
-    n = 1 << (14 if mode == "tiny" else 28)  # 1 GiB of float32
-    a = cuda.device_array(n, np.float32)
-    b = cuda.device_array(n, np.float32)
-    times = []
-    for _ in range(6):
-        e0, e1 = cuda.event(), cuda.event()
-        e0.record()
-        b.copy_to_device(a)
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1) / 1e3)
-    out["copy_tbs"] = round(2 * a.nbytes / float(np.median(times[1:])) / 1e12, 3)
-    del a, b
+    out = harness.probe(backend)
+    if backend.is_cuda:  # 1 GiB of float32 (the simulator: 64 KiB)
+        out["copy_tbs"] = round(harness.copy_bandwidth(1 << (16 if mode == "tiny" else 30)) / 1e12, 3)
     return out
 
 
@@ -116,20 +77,21 @@ def same(a, b):
             "similarity_mismatches": int((a.similarity != b.similarity).sum())}
 
 
-def state_from_docs(X):
-    """The cluster state after len(X) documents that each started a cluster: ELL arrays."""
+def state_from_docs(X, k=K, t=T):
+    """The cluster state after len(X) documents that each started a cluster (at most k terms
+    each, threshold t): ELL arrays, as StreamClusterer.restore takes them."""
     indptr, terms, weights, mag = H.prepare_docs(X.indptr.astype(np.int64), X.indices.astype(np.int32),
-                                                 X.data.astype(np.float64), K)
+                                                 X.data.astype(np.float64), k)
     n = len(mag)
     lengths = np.diff(indptr)
-    ell_t = np.full((n, K), -1, np.int32)
-    ell_w = np.zeros((n, K), np.float32)
+    ell_t = np.full((n, k), -1, np.int32)
+    ell_w = np.zeros((n, k), np.float32)
     slot = np.arange(len(terms)) - np.repeat(indptr[:-1], lengths)
     rows = np.repeat(np.arange(n), lengths)
     ell_t[rows, slot] = terms
     ell_w[rows, slot] = weights
     return {"ell_terms": np.ascontiguousarray(ell_t.T), "ell_weights": np.ascontiguousarray(ell_w.T),
-            "magnitude": mag, "size": np.ones(n, np.int64), "threshold": T, "max_terms": K, "n_docs_seen": n}
+            "magnitude": mag, "size": np.ones(n, np.int64), "threshold": t, "max_terms": k, "n_docs_seen": n}
 
 
 def centroid_csr(sc, n_terms):
@@ -139,11 +101,6 @@ def centroid_csr(sc, n_terms):
     indptr = np.zeros(n + 1, np.int64)
     np.cumsum(lengths, out=indptr[1:])
     return sp.csr_matrix((sc.c_weights[:n][mask], sc.c_terms[:n][mask], indptr), shape=(n, n_terms))
-
-
-def pct(x):
-    p = np.percentile(np.asarray(x) * 1e3, [50, 95, 99])
-    return {"p50_ms": round(float(p[0]), 4), "p95_ms": round(float(p[1]), 4), "p99_ms": round(float(p[2]), 4)}
 
 
 # ----------------------------------------------------------------------------- 2. exactness
@@ -183,18 +140,15 @@ def exactness(backend, mode):
 
 # ----------------------------------------------------------------------------- 3. latency vs clusters
 
-def _time_peer_spmv(kind, A_host, Q_dense, ours_rows, repeats_batch=32):
-    """Per-document SpMV + argmax (float32) and a 32-document SpMM + argmax, timed with events."""
-    if kind == "cupy":
+def _spmv_peer(lib, A_host, Q_dense, ours_rows, batch=32):
+    """Per-document SpMV + argmax (float32; CUDA events of the library, one document a timing,
+    median after the first two) and one SpMM + argmax of ``batch`` documents, on our centroids."""
+    if lib == "cupy":
         import cupy as cp
         import cupyx.scipy.sparse as csp
-        A = csp.csr_matrix(A_host)
-        Qd = cp.asarray(Q_dense)
-        ev = cp.cuda.Event
-        sync = cp.cuda.Stream.null.synchronize
-        argmax = cp.argmax
-        to_host = cp.asnumpy
-        matmul = lambda M, x: M @ x  # noqa: E731
+        A, Qd = csp.csr_matrix(A_host), cp.asarray(Q_dense)
+        column, argmax, to_host = (lambda i: Qd[:, i].copy()), cp.argmax, cp.asnumpy  # noqa: E731
+        block = Qd[:, :batch].copy()
     else:
         import torch
         Ac = A_host.tocsr()
@@ -202,37 +156,31 @@ def _time_peer_spmv(kind, A_host, Q_dense, ours_rows, repeats_batch=32):
                                     torch.from_numpy(Ac.indices.astype(np.int64)),
                                     torch.from_numpy(Ac.data.astype(np.float32)), size=Ac.shape, device="cuda")
         Qd = torch.from_numpy(Q_dense).cuda()
-        ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
-        sync = torch.cuda.synchronize
+        column, to_host = (lambda i: Qd[:, i:i + 1].contiguous()), (lambda x: x.cpu().numpy())  # noqa: E731
         argmax = lambda x, axis=None: torch.argmax(x) if axis is None else torch.argmax(x, dim=axis)  # noqa: E731
-        to_host = lambda x: x.cpu().numpy()  # noqa: E731
-        matmul = lambda M, x: M @ x  # noqa: E731
-    column = (lambda i: Qd[:, i].copy()) if kind == "cupy" else (lambda i: Qd[:, i:i + 1].contiguous())  # noqa: E731
-    argmax(matmul(A, column(0)))  # warm-up: library handles, plans
+        block = Qd[:, :batch].contiguous()
+    argmax(A @ column(0))  # warm-up: library handles, plans
     rows, times = [], []
     for i in range(Q_dense.shape[1]):
-        x = column(i)
-        e0, e1 = ev(), ev()
-        e0.record()
-        best = argmax(matmul(A, x))
-        e1.record()
-        e1.synchronize()
-        times.append((cp.cuda.get_elapsed_time(e0, e1) if kind == "cupy" else e0.elapsed_time(e1)) / 1e3)
-        rows.append(int(to_host(best)))
-    sync()
-    rows = np.array(rows)
-    batch = Qd[:, :repeats_batch].copy() if kind == "cupy" else Qd[:, :repeats_batch].contiguous()
-    argmax(matmul(A, batch), axis=0)  # warm-up
-    sync()
-    e0, e1 = ev(), ev()
-    e0.record()
-    argmax(matmul(A, batch), axis=0)
-    e1.record()
-    e1.synchronize()
-    t_batch = (cp.cuda.get_elapsed_time(e0, e1) if kind == "cupy" else e0.elapsed_time(e1)) / 1e3
-    return {"per_doc_ms": round(float(np.median(times[2:] or times)) * 1e3, 4),
-            "batch32_per_doc_ms": round(t_batch / repeats_batch * 1e3, 4),
-            "argmax_agreement": round(float(np.mean(rows == ours_rows[:len(rows)])), 4)}
+        x, best = column(i), []
+        times.append(harness.gpu_ms(lambda: best.append(argmax(A @ x)), 1, warmup=0, clock=lib))  # noqa: B023
+        rows.append(int(to_host(best[0])))
+    t_batch = harness.gpu_ms(lambda: argmax(A @ block, axis=0), 1, warmup=1, clock=lib)
+    return {"per_doc_ms": round(float(np.median(times[2:] or times)), 4),
+            "batch32_per_doc_ms": round(t_batch / batch, 4),
+            "argmax_agreement": round(float(np.mean(np.array(rows) == ours_rows[:len(rows)])), 4)}
+
+
+@harness.peer("stream.cupy", needs=("cupy",), gpu=True)
+def peer_cupy(A_host, Q_dense, ours_rows):
+    """cuSPARSE SpMV / SpMM + argmax through CuPy."""
+    return _spmv_peer("cupy", A_host, Q_dense, ours_rows)
+
+
+@harness.peer("stream.torch", needs=("torch",), gpu=True)
+def peer_torch(A_host, Q_dense, ours_rows):
+    """torch.sparse CSR mv / mm + argmax."""
+    return _spmv_peer("torch", A_host, Q_dense, ours_rows)
 
 
 class GcWatch:
@@ -424,12 +372,8 @@ def latency(backend, mode, copy_tbs, repeats=2, n_cpu_override=None, peers=True,
         for i in range(min(20, Q_dense.shape[1])):
             np.argmax(A @ Q_dense[:, i])
         row["scipy_cpu_spmv_per_doc_ms"] = round((time.perf_counter() - t0) / min(20, Q_dense.shape[1]) * 1e3, 3)
-        if backend.is_cuda:
-            for peer in ("cupy", "torch"):
-                try:
-                    row[peer] = _time_peer_spmv(peer, A, Q_dense, ours_rows)
-                except Exception as exc:
-                    row[peer] = {"error": f"{type(exc).__name__}: {exc}"}
+        row.update(harness.run_peers(("cupy", "torch"), A, Q_dense, ours_rows, has_gpu=backend.is_cuda,
+                                     prefix="stream."))
         out["rows"].append(row)
         log(f"[latency] M={M}: {json.dumps(row)}")
         del chk
@@ -570,10 +514,7 @@ def markdown(res):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small sizes, under a minute")
-    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    ap.add_argument("--out", default=os.environ.get("OUT") or "out", help="folder for gpu_stream.json")
+    ap = harness.parser(__doc__, quick="small sizes, under a minute")
     ap.add_argument("--n-docs", type=int, default=None, help="throughput stream length (default 5.5M; quick 100K)")
     ap.add_argument("--time-budget", type=float, default=None,
                     help="seconds for the throughput section before it stops and extrapolates (default 200; quick 20)")
@@ -586,7 +527,7 @@ def main(argv=None):
     ap.add_argument("--no-peers", action="store_true", help="latency section: only our GPU passes")
     ap.add_argument("--tpb-sweep", default="", help="latency section: comma list of rows per block to time too")
     ap.add_argument("--exact-sizes", default=None, help="exactness: n_docs,n_batch1,n_reference")
-    ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # CUDA-simulator smoke test of this script
+    ap.add_argument("--tiny", action="store_true", help=harness.SUPPRESS)  # CUDA-simulator smoke test of this script
     args = ap.parse_args(argv)
     mode = "tiny" if args.tiny else "quick" if args.quick else "full"
     if args.tiny:
@@ -600,27 +541,22 @@ def main(argv=None):
         SIZES[mode]["latency"] = ([int(float(x)) for x in args.latency_sizes.split(",")],) + SIZES[mode]["latency"][1:]
     backend = resolve(args.device)
     log(f"backend: {backend.describe()}")
-    results = {"args": vars(args), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    rep = harness.Report(args.out, {"args": vars(args), "date": time.strftime("%Y-%m-%d %H:%M:%S")})
     wanted = args.sections.split(",")
     if "env" in wanted:
-        section(results, "env", env, backend, mode)
-    copy_tbs = results.get("env", {}).get("copy_tbs")
+        rep.section("env", env, backend, mode, timed=True)
+    copy_tbs = rep.results.get("env", {}).get("copy_tbs")
     if "exactness" in wanted:
-        section(results, "exactness", exactness, backend, mode)
+        rep.section("exactness", exactness, backend, mode, timed=True)
     if "latency" in wanted:
-        section(results, "latency", latency, backend, mode, copy_tbs, args.latency_repeats, args.cpu_queries,
-                not args.no_peers, [int(x) for x in args.tpb_sweep.split(",") if x])
+        rep.section("latency", latency, backend, mode, copy_tbs, args.latency_repeats, args.cpu_queries,
+                    not args.no_peers, [int(x) for x in args.tpb_sweep.split(",") if x], timed=True)
     if "throughput" in wanted:
         n_docs = args.n_docs or {"tiny": 100, "quick": 100_000, "full": 5_500_000}[mode]
         budget = args.time_budget or {"tiny": 5.0, "quick": 20.0, "full": 200.0}[mode]
-        section(results, "throughput", throughput, backend, n_docs, budget, args.batch_size)
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "gpu_stream.json")
-    with open(path, "w") as fh:
-        json.dump(results, fh, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o))
-    log(f"wrote {path}")
-    print(markdown(results))
-    return results
+        rep.section("throughput", throughput, backend, n_docs, budget, args.batch_size, timed=True)
+    rep.write("gpu_stream.json", markdown(rep.results))
+    return rep.results
 
 
 if __name__ == "__main__":

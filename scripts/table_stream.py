@@ -21,40 +21,20 @@ sequential reference), so the tables differ between devices only in time.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
 
-import numpy as np
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (puts the checkout first on sys.path)
+import numpy as np  # noqa: E402
+from gpu_stream import state_from_docs  # noqa: E402
 
 from gputext.backend import resolve  # noqa: E402
 from gputext.cluster.stream import StreamClusterer  # noqa: E402
 from gputext.cluster.stream_synth import pubmed_corpus  # noqa: E402
 
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
-def state_from_docs(X, K, T):
-    from gputext.cluster import stream_host as H
-    indptr, terms, weights, mag = H.prepare_docs(X.indptr.astype(np.int64), X.indices.astype(np.int32),
-                                                 X.data.astype(np.float64), K)
-    n = len(mag)
-    lengths = np.diff(indptr)
-    ell_t = np.full((n, K), -1, np.int32)
-    ell_w = np.zeros((n, K), np.float32)
-    slot = np.arange(len(terms)) - np.repeat(indptr[:-1], lengths)
-    rows = np.repeat(np.arange(n), lengths)
-    ell_t[rows, slot] = terms
-    ell_w[rows, slot] = weights
-    return {"ell_terms": np.ascontiguousarray(ell_t.T), "ell_weights": np.ascontiguousarray(ell_w.T),
-            "magnitude": mag, "size": np.ones(n, np.int64), "threshold": T, "max_terms": K, "n_docs_seen": n}
+log, md_table = harness.log, harness.md_table
 
 
 def latency_rows(backend, sizes, n_query, n_cpu):
@@ -102,12 +82,6 @@ def sweep(backend, X, K_values, T_values, labels=None):
     return rows
 
 
-def md_table(header, rows):
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(out)
-
-
 def plot(path, title, xlabel, ylabel, series, logx=False, logy=False, notes=None):
     import matplotlib
     matplotlib.use("Agg")
@@ -132,9 +106,19 @@ def plot(path, title, xlabel, ylabel, series, logx=False, logy=False, notes=None
     plt.close(fig)
 
 
+def sensitivity(rows, x, heading, title, device, png):
+    """Figure 4a / 4b: the markdown section of a sweep over ``x`` ("T" or "K") and its plot
+    (seconds against x, each point labelled with its number of clusters)."""
+    plot(png, title, x, "seconds", [(device, [r[x] for r in rows], [r["seconds"] for r in rows])],
+         notes=[(r[x], r["seconds"], f"{r['clusters']:,}") for r in rows])
+    return [f"## {heading}", "", md_table([x, "clusters", "seconds", "docs/s"], [
+        [r[x], f"{r['clusters']:,}", f"{r['seconds']:.2f}", f"{r['docs_per_s']:,.0f}"] for r in rows]), "",
+        f"![{heading.split(':')[0]}]({os.path.basename(png)})", ""]
+
+
 def real_corpus(name):
     from gputext.io.ingest import build_corpus
-    base = os.environ.get("GPUTEXT_DATASETS") or os.path.join(os.path.dirname(ROOT), "shared", "datasets")
+    base = os.environ.get("GPUTEXT_DATASETS") or os.path.join(os.path.dirname(harness.ROOT), "shared", "datasets")
     files = {"20NG": "20newsgroups/20newsgroups-train.tab", "R8": "reuters-r8/reuters-r8-train.tab"}
     path = os.path.join(base, files[name])
     if not os.path.exists(path):
@@ -144,10 +128,7 @@ def real_corpus(name):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    ap.add_argument("--out", default="out/stream")
+    ap = harness.parser(__doc__, quick="small sizes", out="out/stream")
     args = ap.parse_args(argv)
     backend = resolve(args.device)
     os.makedirs(args.out, exist_ok=True)
@@ -174,29 +155,18 @@ def main(argv=None):
     n4 = 5000 if q else (200_000 if backend.is_cuda else 20_000)
     X, _ = pubmed_corpus(n4, reference_docs=min(n4, 50_000))
     T_values = [0.1, 0.3, 0.5, 0.6, 0.7, 0.9] if q else [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
-    fig4a = sweep(backend, X, [60], T_values)
-    res["fig4a"] = fig4a
-    md += [f"## Figure 4a: sensitivity to T (K = 60, {n4:,} PubMed-shaped documents)", "",
-           md_table(["T", "clusters", "seconds", "docs/s"],
-                    [[r["T"], f"{r['clusters']:,}", f"{r['seconds']:.2f}", f"{r['docs_per_s']:,.0f}"] for r in fig4a]),
-           "", "![Figure 4a](fig4a_threshold.png)", ""]
-    plot(os.path.join(args.out, "fig4a_threshold.png"), f"Sensitivity to T (K=60, {n4:,} docs)", "T", "seconds",
-         [(backend.name, [r["T"] for r in fig4a], [r["seconds"] for r in fig4a])],
-         notes=[(r["T"], r["seconds"], f"{r['clusters']:,}") for r in fig4a])
+    res["fig4a"] = sweep(backend, X, [60], T_values)
+    md += sensitivity(res["fig4a"], "T", f"Figure 4a: sensitivity to T (K = 60, {n4:,} PubMed-shaped documents)",
+                      f"Sensitivity to T (K=60, {n4:,} docs)", backend.name, os.path.join(args.out, "fig4a_threshold.png"))
 
     # Figure 4b: K sweep on a NYT-shaped stream (median 230 terms), T = 0.6
     n4b = 2000 if q else (100_000 if backend.is_cuda else 20_000)
     Xn, _ = pubmed_corpus(n4b, seed=5, terms_per_doc=230, n_terms=102_660, reference_docs=min(n4b, 20_000))
     K_values = [20, 60, 200] if q else [20, 35, 60, 100, 150, 200]
-    fig4b = sweep(backend, Xn, K_values, [0.6])
-    res["fig4b"] = fig4b
-    md += [f"## Figure 4b: sensitivity to K (T = 0.6, {n4b:,} NYT-shaped documents, median 230 terms)", "",
-           md_table(["K", "clusters", "seconds", "docs/s"],
-                    [[r["K"], f"{r['clusters']:,}", f"{r['seconds']:.2f}", f"{r['docs_per_s']:,.0f}"] for r in fig4b]),
-           "", "![Figure 4b](fig4b_k.png)", ""]
-    plot(os.path.join(args.out, "fig4b_k.png"), f"Sensitivity to K (T=0.6, {n4b:,} docs)", "K", "seconds",
-         [(backend.name, [r["K"] for r in fig4b], [r["seconds"] for r in fig4b])],
-         notes=[(r["K"], r["seconds"], f"{r['clusters']:,}") for r in fig4b])
+    res["fig4b"] = sweep(backend, Xn, K_values, [0.6])
+    md += sensitivity(res["fig4b"], "K", f"Figure 4b: sensitivity to K (T = 0.6, {n4b:,} NYT-shaped documents, median "
+                      "230 terms)", f"Sensitivity to K (T=0.6, {n4b:,} docs)", backend.name,
+                      os.path.join(args.out, "fig4b_k.png"))
 
     # Real corpora
     series = []
@@ -221,12 +191,7 @@ def main(argv=None):
         plot(os.path.join(args.out, "real_quality.png"), "Real corpora: quality vs T (K=35)", "T", "score", series)
         md += ["![Real corpora](real_quality.png)", ""]
 
-    with open(os.path.join(args.out, "table_stream.md"), "w") as fh:
-        fh.write("\n".join(md))
-    with open(os.path.join(args.out, "table_stream.json"), "w") as fh:
-        json.dump(res, fh, indent=1)
-    print("\n".join(md))
-    log(f"wrote {args.out}/table_stream.md, .json and PNGs")
+    harness.Report(args.out, res).write("table_stream.json", "\n".join(md), md_name="table_stream.md")
 
 
 if __name__ == "__main__":
