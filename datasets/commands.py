@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from gputext.cli_common import output_option, quiet_option
+from gputext.cli_common import check_paths, output_option, quiet_option
 from gputext.errors import InputError
 from gputext.progress import info
 
@@ -91,6 +91,7 @@ def synth(preset, kind, output, compression, threads, quiet, idf_from, **options
 
     from .presets import PRESETS
 
+    check_paths([("--idf-from", idf_from)], [("-o", output)])
     target = PRESETS[preset]["kind"] if preset in PRESETS else (kind or "text")
     if idf_from is not None and target == "text" and options.get("n_terms") is None:
         from gputext.io import corpus_shape

@@ -52,3 +52,92 @@ def add_optional_commands(group: click.Group, entries) -> None:
             if isinstance(command, click.Group) and not command.commands:
                 continue
             group.add_command(command)
+
+
+# ----------------------------------------------------------------------------- paths
+
+
+def same_file(a: str, b: str) -> bool:
+    """True when ``a`` and ``b`` name one file: equal resolved paths (symlinks followed, so also a
+    file that does not exist yet behind a link), or, when both exist, os.path.samefile (hard links)."""
+    import os
+
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist
+        return False
+
+
+def _inside(path: str, folder: str) -> bool:
+    import os
+
+    folder = os.path.realpath(folder)
+    return os.path.realpath(path).startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def stdout_usable() -> bool:
+    """False when standard output is closed (``>&-``): nothing can be written there."""
+    import os
+    import sys
+
+    import io
+
+    if sys.stdout is None:  # Python's stdout when file descriptor 1 was closed at start-up
+        return False
+    try:
+        fd = sys.stdout.fileno()
+    except (io.UnsupportedOperation, AttributeError):  # an in-memory stream (tests): usable
+        return True
+    except ValueError:  # the stream object itself was closed
+        return False
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def check_paths(inputs, outputs, in_place=(), makes_folders: bool = False) -> None:
+    """Refuse, before any work, every output that would destroy an input or cannot be written.
+
+    ``inputs`` and ``outputs`` are (option name, path or None) pairs as the user typed them
+    ('-' is stdin/stdout). An output is refused when it is the same file as an input (same_file:
+    resolved paths, symlinks and hard links), lies inside an input folder, is an existing folder,
+    has no existing parent folder, equals another output, or is '-' with standard output closed.
+    ``in_place`` lists (output name, input name) pairs that may be the same file (the documented
+    in-place `cluster star --update X -o X`); ``makes_folders``: the command creates the outputs'
+    folders (corpus split), so they need not exist yet. Raises InputError (exit code 2) naming both options.
+    """
+    import os
+
+    from .errors import InputError
+
+    inputs = [(n, p) for n, p in inputs if p is not None and p != "-"]
+    seen: list[tuple[str, str]] = []
+    for name, path in outputs:
+        if path is None:
+            continue
+        if path == "-":
+            if not stdout_usable():
+                raise InputError(f"{name} -: standard output is closed, nothing can be written there")
+            continue
+        for other_name, other in seen:
+            if same_file(path, other):
+                raise InputError(f"{name} {path} and {other_name} {other} are the same file: give two different names")
+        if os.path.isdir(path):
+            raise InputError(f"{name} {path}: is a folder, expected a file name")
+        parent = os.path.dirname(os.path.abspath(path))
+        if not makes_folders and not os.path.isdir(parent):
+            raise InputError(f"{name} {path}: its folder {os.path.dirname(path) or '.'} does not exist")
+        for in_name, in_path in inputs:
+            if (name, in_name) in in_place:
+                continue
+            if os.path.isdir(in_path) and _inside(path, in_path):
+                raise InputError(f"{name} {path} lies inside the input folder {in_name} {in_path}: "
+                                 "write it somewhere else")
+            if same_file(path, in_path):
+                raise InputError(f"{name} {path} is the same file as {in_name} {in_path}: refusing to overwrite "
+                                 "an input; give another output name")
+        seen.append((name, path))

@@ -5,10 +5,23 @@ import json
 
 import click
 
-from gputext.cli_common import corpus_path
+from gputext.cli_common import check_paths, corpus_path
 from gputext.errors import InputError
 
 TRUTH_KEYS = ("auto", "clusters", "cluster", "labels", "label")
+
+
+PLOT_FORMATS = ("png", "pdf", "svg", "jpg", "jpeg", "eps", "ps")
+
+
+def check_plot_format(path: str) -> None:
+    """--plot's file type, from its extension (matplotlib's writers), checked before any work."""
+    import os
+
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    if ext not in PLOT_FORMATS:
+        raise InputError(f"--plot {path}: expected an image file name ending in "
+                         f"{', '.join('.' + e for e in PLOT_FORMATS)}, got {('.' + ext) if ext else 'no extension'}")
 
 
 def plot_sizes(sizes, path: str, title: str) -> None:
@@ -99,6 +112,9 @@ def eval_(clusters, truth_arg, truth, truth_key, plot, json_path):
     truth = truth or truth_arg
     if not truth:
         raise InputError("missing the truth: gputext cluster eval CLUSTERS.h5 --truth CORPUS.h5")
+    check_paths([("CLUSTERS", clusters), ("TRUTH", truth)], [("--json", json_path), ("--plot", plot)])
+    if plot:
+        check_plot_format(plot)
     pred = metrics.load_clustering(clusters, "auto", prefer=("clusters", "cluster"))
     gold = metrics.load_clustering(truth, truth_key)
     pred, gold = metrics.align(pred, gold, "clusters", "truth")

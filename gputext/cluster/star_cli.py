@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from gputext.cli_common import corpus_path, device_option, output_option, pick_backend, quiet_option
+from gputext.cli_common import check_paths, corpus_path, device_option, output_option, pick_backend, quiet_option
 from gputext.errors import InputError
 from gputext.progress import info
 
@@ -58,6 +58,9 @@ def star(corpus, beta, update_path, add_path, output, batch_size, shards, no_com
         if value is not None and value < 1:
             raise InputError(f"{name} must be a positive integer, got {value}")
     compression = None if no_compression else "gzip"
+    # the documented in-place update (--update X -o X) is the one output that may be an input
+    check_paths([("CORPUS", corpus), ("--update", update_path), ("--add", add_path)], [("-o", output)],
+                in_place=[("-o", "--update")])
     if update_path or add_path:
         if not (update_path and add_path):
             raise InputError("--update CLUSTERS.h5 and --add NEW.h5 go together")

@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from gputext.cli_common import corpus_path, device_option, pick_backend, quiet_option
+from gputext.cli_common import check_paths, corpus_path, device_option, pick_backend, quiet_option
 from gputext.errors import InputError
 
 
@@ -65,6 +65,8 @@ def stream(input_path, output, threshold, max_terms, batch_size, candidates, idf
             raise InputError(f"{name} must be >= {low}, got {value}")
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise InputError(f"--threshold must be in [0, 1], got {threshold}")
+    # --state is read and rewritten (a checkpoint): it may be neither the input nor -o
+    check_paths([("INPUT", input_path), ("--idf-from", idf_from)], [("-o", output), ("--state", state)])
     from gputext.cluster.stream_io import cluster_corpus, cluster_jsonl
     if candidates == "index" and device == "auto":
         device = "cpu"  # the inverted index is the CPU's algorithm

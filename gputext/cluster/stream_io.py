@@ -45,7 +45,8 @@ import scipy.sparse as sp
 from .. import __version__
 from ..backend import Backend
 from ..errors import FormatError, InputError
-from ..io import Categorical, Corpus, atomic_output, corpus_shape, read_rows, write_corpus
+from ..io import Corpus, atomic_output, write_corpus
+from ..io.rows import CorpusRows
 from ..io.tokenize import load_stopwords, tokenize
 from ..io.weighting import Reference, apply_weighting, document_frequency
 from ..progress import info, progress
@@ -253,26 +254,6 @@ def _stats_dict(sc: StreamClusterer, n_docs: int, seconds: float, latencies: np.
 
 # ----------------------------------------------------------------------------- corpus input
 
-def _read_obs(path: str, n_docs: int):
-    """(doc ids, terms, label Categorical or None) of a corpus file, without reading /X."""
-    from ..io.corpus import _open, _read_dataframe  # the corpus reader's own validated helpers
-    with _open(path) as f:
-        n_terms = int(f["X"].attrs["shape"][1])
-        doc_ids, obs = _read_dataframe(f, "obs", n_docs)
-        terms, _ = _read_dataframe(f, "var", n_terms)
-    label = obs.get("label")
-    return doc_ids, terms, label if isinstance(label, Categorical) else None
-
-
-def _check_chunk(path: str, X: sp.csr_matrix, start: int) -> sp.csr_matrix:
-    """Rows as read (read_rows does not validate): indices in range, then sorted and unique."""
-    if X.nnz and (X.indices.min() < 0 or X.indices.max() >= X.shape[1]):
-        raise FormatError(f"{path}: /X/indices has a column index outside [0, {X.shape[1]}) in rows from {start}")
-    X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=X.shape)  # fresh flags: scipy checks the order
-    X.sum_duplicates()
-    return X
-
-
 def cluster_corpus(path: str, output: str, threshold: float | None = None, max_terms: int | None = None,
                    device: str = "auto",
                    batch_size: int | None = None, candidates: str = "auto", state: str | None = None,
@@ -287,10 +268,19 @@ def cluster_corpus(path: str, output: str, threshold: float | None = None, max_t
     ``ell_weights`` float32 (K, n_clusters), ``magnitude`` float64, ``size`` int64), the latency
     percentiles and throughput. Returns the stats dict (also stored there).
     """
-    n_docs, n_terms, _ = corpus_shape(path)
-    if n_docs == 0:
-        raise InputError(f"{path}: the corpus has zero documents")
-    doc_ids, terms, label = _read_obs(path, n_docs)
+    with CorpusRows(path) as rows:  # the readers' checks: layout, indptr, annotations, then each chunk
+        n_docs, n_terms = rows.n_docs, rows.n_terms
+        if n_docs == 0:
+            raise InputError(f"{path}: the corpus has zero documents")
+        doc_ids, terms, label = rows.annotations()
+        return _cluster_rows(rows, path, output, doc_ids, terms, label, threshold, max_terms, device, batch_size,
+                             candidates, state, quiet, backend, chunk_docs, clusterer_options)
+
+
+def _cluster_rows(rows: CorpusRows, path, output, doc_ids, terms, label, threshold, max_terms, device, batch_size,
+                  candidates, state, quiet, backend, chunk_docs, clusterer_options) -> dict:
+    """cluster_corpus's work on the opened, checked file."""
+    n_docs, n_terms = rows.n_docs, rows.n_terms
     saved = load_state(state) if state and os.path.exists(state) else None
     threshold, max_terms = resolve_params(saved, threshold, max_terms, state)
     sc = StreamClusterer(threshold, max_terms, device=device, batch_size=batch_size, candidates=candidates,
@@ -305,7 +295,7 @@ def cluster_corpus(path: str, output: str, threshold: float | None = None, max_t
     with progress(n_docs, "clustering", quiet) as bar:
         for start in range(0, n_docs, chunk_docs):
             stop = min(n_docs, start + chunk_docs)
-            X = _check_chunk(path, read_rows(path, start, stop), start)
+            X = rows.read(start, stop)
             r = sc.partial_fit(X)
             cluster[start:stop], sims[start:stop], new[start:stop] = r.cluster, r.similarity, r.new_cluster
             latency[start:stop] = r.latency_s

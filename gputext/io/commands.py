@@ -1,11 +1,11 @@
-"""`gputext corpus build | info | split`: thin click commands over gputext.io.ingest / info / split."""
+"""`gputext corpus build | info | split | validate`: thin click commands over gputext.io.ingest / info / split / validate."""
 from __future__ import annotations
 
 import json
 
 import click
 
-from ..cli_common import corpus_path, output_option, quiet_option
+from ..cli_common import check_paths, corpus_path, output_option, quiet_option
 from ..errors import InputError
 from ..progress import info as status
 from .readers import FORMATS
@@ -50,6 +50,9 @@ def build(inputs, output, fmt, stopwords, weighting, min_df, max_df, vocab_from,
     """
     from ..io.corpus import write_corpus
     from .ingest import build_corpus
+
+    check_paths([("INPUT", p) for p in inputs] + [("--vocab-from", vocab_from), ("--query-groups", query_groups)],
+                [("-o", output)])
 
     corpus = build_corpus(list(inputs), format=fmt, stopwords=stopwords, weighting=weighting, min_df=min_df,
                           max_df=max_df, vocab_from=vocab_from, query_groups=query_groups, quiet=quiet)
@@ -103,11 +106,44 @@ def split(corpus, out_dir, test_size, folds, seed, quiet):
       gputext corpus split corpus.h5 --test-size 0.2 --seed 1 -o split
       gputext corpus split corpus.h5 --folds 5 -o folds
     """
-    from .split import write_split
+    from .split import split_targets, write_split
 
+    check_paths([("CORPUS", corpus)], [("-o", target) for target in split_targets(out_dir, folds)],
+                makes_folders=True)
     if folds is not None and test_size is not None:
         raise InputError("--folds and --test-size exclude each other: folds set their own test parts")
     written = write_split(corpus, out_dir, test_size=0.2 if test_size is None else test_size, folds=folds,
                           seed=seed, quiet=quiet)
     status(f"wrote {len(written)} files to {out_dir}: " + ", ".join(written[:4]) + (" ..." if len(written) > 4 else ""),
            quiet)
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@quiet_option
+def validate(files, quiet):
+    """Check corpus files thoroughly and list every problem (exit 0: all valid, 2: not).
+
+    Reads each FILE (HDF5), /X in row chunks: format and version, the CSR layout (encoding,
+    shape, dtypes, indptr, column indices in range and sorted within rows, finite data), /obs and
+    /var lengths, unique document ids and terms, categorical codes, /obsm rows. Prints
+    'FILE: ok (...)' or each problem on its own line (stdout), then a one-line verdict on stderr
+    when a file is not valid. `corpus info` describes a file; validate judges it. Runs on the CPU.
+
+    \b
+    Example:
+      gputext corpus validate train.h5 test.h5
+    """
+    from .validate import corpus_problems, corpus_summary
+
+    bad = 0
+    for path in files:
+        problems = corpus_problems(path)
+        if problems:
+            bad += 1
+            for line in problems:
+                click.echo(" ".join(line.split()))
+        elif not quiet:
+            click.echo(f"{path}: ok ({corpus_summary(path)})")
+    if bad:
+        raise InputError(f"{bad} of {len(files)} file(s) are not valid corpus files (problems listed above)")

@@ -473,7 +473,27 @@ def _open(path: str) -> h5py.File:
     except OSError as exc:
         raise FormatError(f"{label}: not a readable HDF5 file (truncated, or another format): {str(exc).splitlines()[0]}") from None
     f.gputext_label = label  # type: ignore[attr-defined]
+    problem = version_problem(f.attrs.get("gputext-format-version"), label)
+    if problem:
+        f.close()
+        raise FormatError(problem)
     return f
+
+
+def version_problem(value, label: str) -> str | None:
+    """Why a file's gputext-format-version attribute cannot be read by this gputext (None: it can,
+    or the attribute is absent, as in anndata files of other writers)."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    text = str(value.item() if isinstance(value, np.ndarray) and value.ndim == 0 else value)
+    if not text.isdigit():
+        return f"{label}: gputext-format-version {text[:20]!r} is not a version number (expected {FORMAT_VERSION!r})"
+    if int(text) > int(FORMAT_VERSION):
+        return (f"{label}: gputext-format-version {text!r} is newer than this gputext {__version__} reads "
+                f"({FORMAT_VERSION!r}): upgrade gputext to read it")
+    return None
 
 
 def _where(f, key: str) -> str:
@@ -546,21 +566,37 @@ def _read_csr(f, key: str, n_rows: int | None = None, n_cols: int | None = None,
 
 
 def _validate_csr(f, key, shape, data, indices, indptr) -> None:
-    n_rows, n_cols = shape
+    problem = next(csr_problems(_where(f, key), shape, data, indices, indptr), None)
+    if problem is not None:
+        raise FormatError(problem)
+
+
+def indptr_problems(where: str, n_rows: int, indptr: np.ndarray, nnz_stored: tuple[int, int] | None = None):
+    """Problems (one line each) of a CSR row-pointer array for ``n_rows`` rows; ``nnz_stored`` =
+    (len(data), len(indices)) checks indptr[-1] against them.  ``where`` names the group."""
     if indptr.ndim != 1 or len(indptr) != n_rows + 1:
-        raise FormatError(f"{_where(f, key + '/indptr')} has length {len(indptr)}, expected n_rows + 1 = {n_rows + 1}")
-    if indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu":
-        raise FormatError(f"{_where(f, key)}: indptr and indices must be integers, got {indptr.dtype} and {indices.dtype}")
-    if data.dtype.kind not in "fiub":
-        raise FormatError(f"{_where(f, key + '/data')} has dtype {data.dtype}, expected float32")
+        yield f"{where}/indptr has length {len(indptr) if indptr.ndim else 0}, expected n_rows + 1 = {n_rows + 1}"
+        return
+    if indptr.dtype.kind not in "iu":
+        yield f"{where}/indptr has dtype {indptr.dtype}, expected int64"
+        return
     if indptr[0] != 0 or np.any(np.diff(indptr) < 0):
-        raise FormatError(f"{_where(f, key + '/indptr')} is not non-decreasing from 0")
+        yield f"{where}/indptr is not non-decreasing from 0"
+        return
     nnz = int(indptr[-1])
-    if len(indices) != nnz or len(data) != nnz:
-        raise FormatError(f"{_where(f, key)}: indptr[-1] = {nnz} but data has {len(data)} and indices {len(indices)} entries")
-    if nnz:
-        if indices.min() < 0 or indices.max() >= n_cols:
-            raise FormatError(f"{_where(f, key + '/indices')} has a column index outside [0, {n_cols})")
+    if nnz_stored is not None and (nnz_stored[0] != nnz or nnz_stored[1] != nnz):
+        yield f"{where}: indptr[-1] = {nnz} but data has {nnz_stored[0]} and indices {nnz_stored[1]} entries"
+
+
+def entry_problems(where: str, n_cols: int, data: np.ndarray, indices: np.ndarray, indptr: np.ndarray):
+    """Problems of the entries of consecutive CSR rows (``indptr`` relative to ``data[0]``):
+    column indices in [0, n_cols), sorted and unique within every row, finite data."""
+    nnz = len(indices)
+    if not nnz:
+        return
+    if indices.min() < 0 or indices.max() >= n_cols:
+        yield f"{where}/indices has a column index outside [0, {n_cols})"
+    else:
         # entry p + 1 must exceed entry p unless p + 1 starts a row: compare neighbours in the
         # stored dtype (no int64 copy), then clear the row starts (an empty row's start is the
         # next row's), about 3x faster than differencing in int64 with a row-start mask
@@ -568,9 +604,23 @@ def _validate_csr(f, key, shape, data, indices, indptr) -> None:
         starts = indptr[1:-1]
         bad[starts[(starts > 0) & (starts < nnz)] - 1] = False
         if bad.any():
-            raise FormatError(f"{_where(f, key + '/indices')} is not sorted and unique within every row")
-        if data.dtype.kind == "f" and not np.all(np.isfinite(data)):
-            raise FormatError(f"{_where(f, key + '/data')} contains NaN or infinite values")
+            yield f"{where}/indices is not sorted and unique within every row"
+    if data.dtype.kind == "f" and not np.all(np.isfinite(data)):
+        yield f"{where}/data contains NaN or infinite values"
+
+
+def csr_problems(where: str, shape, data, indices, indptr):
+    """Every problem (one line each) of a CSR matrix's arrays as stored: lengths, dtypes, indptr,
+    then the entries (entry_problems).  The readers raise the first; `corpus validate` lists all."""
+    n_rows, n_cols = shape
+    if indices.dtype.kind not in "iu":
+        yield f"{where}/indices has dtype {indices.dtype}, expected int32"
+    if data.dtype.kind not in "fiub":
+        yield f"{where}/data has dtype {data.dtype}, expected float32"
+    ptr = list(indptr_problems(where, n_rows, indptr, (len(data), len(indices))))
+    yield from ptr
+    if not ptr and indices.dtype.kind in "iu" and data.dtype.kind in "fiub":
+        yield from entry_problems(where, n_cols, data, indices, indptr)
 
 
 def _read_element(f, key: str):

@@ -149,6 +149,12 @@ def fold_corpora(corpus: Corpus, n_folds: int, seed: int = 0, source: str = ""):
     return out
 
 
+def split_targets(out_dir: str, folds: int | None = None) -> list[str]:
+    """The files write_split writes: out_dir/train.h5 and test.h5, or out_dir/foldF/{train,test}.h5."""
+    folders = [out_dir] if not folds or folds < 1 else [os.path.join(out_dir, f"fold{f + 1}") for f in range(folds)]
+    return [os.path.join(folder, name) for folder in folders for name in ("train.h5", "test.h5")]
+
+
 def write_split(path: str, out_dir: str, test_size=0.2, folds: int | None = None, seed: int = 0,
                 quiet: bool = True) -> list[str]:
     """Split the corpus at ``path`` into ``out_dir``; returns the files written.

@@ -7,7 +7,7 @@ import click
 import numpy as np
 import scipy.sparse as sp
 
-from ..cli_common import corpus_path, device_option, pick_backend, quiet_option
+from ..cli_common import check_paths, corpus_path, device_option, pick_backend, quiet_option
 from ..errors import InputError
 from ..progress import info
 
@@ -137,6 +137,7 @@ def classify(train_path, test_path, k, model, features, multilabel, top_r, thres
     if folds and output:
         raise click.UsageError("--folds reports figures only; drop -o")
     grid = _parse_grid(C_grid)
+    check_paths([("--train", train_path), ("--test", test_path)], [("-o", output)])
     backend = pick_backend(device, quiet)
     train = read_corpus(train_path)
     test = read_corpus(test_path)
@@ -213,6 +214,7 @@ def metafeatures(train_path, test_path, k, output, train_output, method, device,
     from .classify import single_labels
     from .metafeatures import compute_metafeatures
 
+    check_paths([("--train", train_path), ("--test", test_path)], [("-o", output), ("--train-output", train_output)])
     backend = pick_backend(device, quiet)
     train = read_corpus(train_path)
     test = read_corpus(test_path)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from ..cli_common import corpus_path, device_option, output_option, pick_backend, quiet_option
+from ..cli_common import check_paths, corpus_path, device_option, output_option, pick_backend, quiet_option
 from ..engine import METRICS
 from ..io.corpus import write_corpus
 from ..progress import info
@@ -29,6 +29,7 @@ def index(corpus, output, quiet):
     from ..engine import Index
     from ..io.corpus import read_corpus
 
+    check_paths([("CORPUS", corpus)], [("-o", output)])
     idx = Index.from_corpus(read_corpus(corpus))
     idx.save(output)
     info(f"indexed {idx.n_docs} documents, {idx.n_terms} terms, {idx.nnz} postings "
@@ -67,6 +68,7 @@ def search(index_path, queries_path, k, metric, method, exclude_self, batch_size
 
     if queries_path is None and not exclude_self:
         raise click.UsageError("give --queries, or --exclude-self to search the indexed corpus against itself")
+    check_paths([("--index", index_path), ("--queries", queries_path)], [("-o", output)])
     backend = pick_backend(device, quiet)
     result = search_files(index_path, queries_path, k, metric, method, backend.name, exclude_self, batch_size, quiet)
     write_corpus(result, output)

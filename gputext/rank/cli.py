@@ -6,7 +6,7 @@ import math
 
 import click
 
-from ..cli_common import corpus_path, device_option, output_option, pick_backend, quiet_option
+from ..cli_common import check_paths, corpus_path, device_option, output_option, pick_backend, quiet_option
 from ..errors import InputError
 from ..progress import info
 
@@ -76,6 +76,7 @@ def train(train_file, C, eps, max_iter, valid_file, C_grid, select_by, output, d
         raise InputError("--C-grid needs --valid VALID.h5: C is chosen on the validation corpus")
     if C_grid is not None and C is not None:
         raise InputError("-C and --C-grid exclude each other: the grid chooses C")
+    check_paths([("TRAIN.h5", train_file), ("--valid", valid_file)], [("-o", output)])
     backend = pick_backend(device, quiet)
     corpus = read_corpus(train_file)
     valid = read_corpus(valid_file) if valid_file else None
@@ -127,6 +128,7 @@ def predict(model_file, test_file, output, device, quiet):
     from .api import predict_scores
     from .model import RankModel
 
+    check_paths([("MODEL.h5", model_file), ("TEST.h5", test_file)], [("-o", output)])
     model = RankModel.load(model_file)
     backend = pick_backend(device, quiet)
     corpus = read_corpus(test_file)

@@ -1,0 +1,160 @@
+"""`gputext corpus validate`: every problem of a corpus file, not just the first.
+
+``corpus_problems(path)`` returns a list of one-line problems (empty: the file is valid). It
+checks what the readers check and more, reading /X in row chunks (CorpusRows) so that files
+larger than memory are checked in bounded memory:
+
+    file        opens as HDF5; gputext-format "corpus" (or an anndata file); format version <= 1
+    /X          CSR group (encoding-type csr_matrix), 2-d shape attribute, data float / indices
+                and indptr integer 1-d datasets; indptr of n_docs + 1 entries, from 0,
+                non-decreasing, ending at len(data) = len(indices); column indices in
+                [0, n_terms), sorted and unique within every row; data finite
+    /obs /var   dataframe groups whose index holds n_docs (n_terms) entries; every column the
+                same length; categorical codes within their categories; document ids unique;
+                terms unique; the terms digest (attribute gputext-sha256) equal to the terms
+    /obsm       every entry with n_docs rows (CSR entries checked like /X)
+    /uns        readable
+
+A problem that makes the rest unreadable (no /X, not CSR) stops the checks of that part only.
+"""
+from __future__ import annotations
+
+import h5py
+import numpy as np
+
+from ..errors import FormatError, InputError
+from .corpus import (TERMS_DIGEST_ATTR, Categorical, _open, _read_element, _read_str_array, _where, csr_problems,
+                     terms_digest)
+from .rows import CorpusRows, csr_header_problems
+
+CHUNK_NNZ = 1 << 24  # entries checked at a time (about 130 MB of data + indices)
+
+
+def _x_problems(path: str, problems: list) -> tuple[int, int, int] | None:
+    """Check /X chunk by chunk; returns (n_docs, n_terms, nnz) when the header is readable."""
+    try:
+        rows = CorpusRows(path)
+    except FormatError as exc:
+        problems.append(str(exc))
+        return None
+    with rows:
+        start = 0
+        while start < rows.n_docs:
+            stop = int(np.searchsorted(rows.indptr, rows.indptr[start] + CHUNK_NNZ, side="right")) - 1
+            stop = min(rows.n_docs, max(stop, start + 1))
+            found = rows.problems(start, stop)
+            if found:
+                problems.extend(found)
+                break
+            start = stop
+        return rows.n_docs, rows.n_terms, rows.nnz
+
+
+def _unique_problem(f, key: str, values: np.ndarray, what: str) -> str | None:
+    uniq, first, counts = np.unique(values.astype(str), return_index=True, return_counts=True)
+    if len(uniq) == len(values):
+        return None
+    dup = int(np.argmax(counts > 1))
+    rows = np.nonzero(values.astype(str) == uniq[dup])[0][:2]
+    return (f"{_where(f, key)} has {len(values) - len(uniq)} duplicate {what} (e.g. {str(uniq[dup])!r} at rows "
+            f"{rows[0]} and {rows[1]})")
+
+
+def _frame_problems(f, key: str, n_rows: int, what: str, problems: list) -> None:
+    if not isinstance(f.get(key), h5py.Group):
+        problems.append(f"{_where(f, key)} is missing or not a group (a dataframe)")
+        return
+    g = f[key]
+    index_key = g.attrs.get("_index", "_index")
+    index_key = index_key.decode() if isinstance(index_key, bytes) else str(index_key)
+    ds = g.get(index_key)
+    if not isinstance(ds, h5py.Dataset):
+        problems.append(f"{_where(f, key + '/' + index_key)} is missing (the {what})")
+    elif (ds.shape[0] if ds.ndim else 0) != n_rows:
+        problems.append(f"{_where(f, key + '/' + index_key)} has {ds.shape[0] if ds.ndim else 0} entries, "
+                        f"expected {n_rows}")
+    else:
+        values = _read_str_array(ds)
+        problem = _unique_problem(f, f"{key}/{index_key}", values, what)
+        if problem:
+            problems.append(problem)
+        stored = ds.attrs.get(TERMS_DIGEST_ATTR)
+        stored = stored.decode() if isinstance(stored, bytes) else stored
+        if stored is not None and str(stored) != terms_digest(values):
+            problems.append(f"{_where(f, key + '/' + index_key)}: attribute {TERMS_DIGEST_ATTR} does not match "
+                            "the stored strings (edited after writing?)")
+    for name in g.keys():
+        if name == index_key:
+            continue
+        try:
+            value = _read_element(f, f"{key}/{name}")
+        except (KeyError, OSError, ValueError, TypeError) as exc:
+            problems.append(f"{_where(f, key + '/' + name)} cannot be read ({str(exc).splitlines()[0] if str(exc) else exc!r})")
+            continue
+        n = len(value) if hasattr(value, "__len__") else -1
+        if n != n_rows:
+            problems.append(f"{_where(f, key + '/' + name)} has {n} entries, expected {n_rows}")
+        elif isinstance(value, Categorical) and n and (value.codes.min() < -1 or value.codes.max() >= len(value.categories)):
+            problems.append(f"{_where(f, key + '/' + name + '/codes')} has codes outside the categories")
+        elif isinstance(value, np.ndarray) and value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+            problems.append(f"{_where(f, key + '/' + name)} contains NaN or infinite values")
+
+
+def _obsm_problems(f, n_docs: int, problems: list) -> None:
+    if "obsm" not in f:
+        return
+    for key in f["obsm"].keys():
+        full = f"obsm/{key}"
+        obj = f[full]
+        if isinstance(obj, h5py.Group):
+            header = next(csr_header_problems(f, full), None)
+            if header:
+                problems.append(header)
+                continue
+            shape = tuple(int(s) for s in np.ravel(obj.attrs["shape"]))
+            problems.extend(csr_problems(_where(f, full), shape, obj["data"][()], obj["indices"][()],
+                                         obj["indptr"][()]))
+            rows = shape[0]
+        else:
+            rows = obj.shape[0] if obj.ndim else -1
+        if rows != n_docs:
+            problems.append(f"{_where(f, full)} has {rows} rows, expected n_docs = {n_docs}")
+
+
+def corpus_problems(path: str) -> list[str]:
+    """Every problem of the corpus file at ``path`` (module docstring); [] when it is valid."""
+    try:
+        f = _open(path)
+    except (FormatError, InputError) as exc:
+        return [str(exc)]
+    problems: list[str] = []
+    with f:
+        fmt = f.attrs.get("gputext-format")
+        fmt = fmt.decode() if isinstance(fmt, bytes) else fmt
+        if fmt is None and f.attrs.get("encoding-type") is None:
+            return [f"{_where(f, '')} has neither gputext-format nor anndata encoding-type attributes: "
+                    "not a gputext corpus"]
+        if fmt is not None and fmt != "corpus":
+            return [f"{_where(f, '')} has gputext-format {fmt!r}, expected 'corpus'"]
+        label = f.gputext_label  # type: ignore[attr-defined]
+    shape = _x_problems(path, problems)
+    if shape is None:
+        return problems
+    n_docs, n_terms, _ = shape
+    with _open(path) as f:
+        f.gputext_label = label  # type: ignore[attr-defined]
+        _frame_problems(f, "obs", n_docs, "document ids", problems)
+        _frame_problems(f, "var", n_terms, "terms", problems)
+        _obsm_problems(f, n_docs, problems)
+        if "uns" in f:
+            try:
+                _read_element(f, "uns")
+            except (KeyError, OSError, ValueError, TypeError) as exc:
+                problems.append(f"{_where(f, 'uns')} cannot be read ({exc})")
+    return problems
+
+
+def corpus_summary(path: str) -> str:
+    """One line for a valid file: documents x terms, nonzeros."""
+    with CorpusRows(path) as rows:
+        return f"{rows.n_docs:,} documents x {rows.n_terms:,} terms, {rows.nnz:,} nonzeros"
