@@ -34,30 +34,23 @@ Prints a markdown table last and writes gpu_star.json into --out (default $OUT o
 """
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
 import os
-import platform
-import statistics
 import sys
 import tempfile
 import time
 import warnings
-from pathlib import Path
 
-import numpy as np
-import scipy.sparse as sp
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (puts the checkout first on sys.path)
+import numpy as np  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
 
 warnings.filterwarnings("ignore")
-ROOT = Path(__file__).resolve().parents[1]
+log, median = harness.log, harness.median
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="small sizes (under a minute)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--out", default=os.environ.get("OUT", "out"))
+    p = harness.parser(__doc__)
     p.add_argument("--beta", type=float, default=0.25)
     p.add_argument("--docs", type=int, help="documents of the main corpus (default 70000; quick 4000)")
     p.add_argument("--big-docs", type=int, help="documents of the large run (default 120000; quick 8000)")
@@ -86,10 +79,6 @@ def parse_args():
     return args
 
 
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
 def reu_corpus(n_docs, seed=0, preset="reu-70k"):
     from gputext.datasets.presets import resolve
     from gputext.datasets.synth import make_corpus
@@ -97,39 +86,12 @@ def reu_corpus(n_docs, seed=0, preset="reu-70k"):
     return make_corpus(seed=seed, **params)
 
 
-def median(xs):
-    return float(statistics.median(xs)) if xs else None
-
-
 def device_info(backend):
-    info = {"backend": backend.describe(), "host": platform.node(), "cpu_threads": None, "gpu": None,
-            "copy_gbps": None, "nominal_gbps": None}
-    import numba
-    info["cpu_threads"] = numba.get_num_threads()
-    if backend.is_cuda and not backend.simulator:
-        from numba import cuda
-        dev = cuda.get_current_device()
-        name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-        info["gpu"] = name
-        info["nominal_gbps"] = 3000.0 if "H100" in name else 4300.0 if "H200" in name else None
-        info["copy_gbps"] = copy_bandwidth()
-    return info
-
-
-def copy_bandwidth(n_bytes=1 << 30):
-    """Device-to-device copy: (read + write) bytes / time, median of 5, CUDA events."""
-    from numba import cuda
-    a = cuda.device_array(n_bytes // 4, np.float32)
-    b = cuda.device_array(n_bytes // 4, np.float32)
-    times = []
-    for _ in range(6):
-        start, stop = cuda.event(), cuda.event()
-        start.record()
-        b.copy_to_device(a)
-        stop.record()
-        stop.synchronize()
-        times.append(cuda.event_elapsed_time(start, stop) / 1e3)
-    return 2 * n_bytes / median(times[1:]) / 1e9
+    info = harness.probe(backend, copy_bytes=1 << 30)
+    gbps = info.get("copy_bytes_per_s")
+    gpu = info.get("gpu")
+    return {**info, "cpu_threads": info["numba_threads"], "gpu": gpu, "copy_gbps": gbps / 1e9 if gbps else None,
+            "nominal_gbps": 3000.0 if "H100" in (gpu or "") else 4300.0 if "H200" in (gpu or "") else None}
 
 
 def same_result(a, b):
@@ -196,17 +158,10 @@ def relevance_events(graph, repeats=10, lanes=32, vertices=8):
     count = cuda.device_array(n, np.int32)
     rel = cuda.device_array(n, np.float64)
     blocks = max(1, min(65536, (n + vertices - 1) // vertices))
-    times = []
-    for _ in range(repeats + 1):
-        start, stop = cuda.event(), cuda.event()
-        start.record()
-        kernel[blocks, (lanes, vertices)](*d, count, rel)
-        stop.record()
-        stop.synchronize()
-        times.append(cuda.event_elapsed_time(start, stop) / 1e3)
+    ms = harness.gpu_ms(lambda: kernel[blocks, (lanes, vertices)](*d, count, rel), repeats, warmup=1)
     nnz = int(graph.indptr[-1])
     moved = 8 * (n + 1) + nnz * (4 + 4 + 8) + n * (4 + 8) + n * (4 + 8)
-    return median(times[1:]), moved
+    return ms / 1e3, moved
 
 
 def upper_edge_count(graph):
@@ -221,42 +176,38 @@ def normalized(X):
     return sp.csr_matrix(sp.diags(1.0 / norms).astype(np.float32) @ X, dtype=np.float32)
 
 
+@harness.peer("star.cupy", needs=("cupy",), gpu=True)
 def peer_cupy(X, beta, block=2048, repeats=2):
+    """CuPy cuSPARSE SpGEMM of row blocks of the L2-normalised matrix against its transpose."""
     import cupy as cp
     import cupyx.scipy.sparse as cpsp
     Xn = normalized(X)
     A = cpsp.csr_matrix(Xn)
     AT = cpsp.csr_matrix(Xn.T.tocsr())
     n = Xn.shape[0]
+    edges = []
 
     def run():
-        edges = 0
+        count = 0
         for lo in range(0, n, block):
             hi = min(n, lo + block)
             S = A[lo:hi] @ AT
             rows = cp.repeat(cp.arange(lo, hi, dtype=cp.int32), cp.diff(S.indptr).astype(cp.int64))
-            edges += int(((S.data >= beta) & (S.indices > rows)).sum())
+            count += int(((S.data >= beta) & (S.indices > rows)).sum())
             del S, rows
-        return edges
+        edges.append(count)
 
-    run()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        edges = run()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
+    ms = harness.gpu_ms(run, repeats, warmup=1, clock="cupy")
     cp.get_default_memory_pool().free_all_blocks()
-    return median(times), edges
+    return {"seconds": ms / 1e3, "edges": edges[-1]}
 
 
+@harness.peer("star.torch", needs=("torch",), gpu=True)
 def peer_torch(X, beta, block=2048, repeats=2):
+    """PyTorch sparse CSR x CSR (torch.sparse.mm) of row blocks against the transpose."""
     import torch
     Xn = normalized(X)
     n = Xn.shape[0]
-    XT = Xn.T.tocsr()
     dev = torch.device("cuda")
 
     def csr(M):
@@ -264,39 +215,33 @@ def peer_torch(X, beta, block=2048, repeats=2):
         return torch.sparse_csr_tensor(torch.from_numpy(M.indptr.astype(np.int64)), torch.from_numpy(M.indices.astype(np.int64)),
                                        torch.from_numpy(M.data), size=M.shape, device=dev)
 
-    B = csr(XT)
+    B = csr(Xn.T.tocsr())
     blocks = [csr(Xn[lo:min(n, lo + block)]) for lo in range(0, n, block)]
+    edges = []
 
-    def run(blocks, B):
-        edges = 0
+    def run():
+        count = 0
         for b, A in enumerate(blocks):
             S = torch.sparse.mm(A, B).to_sparse_coo().coalesce()
             r, c = S.indices()
-            edges += int(((S.values() >= beta) & (c > r + b * block)).sum())
-        torch.cuda.synchronize()
-        return edges
+            count += int(((S.values() >= beta) & (c > r + b * block)).sum())
+        edges.append(count)
 
-    run(blocks, B)
-    times = []
-    for _ in range(repeats):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        edges = run(blocks, B)
-        stop.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop) / 1e3)
+    ms = harness.gpu_ms(run, repeats, warmup=1, clock="torch")
     del blocks, B
     torch.cuda.empty_cache()
-    return median(times), edges
+    return {"seconds": ms / 1e3, "edges": edges[-1]}
 
 
+@harness.peer("star.sklearn", needs=("sklearn",))
 def peer_sklearn(X, beta):
+    """scikit-learn radius_neighbors_graph (cosine, n_jobs=-1) on the CPU."""
     from sklearn.neighbors import radius_neighbors_graph
     t = time.perf_counter()
     G = radius_neighbors_graph(X, radius=1.0 - beta, metric="cosine", mode="distance", n_jobs=-1)
     seconds = time.perf_counter() - t
     coo = G.tocoo()
-    return seconds, int((coo.row < coo.col).sum())
+    return {"seconds": seconds, "edges": int((coo.row < coo.col).sum())}
 
 
 def update_benchmark(args, backend, tmp, preset):
@@ -449,32 +394,25 @@ def run_preset(args, preset, first, backend, cpu, gpu, env, goals):
             main["sweep"][name] = {"graph_relevance": median([x[0] for x in runs]), "index": median([x[1] for x in runs]),
                                    "transfer": median([x[2] for x in runs])}
         log(f"[{preset}] sweep: {main['sweep']}")
-    peers = {}
     ours_edges = upper_edge_count(dev_res.graph)
-    for name in [p for p in args.peers.split(",") if p]:
-        try:
-            if name == "cupy" and gpu:
-                sec, edges = peer_cupy(X, args.beta)
-            elif name == "torch" and gpu:
-                sec, edges = peer_torch(X, args.beta)
-            elif name == "sklearn" and first:
-                Xs = X[:args.sklearn_docs]
-                sec, edges = peer_sklearn(Xs, args.beta)
-                ours = {}
-                for be in ([backend, cpu] if gpu else [cpu]):
-                    r, tt = time_cluster(Xs, args.beta, be, 1)
-                    ours[be.name] = {"graph": tt["graph"], "edges": upper_edge_count(r.graph)}
-                peers[name] = {"docs": Xs.shape[0], "seconds": sec, "edges": edges, "ours": ours}
-                log(f"[{preset}] peer sklearn: {peers[name]}")
-                continue
-            else:
-                continue
-            peers[name] = {"docs": n, "seconds": sec, "edges": edges, "edges_ours": ours_edges,
-                           "ours_graph_seconds": dev_t["graph"], "ours_speedup": sec / dev_t["graph"]}
-            log(f"[{preset}] peer {name}: {peers[name]}")
-        except Exception as exc:  # a peer that cannot run here is reported, not fatal
-            peers[name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-            log(f"[{preset}] peer {name} failed: {peers[name]['error']}")
+    wanted = [p for p in args.peers.split(",") if p]
+    peers = harness.run_peers([p for p in wanted if p != "sklearn"], X, args.beta, has_gpu=gpu, prefix="star.")
+    for name, got in peers.items():
+        if "seconds" in got:
+            peers[name] = {"docs": n, **got, "edges_ours": ours_edges, "ours_graph_seconds": dev_t["graph"],
+                           "ours_speedup": got["seconds"] / dev_t["graph"]}
+        log(f"[{preset}] peer {name}: {peers[name]}")
+    if "sklearn" in wanted and first:  # at a smaller size, against ours on the same documents
+        Xs = X[:args.sklearn_docs]
+        got = harness.run_peers(["sklearn"], Xs, args.beta, prefix="star.")["sklearn"]
+        if "seconds" in got:
+            ours = {}
+            for be in ([backend, cpu] if gpu else [cpu]):
+                r, tt = time_cluster(Xs, args.beta, be, 1)
+                ours[be.name] = {"graph": tt["graph"], "edges": upper_edge_count(r.graph)}
+            got = {"docs": Xs.shape[0], **got, "ours": ours}
+        peers["sklearn"] = got
+        log(f"[{preset}] peer sklearn: {got}")
     return {"main": main, "peers": peers}
 
 
@@ -486,8 +424,9 @@ def main():
     backend = resolve(args.device)
     gpu = backend.is_cuda and not backend.simulator
     cpu = resolve("cpu")
-    results = {"script": "scripts/gpu_star.py", "argv": sys.argv[1:], "date": datetime.datetime.now().isoformat(timespec="seconds"),
-               "quick": args.quick, "beta": args.beta, "env": device_info(backend)}
+    env = device_info(backend)
+    results = {"script": "scripts/gpu_star.py", "argv": sys.argv[1:], "date": env["date"], "quick": args.quick,
+               "beta": args.beta, "env": env}
     log(f"device: {results['env']}")
     goals = []
 
@@ -531,12 +470,7 @@ def main():
             goals.append(("add 10,000 to 50,000 vs full recluster (end to end)", "<= 0.20",
                           f"{row['ratio_total']:.3f} (compute only {row['ratio_compute']:.3f})", row["ratio_total"] <= 0.2))
 
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "gpu_star.json")
-    with open(path, "w") as fh:
-        json.dump(results, fh, indent=2, default=float)
-    log(f"wrote {path}")
-    print(markdown(results, goals, backend.name))
+    harness.Report(args.out, results).write("gpu_star.json", markdown(results, goals, backend.name), indent=2)
 
 
 def fmt(x, digits=3):
@@ -610,8 +544,9 @@ def markdown(r, goals, dev):
               "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for preset, pr in r["presets"].items():
         for name, p in pr["peers"].items():
-            if "error" in p:
-                lines.append(f"| {name} | {preset} | | error: {p['error'][:80]} | | | | |")
+            if "error" in p or "skipped" in p:
+                why = f"error: {p['error'][:80]}" if "error" in p else f"skipped: {p['skipped']}"
+                lines.append(f"| {name} | {preset} | | {why} | | | | |")
             elif name == "sklearn":
                 best = min(v["graph"] for v in p["ours"].values())
                 e = next(iter(p["ours"].values()))["edges"]

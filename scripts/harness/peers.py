@@ -39,12 +39,14 @@ def peer(name: str, needs: tuple[str, ...] = (), gpu: bool = False):
 def run_peers(names, *args, has_gpu: bool = True, prefix: str = "", **kwargs) -> dict:
     """Run the peers ``prefix + name`` for each name with the same arguments; returns
     {name: result}. Missing libraries: {"skipped": "...not installed"} and one log line; a GPU
-    peer without a GPU: left out; an exception: {"error": "Type: message"} and one log line."""
+    peer without a GPU, or a name nobody registered: left out (the latter with a line); an
+    exception: {"error": "Type: message"} and one log line."""
     out = {}
     for name in names:
         p = PEERS.get(prefix + name)
         if p is None:
-            raise KeyError(f"no peer {prefix + name!r}; registered: {', '.join(sorted(PEERS))}")
+            log(f"peer {name} skipped: no such peer (registered: {', '.join(sorted(PEERS))})")
+            continue
         if p.gpu and not has_gpu:
             continue
         missing = p.missing()
