@@ -29,18 +29,13 @@ Prints a compact markdown table last; writes rank_gpu.json under --out (default 
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import sys
 import time
 
-import numpy as np
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (puts the checkout first on sys.path)
+import numpy as np  # noqa: E402
 
 from gputext.backend import cpu_threads, resolve  # noqa: E402
 from gputext.rank.bench import preset_split, timed_train  # noqa: E402
@@ -49,48 +44,13 @@ from gputext.rank.metrics import pairwise_accuracy  # noqa: E402
 from gputext.rank.objective import RankObjective  # noqa: E402
 from gputext.rank.ops import RankGeometry  # noqa: E402
 
-COPY_BW_NOMINAL = {"H100": 3.0e12, "H200": 4.3e12}
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def median(values):
-    return float(np.median(np.asarray(values, dtype=np.float64)))
-
-
-# ----------------------------------------------------------------------------- GPU timing helpers
-
+log = harness.log
 REPS_SCALE = 1.0  # --tiny (simulator smoke test): one repeat
 
 
-def gpu_timer(cuda):
-    def time_ms(fn, reps=10, warmup=2):
-        if REPS_SCALE < 1:
-            reps, warmup = 1, 1
-        for _ in range(warmup):
-            fn()
-        cuda.synchronize()
-        out = []
-        for _ in range(reps):
-            start, end = cuda.event(), cuda.event()
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            out.append(start.elapsed_time(end))
-        return median(out)
-    return time_ms
-
-
-def copy_bandwidth(cuda, nbytes=1 << 30):
-    """Device-to-device copy bandwidth (bytes read + written per second), numba copy."""
-    a = cuda.device_array(nbytes // 8, np.float64)
-    b = cuda.device_array(nbytes // 8, np.float64)
-    ms = gpu_timer(cuda)(lambda: b.copy_to_device(a), reps=10, warmup=2)
-    del a, b
-    return 2 * nbytes / (ms / 1e3)
+def time_ms(fn, reps=10, warmup=2):
+    """Median CUDA-event milliseconds of fn() (harness.gpu_ms); one run of each under --tiny."""
+    return harness.gpu_ms(fn, 1 if REPS_SCALE < 1 else reps, 1 if REPS_SCALE < 1 else warmup)
 
 
 # ----------------------------------------------------------------------------- exactness
@@ -159,71 +119,83 @@ def pair_lists_torch(torch, data, dev, max_candidates=1 << 26):
     return torch.cat(I), torch.cat(J)
 
 
-def run_peers(cuda, ops, data, w, v, C, time_ms, report):
-    """cuBLAS gemv (CuPy, PyTorch), segmented sort, pair-enumeration H v (PyTorch)."""
-    L, m = data.n_docs, data.n_features
-    peers = {}
-    try:
-        import cupy as cp
-        if ops.dense:
-            X = cp.asarray(ops.d_X)  # zero-copy view of our float32 matrix
-            v32 = cp.asarray(v, dtype=cp.float32)
-            u32 = cp.asarray(np.random.default_rng(1).normal(size=L), dtype=cp.float32)
-            peers["cupy_gemv_ms"] = time_ms(lambda: X @ v32)
-            peers["cupy_gemv_t_ms"] = time_ms(lambda: X.T @ u32)
-        s = cp.asarray(ops.d_s)
-        qidx = cp.asarray(np.repeat(np.arange(data.n_queries), np.diff(data.starts)).astype(np.int32))
-        peers["cupy_segmented_sort_ms"] = time_ms(lambda: cp.lexsort(cp.stack([s, qidx.astype(cp.float64)])), reps=5)
-    except Exception as exc:  # not installed or failed: say so
-        peers["cupy_error"] = f"{type(exc).__name__}: {exc}"[:200]
-    try:
-        import torch
-        dev = torch.device("cuda")
-        if ops.dense:
-            Xt = torch.as_tensor(ops.d_X, device=dev)
-            vt = torch.as_tensor(v, device=dev, dtype=torch.float32)
-            ut = torch.randn(L, device=dev, dtype=torch.float32)
-            peers["torch_mv_ms"] = time_ms(lambda: torch.mv(Xt, vt))
-            peers["torch_mv_t_ms"] = time_ms(lambda: torch.mv(Xt.t(), ut))
-        else:
-            Xt = torch.sparse_csr_tensor(torch.as_tensor(data.X.indptr.astype(np.int64)), torch.as_tensor(data.X.indices.astype(np.int64)),
-                                         torch.as_tensor(data.X.data), size=data.X.shape).to(dev)
-        st = torch.as_tensor(ops.d_s, device=dev)
-        qt = torch.as_tensor(np.repeat(np.arange(data.n_queries), np.diff(data.starts)), device=dev)
+@harness.peer("rank.cupy", needs=("cupy",), gpu=True)
+def peer_cupy(peers, ops, data, v, C):
+    """cuBLAS gemv (X v, X^T u) and a segmented sort (lexsort) through CuPy; fills ``peers``."""
+    import cupy as cp
+    L = data.n_docs
+    if ops.dense:
+        X = cp.asarray(ops.d_X)  # zero-copy view of our float32 matrix
+        v32 = cp.asarray(v, dtype=cp.float32)
+        u32 = cp.asarray(np.random.default_rng(1).normal(size=L), dtype=cp.float32)
+        peers["cupy_gemv_ms"] = time_ms(lambda: X @ v32)
+        peers["cupy_gemv_t_ms"] = time_ms(lambda: X.T @ u32)
+    s = cp.asarray(ops.d_s)
+    qidx = cp.asarray(np.repeat(np.arange(data.n_queries), np.diff(data.starts)).astype(np.int32))
+    peers["cupy_segmented_sort_ms"] = time_ms(lambda: cp.lexsort(cp.stack([s, qidx.astype(cp.float64)])), reps=5)
+    return {}
 
-        def seg_sort():
-            o1 = torch.sort(st, stable=True).indices
-            o2 = torch.sort(qt[o1], stable=True).indices
-            return o1[o2]
-        peers["torch_segmented_sort_ms"] = time_ms(seg_sort, reps=5)
-        # H v by explicit pairs
-        t0 = time.perf_counter()
-        I, J = pair_lists_torch(torch, data, dev)
-        torch.cuda.synchronize()
-        peers["torch_pairs"] = int(I.numel())
-        peers["torch_pair_build_s"] = time.perf_counter() - t0
-        active = (1.0 - (st[I] - st[J])) > 0
-        Ia, Ja = I[active], J[active]
-        peers["torch_active_pairs"] = int(Ia.numel())
-        Xf = Xt if ops.dense else Xt
+
+@harness.peer("rank.torch", needs=("torch",), gpu=True)
+def peer_torch(peers, ops, data, v, C):
+    """PyTorch mv (X v, X^T u), two stable sorts, and H v by explicit pair enumeration (gather +
+    index_add over every preference pair); fills ``peers``."""
+    import torch
+    L = data.n_docs
+    dev = torch.device("cuda")
+    if ops.dense:
+        Xt = torch.as_tensor(ops.d_X, device=dev)
         vt = torch.as_tensor(v, device=dev, dtype=torch.float32)
+        ut = torch.randn(L, device=dev, dtype=torch.float32)
+        peers["torch_mv_ms"] = time_ms(lambda: torch.mv(Xt, vt))
+        peers["torch_mv_t_ms"] = time_ms(lambda: torch.mv(Xt.t(), ut))
+    else:
+        Xt = torch.sparse_csr_tensor(torch.as_tensor(data.X.indptr.astype(np.int64)), torch.as_tensor(data.X.indices.astype(np.int64)),
+                                     torch.as_tensor(data.X.data), size=data.X.shape).to(dev)
+    st = torch.as_tensor(ops.d_s, device=dev)
+    qt = torch.as_tensor(np.repeat(np.arange(data.n_queries), np.diff(data.starts)), device=dev)
 
-        def pair_hv():
-            a = torch.mv(Xf, vt) if ops.dense else (Xf @ vt.unsqueeze(1)).squeeze(1)
-            d = a[Ia] - a[Ja]
-            u = torch.zeros(L, device=dev, dtype=torch.float32)
-            u.index_add_(0, Ia, d)
-            u.index_add_(0, Ja, -d)
-            return vt + 2.0 * C * (torch.mv(Xf.t(), u) if ops.dense else (Xf.t() @ u.unsqueeze(1)).squeeze(1))
-        peers["torch_pair_hv_ms"] = time_ms(pair_hv, reps=5)
-        hv_peer = pair_hv().double().cpu().numpy()
-        peers["torch_pair_hv_max_rel_diff"] = None  # filled by the caller against ours
-        peers["_hv_peer"] = hv_peer
-        peers["torch_pair_bytes"] = int(I.numel()) * 16
-        del I, J, Ia, Ja, active
-        torch.cuda.empty_cache()
-    except Exception as exc:
-        peers["torch_error"] = f"{type(exc).__name__}: {exc}"[:200]
+    def seg_sort():
+        o1 = torch.sort(st, stable=True).indices
+        o2 = torch.sort(qt[o1], stable=True).indices
+        return o1[o2]
+    peers["torch_segmented_sort_ms"] = time_ms(seg_sort, reps=5)
+    # H v by explicit pairs
+    t0 = time.perf_counter()
+    I, J = pair_lists_torch(torch, data, dev)
+    torch.cuda.synchronize()
+    peers["torch_pairs"] = int(I.numel())
+    peers["torch_pair_build_s"] = time.perf_counter() - t0
+    active = (1.0 - (st[I] - st[J])) > 0
+    Ia, Ja = I[active], J[active]
+    peers["torch_active_pairs"] = int(Ia.numel())
+    Xf = Xt if ops.dense else Xt
+    vt = torch.as_tensor(v, device=dev, dtype=torch.float32)
+
+    def pair_hv():
+        a = torch.mv(Xf, vt) if ops.dense else (Xf @ vt.unsqueeze(1)).squeeze(1)
+        d = a[Ia] - a[Ja]
+        u = torch.zeros(L, device=dev, dtype=torch.float32)
+        u.index_add_(0, Ia, d)
+        u.index_add_(0, Ja, -d)
+        return vt + 2.0 * C * (torch.mv(Xf.t(), u) if ops.dense else (Xf.t() @ u.unsqueeze(1)).squeeze(1))
+    peers["torch_pair_hv_ms"] = time_ms(pair_hv, reps=5)
+    hv_peer = pair_hv().double().cpu().numpy()
+    peers["torch_pair_hv_max_rel_diff"] = None  # filled by the caller against ours
+    peers["_hv_peer"] = hv_peer
+    peers["torch_pair_bytes"] = int(I.numel()) * 16
+    del I, J, Ia, Ja, active
+    torch.cuda.empty_cache()
+    return {}
+
+
+def run_peers(ops, data, v, C, report):
+    """The registered peers (CuPy, PyTorch) on our device arrays; a peer that is missing or fails
+    leaves ``{name}_error`` beside what it measured before it stopped."""
+    peers = {}
+    for name, got in harness.run_peers(("cupy", "torch"), peers, ops, data, v, C, prefix="rank.").items():
+        if "error" in got or "skipped" in got:
+            peers[f"{name}_error"] = got.get("error") or got["skipped"]
     report["peers"] = {k: v for k, v in peers.items() if not k.startswith("_")}
     return peers
 
@@ -269,10 +241,7 @@ def sklearn_peer(report, args):
 # ----------------------------------------------------------------------------- main
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="600 queries of the MSLR-WEB30K shape; about a minute")
-    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
-    p.add_argument("--out", default=os.environ.get("OUT", "out"))
+    p = harness.parser(__doc__.split("\n\n")[0], quick="600 queries of the MSLR-WEB30K shape; about a minute")
     p.add_argument("--preset", default="mslr-web30k")
     p.add_argument("--n-queries", type=int, default=None, help="scale the preset to this many queries")
     p.add_argument("--C", type=float, default=1.0)
@@ -280,7 +249,7 @@ def main(argv=None):
     p.add_argument("--cpu-budget", type=float, default=None, help="seconds the CPU twin may train (default 200, quick 30)")
     p.add_argument("--cpu-iterations", type=int, default=3, help="Newton steps of the CPU twin when over budget")
     p.add_argument("--no-peers", action="store_true")
-    p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # simulator smoke test of this script
+    p.add_argument("--tiny", action="store_true", help=harness.SUPPRESS)  # simulator smoke test of this script
     args = p.parse_args(argv)
     if args.tiny:
         global REPS_SCALE
@@ -291,15 +260,14 @@ def main(argv=None):
     n_queries = args.n_queries or (600 if args.quick else None)
     cpu_budget = args.cpu_budget if args.cpu_budget is not None else (30.0 if args.quick else 200.0)
     os.makedirs(args.out, exist_ok=True)
-    report = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node(),
+    env = harness.probe(backend)
+    report = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M:%S"), "host": env["host"],
               "cpu_threads": cpu_threads(), "backend": backend.describe(), "quick": args.quick, "preset": args.preset,
-              "C": args.C, "eps": args.eps}
+              "C": args.C, "eps": args.eps, "env": env}
     log(f"backend: {backend.describe()}; CPU twin threads: {cpu_threads()}")
-    cuda = None
     if args.gpu:
-        from numba import cuda
-        time_ms = gpu_timer(cuda)
-        report["copy_bandwidth"] = copy_bandwidth(cuda, (1 << 16) if args.tiny else (1 << 28) if args.quick else (1 << 30))
+        nbytes = (1 << 16) if args.tiny else (1 << 28) if args.quick else (1 << 30)
+        report["copy_bandwidth"] = harness.copy_bandwidth(nbytes, repeats=1 if args.tiny else 10)
         log(f"device-to-device copy bandwidth: {report['copy_bandwidth'] / 1e12:.2f} TB/s")
 
     # 1. data
@@ -429,7 +397,7 @@ def main(argv=None):
         report["timings"] = timings
         log(f"timings: {timings}")
         if not args.no_peers:
-            peers = run_peers(cuda, ops, data, w_gpu, v, args.C, time_ms, report)
+            peers = run_peers(ops, data, v, args.C, report)
             if "_hv_peer" in peers:
                 ours = gobj.hess_vec(v)
                 report["peers"]["torch_pair_hv_max_rel_diff"] = float(np.max(np.abs(peers["_hv_peer"] - ours)) /
@@ -441,9 +409,7 @@ def main(argv=None):
         sklearn_peer(report, args)
         log(f"sklearn: {report.get('sklearn')}")
 
-    with open(os.path.join(args.out, "rank_gpu.json"), "w") as fh:
-        json.dump(report, fh, indent=1, default=float)
-    print(summary_table(report))
+    harness.Report(args.out, report).write("rank_gpu.json", summary_table(report))
 
 
 def summary_table(r: dict) -> str:
