@@ -21,20 +21,14 @@ Writes gemm_sweep{--tag}.json into --out and prints a markdown table last.
 """
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
+import importlib.util
 import os
 import sys
 import time
-from pathlib import Path
 
-import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from gpu_knn_classify import gpu_ms  # noqa: E402  (CUDA-event median, one copy for both scripts)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (puts the checkout first on sys.path)
+import numpy as np  # noqa: E402
 
 DEFAULT_VARIANTS = (
     "128,128,8,8,8,1,0;128,128,8,8,8,1,128;128,128,8,8,8,0,0;128,128,16,8,8,1,0;128,128,16,8,8,1,128;"
@@ -51,8 +45,7 @@ def _one(v):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=os.environ.get("OUT") or "out")
+    ap = harness.parser(__doc__, quick=None, devices=None)
     ap.add_argument("--sizes", default="64,256,1024")
     ap.add_argument("--docs", type=int, default=500_000)
     ap.add_argument("--terms", type=int, default=1024)
@@ -62,15 +55,20 @@ def main():
     ap.add_argument("--budget-s", type=float, default=480, help="skip the remaining variants after this many seconds")
     args = ap.parse_args()
     t_start = time.perf_counter()
+    from gputext.backend import resolve
+    backend = resolve("auto")
+    if not backend.is_cuda or backend.simulator or importlib.util.find_spec("cupy") is None:
+        harness.log(f"gpu_gemm needs a GPU and CuPy (cuBLAS SGEMM is the peer): {backend.describe()}")
+        return 2
 
     import cupy as cp
     from numba import cuda
 
     from gputext.kernels import dense_knn as kd
 
+    gpu_ms = harness.gpu_ms
     variants = [tuple(int(x) for x in v.split(",")) for v in args.variants.split(";") if v.strip()]
-    dev = cuda.get_current_device()
-    dev_name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+    dev_name = harness.device_name()
     n_docs, n_terms = args.docs, args.terms
     # X: random non-negative rows of density 0.05, L2-normalised (generated on the device)
     cp.random.seed(2)
@@ -90,7 +88,8 @@ def main():
     sample = cp.asarray(np.sort(rng.choice(n_docs, 4096, replace=False)))
     Xs64 = Xc[sample].astype(cp.float64)
     u = 2.0 ** -24
-    res = dict(device=dev_name, date=datetime.datetime.now().isoformat(timespec="seconds"), command=" ".join(sys.argv),
+    env = harness.probe(backend)
+    res = dict(device=dev_name, date=env["date"], command=" ".join(sys.argv), env=env,
                n_docs=n_docs, n_terms=n_terms, repeats=args.repeats, runs={})
     table = []
     print(f"device {dev_name}; X {n_docs:,} x {n_terms} float32; variants {len(variants)}", flush=True)
@@ -158,15 +157,12 @@ def main():
         del keys_c, keys, Qc, Q, first_bits
         cp.get_default_memory_pool().free_all_blocks()
     res["seconds"] = time.perf_counter() - t_start
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"gemm_sweep{args.tag}.json").write_text(json.dumps(res, indent=1, default=str))
-    print(f"\n## gpu_gemm ({dev_name}, {res['date']}, {res['seconds']:.0f} s)\n")
-    print("| queries | kernel | time | TFLOP/s | vs SGEMM | regs / local bytes | keys (err/bound) |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for r in table:
-        print("| " + " | ".join(str(x) for x in r) + " |")
+    harness.Report(args.out, res).write(f"gemm_sweep{args.tag}.json", f"\n## gpu_gemm ({dev_name}, {res['date']}, "
+                                        f"{res['seconds']:.0f} s)\n\n" + harness.md_table(
+                                            ["queries", "kernel", "time", "TFLOP/s", "vs SGEMM", "regs / local bytes",
+                                             "keys (err/bound)"], table))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
