@@ -26,50 +26,23 @@ Prints a markdown table last and writes gpu_meta.json into --out (default $OUT o
 """
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
 import os
-import platform
-import statistics
 import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
-import numpy as np
-import scipy.sparse as sp
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (puts the checkout first on sys.path)
+import numpy as np  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
 
 warnings.filterwarnings("ignore")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-RESULTS: dict = {"sections": {}}
-TABLE: list[tuple] = []
-
-
-def log(msg: str) -> None:
-    print(msg, flush=True)
-
-
-def row(section, what, value, note=""):
-    TABLE.append((section, what, value, note))
-    log(f"  {section} | {what}: {value} {note}")
-
-
-def timed_runs(fn, repeats: int):
-    """Warm-up call (compiles), then ``repeats`` calls; returns (median seconds, result of the
-    median run, all seconds)."""
-    fn()
-    runs = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        res = fn()
-        runs.append((time.perf_counter() - t, res))
-    secs = [s for s, _ in runs]
-    med = statistics.median(secs)
-    best = min(runs, key=lambda r: abs(r[0] - med))
-    return med, best[1], secs
+REPORT = harness.Report("out", {"sections": {}})  # --out is set in main()
+RESULTS = REPORT.results
+log, row, timed_runs, median = harness.log, REPORT.row, harness.wall_runs, harness.median
 
 
 def reference_rows(Xtr, y, n_classes, Q, rows, n_train, k):
@@ -199,7 +172,7 @@ def twenty_ng(args, has_gpu, threads):
     ok = bool(np.allclose(M, ref, rtol=2e-6, atol=2e-7))
     sec.update(reference_rows=rows.tolist(), reference_ok=ok, reference_max_rel_err=err)
     row("20NG", "= float64 reference (8 sampled rows)", "yes" if ok else "NO", f"max rel. error {err:.1e}")
-    RESULTS["sections"]["20ng"] = sec
+    return sec
 
 
 def geometry_sweep(Xtr, y, C, Xte, sec, cpu_mf):
@@ -239,8 +212,8 @@ def geometry_sweep(Xtr, y, C, Xte, sec, cpu_mf):
                 f"ERROR {type(exc).__name__}: {str(exc)[:120]}")
             continue
         same = bool(np.array_equal(out[:, :, :90], ref))
-        ms = statistics.median(times[1:])
-        wall = statistics.median(walls[1:])
+        ms = median(times[1:])
+        wall = median(walls[1:])
         sweep[f"{block}x{items}-r{regs}-p{pipe}-{'count' if rank else 'sort'}{'' if table else '-search'}"] = {
             "kernel_ms": ms, "search_wall_ms": wall, "batches": st["stages"]["batches"], "segments": st["segments"],
             "identical": same}
@@ -266,7 +239,7 @@ def geometry_sweep(Xtr, y, C, Xte, sec, cpu_mf):
         except Exception as exc:
             row("20NG kernel", "+".join(metrics), f"ERROR {type(exc).__name__}: {str(exc)[:120]}")
             continue
-        parts["+".join(metrics)] = statistics.median(times[1:])
+        parts["+".join(metrics)] = median(times[1:])
     sec["kernel_by_metrics_ms"] = parts
     row("20NG kernel", "kernels ms by metrics searched (default geometry)",
         "; ".join(f"{key} {v:.2f}" for key, v in parts.items()),
@@ -345,57 +318,37 @@ def synthetic(args, has_gpu, threads):
         sec["metafeatures_cuda"] = {"median_s": med, "stages_ms": mf.info.get("stages")}
         row("synthetic", f"meta-features end to end, cuda ({n_train:,} + {n_queries:,} queries)", f"{med:.3f} s", "")
         stage_rows("synthetic", "cuda", mf.info, med)
-    RESULTS["sections"]["synthetic"] = sec
+    return sec
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=os.environ.get("OUT") or "out")
+    ap = harness.parser(__doc__)
     ap.add_argument("--datasets", help="folder with 20newsgroups/")
-    ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    ap.add_argument("--quick", action="store_true", help="small sizes (under a minute)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip", default="", help="comma list of sections to skip: 20ng,synthetic")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
 
-    import numba
-
     from gputext.backend import resolve
     backend = resolve(args.device)
     has_gpu = backend.is_cuda and not backend.simulator
-    dev_name = backend.reason
-    if has_gpu:
-        from numba import cuda
-        d = cuda.get_current_device()
-        dev_name = d.name.decode() if isinstance(d.name, bytes) else str(d.name)
-    threads = numba.get_num_threads()
-    RESULTS.update(device=dev_name, host=platform.node(), cpu_count=os.cpu_count(), numba_threads=threads,
-                   quick=args.quick, date=datetime.datetime.now().isoformat(timespec="seconds"),
-                   command=" ".join(sys.argv))
-    log(f"device: {backend.describe()}; {os.cpu_count()} CPU cores, numba threads {threads}")
+    env = harness.probe(backend)
+    dev_name = env.get("gpu", backend.reason)
+    threads = env["numba_threads"]
+    RESULTS.update(device=dev_name, host=env["host"], cpu_count=env["cpu_count"], numba_threads=threads,
+                   quick=args.quick, date=env["date"], command=" ".join(sys.argv), env=env)
+    log(f"device: {backend.describe()}; {env['cpu_count']} CPU cores, numba threads {threads}")
     if not has_gpu:
         row("device", "no GPU", "GPU runs skipped", backend.reason)
     t0 = time.perf_counter()
     for name, section in (("20ng", twenty_ng), ("synthetic", synthetic)):
-        if name in skip:
-            continue
-        try:
-            section(args, has_gpu, threads)
-        except Exception as exc:  # report and go on with the next section
-            import traceback
-            traceback.print_exc()
-            row(name, "ERROR", f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
-            RESULTS["sections"][name] = {"error": traceback.format_exc()}
+        if name not in skip:
+            REPORT.section(name, section, args, has_gpu, threads, key="sections")
     RESULTS["seconds"] = time.perf_counter() - t0
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu_meta.json").write_text(json.dumps({**RESULTS, "table": TABLE}, indent=1, default=str))
-    print(f"\n## gpu_meta ({dev_name}, {RESULTS['date']}, {RESULTS['seconds']:.0f} s{', quick' if args.quick else ''})\n")
-    print("| section | measurement | value | goal / note |")
-    print("| --- | --- | --- | --- |")
-    for section, what, value, note in TABLE:
-        print(f"| {section} | {what} | {value} | {note} |")
+    RESULTS["table"] = REPORT.table
+    REPORT.out = args.out
+    REPORT.write("gpu_meta.json", f"\n## gpu_meta ({dev_name}, {RESULTS['date']}, {RESULTS['seconds']:.0f} s"
+                                  f"{', quick' if args.quick else ''})\n\n" + REPORT.rows_md())
 
 
 if __name__ == "__main__":
