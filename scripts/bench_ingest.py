@@ -12,8 +12,6 @@ Python start-up and imports). Prints a markdown table last and writes ingest_ben
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import shutil
@@ -23,10 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (puts the checkout first on sys.path)
+import numpy as np  # noqa: E402
 
 from gputext.io import write_corpus  # noqa: E402
 from gputext.io.ingest import build_corpus, read_inputs  # noqa: E402
@@ -43,14 +40,6 @@ DATASETS = [
     ("letor-train", ["letor-sample/rank.train"], {"query_groups": "letor-sample/rank.train.query"}),
 ]
 QUICK = ("r8-train", "letor-train")
-
-
-def default_datasets() -> Path | None:
-    env = os.environ.get("GPUTEXT_DATASETS")
-    for candidate in ([Path(env)] if env else []) + [ROOT.parent / "shared" / "datasets", ROOT / "shared" / "datasets"]:
-        if candidate.is_dir():
-            return candidate
-    return None
 
 
 def timed(fn):
@@ -99,15 +88,13 @@ def bench_one(name, inputs, options, repeat, tmp):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = harness.parser(__doc__.split("\n\n")[0], quick="R8 train and letor-sample only, one run",
+                        devices=("cpu", "auto"), device_help="ingest always runs on the CPU")
     ap.add_argument("--datasets", type=Path, default=None, help="folder of the shared datasets")
     ap.add_argument("--repeat", type=int, default=None, help="runs per dataset (median reported); default 3, quick 1")
-    ap.add_argument("--quick", action="store_true", help="R8 train and letor-sample only, one run")
-    ap.add_argument("--out", default=os.environ.get("OUT") or "out", help="folder for ingest_bench.json")
-    ap.add_argument("--device", default="cpu", choices=["cpu", "auto"], help="ingest always runs on the CPU")
     args = ap.parse_args(argv)
-    folder = args.datasets or default_datasets()
-    if folder is None or not folder.is_dir():
+    folder = harness.datasets(args.datasets)
+    if folder is None:
         print("no datasets folder: pass --datasets or set GPUTEXT_DATASETS", file=sys.stderr)
         return 2
     repeat = args.repeat or (1 if args.quick else 3)
@@ -124,19 +111,19 @@ def main(argv=None) -> int:
             row = bench_one(name, inputs, opts, repeat, tmp)
             rows.append(row)
             print(f"{name}: {row['build_s']:.2f} s", file=sys.stderr)
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": platform.machine(), "python": platform.python_version(),
-            "cpus": os.cpu_count(), "repeat": repeat, "command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:]))}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "ingest_bench.json"), "w") as fh:
-        json.dump({"meta": meta, "rows": rows}, fh, indent=2)
-    print(f"\ningest on the CPU ({meta['cpus']} cores, Python {meta['python']}), median of {repeat}; "
-          "build = read + tokenise + weight (library call); cli = fresh process incl. write\n")
-    print("| dataset | docs | terms | nnz | input MB | build s | read s | tokenise+count s | weight s | write s | cli s | docs/s |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for r in rows:
-        print(f"| {r['dataset']} | {r['n_docs']:,} | {r['n_terms']:,} | {r['nnz']:,} | {r['input_mb']:.1f} | "
-              f"{r['build_s']:.2f} | {r['read_s']:.2f} | {r['tokenise_count_s']:.2f} | {r['weight_s']:.3f} | "
-              f"{r['write_s']:.2f} | {r['cli_s']:.2f} | {r['docs_per_s']:,.0f} |")
+    env = harness.probe()
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": platform.machine(), "python": env["python"],
+            "cpus": env["cpu_count"], "repeat": repeat, "command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:])),
+            "env": env}
+    table = harness.md_table(
+        ["dataset", "docs", "terms", "nnz", "input MB", "build s", "read s", "tokenise+count s", "weight s", "write s",
+         "cli s", "docs/s"],
+        [[r["dataset"], f"{r['n_docs']:,}", f"{r['n_terms']:,}", f"{r['nnz']:,}", f"{r['input_mb']:.1f}",
+          f"{r['build_s']:.2f}", f"{r['read_s']:.2f}", f"{r['tokenise_count_s']:.2f}", f"{r['weight_s']:.3f}",
+          f"{r['write_s']:.2f}", f"{r['cli_s']:.2f}", f"{r['docs_per_s']:,.0f}"] for r in rows])
+    harness.Report(args.out, {"meta": meta, "rows": rows}).write(
+        "ingest_bench.json", f"\ningest on the CPU ({meta['cpus']} cores, Python {meta['python']}), median of {repeat}; "
+        "build = read + tokenise + weight (library call); cli = fresh process incl. write\n\n" + table, indent=2)
     return 0
 
 

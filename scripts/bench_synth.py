@@ -11,14 +11,15 @@ disk. Results: a markdown table on stdout (last) and JSON in --out (default $OUT
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (puts the checkout first on sys.path)
 
 CHILD = r"""
 import json, resource, sys, time
@@ -57,15 +58,13 @@ def run_child(args: dict) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="small sizes only (under a minute)")
+    ap = harness.parser(__doc__, quick="small sizes only (under a minute)", devices=("cpu",),
+                        device_help="the generator runs on the CPU only")
     ap.add_argument("--sizes", default=None, help="comma-separated document counts (default 1e5,1e6; quick: 1e5,3e5)")
     ap.add_argument("--n-terms", type=int, default=200_000)
     ap.add_argument("--terms-per-doc", type=float, default=60)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--dir", default=None, help="where the files go (default: a temporary directory, removed)")
-    ap.add_argument("--out", default=os.environ.get("OUT", "out"))
-    ap.add_argument("--device", default="cpu", choices=["cpu"], help="the generator runs on the CPU only")
     args = ap.parse_args()
     sizes = [int(float(s)) for s in (args.sizes or ("1e5,3e5" if args.quick else "1e5,1e6")).split(",")]
     ltr_presets = ["mq2008", "mq2007"] if args.quick else ["mq2007", "mslr-web10k"]
@@ -93,22 +92,18 @@ def main() -> None:
                          "docs_per_s": res["n_docs"] / res["wall_seconds"],
                          "peak_rss_mb": res["peak_rss_mb"], "file_mb": os.path.getsize(path) / 1e6})
             os.unlink(path)
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "host": platform.node(), "cpus": os.cpu_count(),
-            "python": platform.python_version(), "n_terms": args.n_terms, "terms_per_doc": args.terms_per_doc,
-            "command": " ".join(sys.argv)}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "bench_synth.json"), "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    print(f"corpus synth on {meta['cpus']} CPU cores, {args.n_terms:,} terms, median {args.terms_per_doc:g} terms/doc "
-          f"({meta['date']})\n")
+    env = harness.probe()
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "host": env["host"], "cpus": env["cpu_count"],
+            "python": env["python"], "n_terms": args.n_terms, "terms_per_doc": args.terms_per_doc,
+            "command": " ".join(sys.argv), "env": env}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"(1-minute load average at the end: {load:.1f}; CPU s = user + system time of the run, which other "
-          "processes on the machine do not inflate)\n")
-    print("| run | docs | nnz | wall s | docs/s | CPU s | peak RSS MB | file MB |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for r in rows:
-        print(f"| {r['what']} | {r['docs']:,} | {r['nnz']:,} | {r['seconds']:.2f} | {r['docs_per_s']:,.0f} | "
-              f"{r['cpu_seconds']:.2f} | {r['peak_rss_mb']:.0f} | {r['file_mb']:.0f} |")
+    table = harness.md_table(["run", "docs", "nnz", "wall s", "docs/s", "CPU s", "peak RSS MB", "file MB"], [
+        [r["what"], f"{r['docs']:,}", f"{r['nnz']:,}", f"{r['seconds']:.2f}", f"{r['docs_per_s']:,.0f}",
+         f"{r['cpu_seconds']:.2f}", f"{r['peak_rss_mb']:.0f}", f"{r['file_mb']:.0f}"] for r in rows])
+    harness.Report(args.out, {"meta": meta, "rows": rows}).write("bench_synth.json", (
+        f"corpus synth on {meta['cpus']} CPU cores, {args.n_terms:,} terms, median {args.terms_per_doc:g} terms/doc "
+        f"({meta['date']})\n\n(1-minute load average at the end: {load:.1f}; CPU s = user + system time of the run, "
+        f"which other processes on the machine do not inflate)\n\n{table}"))
 
 
 if __name__ == "__main__":

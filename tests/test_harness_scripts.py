@@ -105,3 +105,36 @@ def test_gpu_star_cpu_smoke(tmp_path):
     assert report["env"]["cpu_threads"] >= 1 and report["main"]["docs"] == 600 and report["big"]["ok"]
     assert report["peers"]["sklearn"]["edges"] == report["peers"]["sklearn"]["ours"]["cpu"]["edges"]
     assert "| reu-70k | cpu |" in res.stdout
+
+
+def test_gpu_meta_cpu_smoke(tmp_path):
+    """gpu_meta.py's synthetic section on the CPU twin (the GPU rows are skipped with a row)."""
+    res = run_script("gpu_meta", "--device", "cpu", "--quick", "--skip", "20ng", "--out", str(tmp_path))
+    report = json.loads((tmp_path / "gpu_meta.json").read_text())
+    assert report["sections"]["synthetic"]["engine_cpu"]["median_s"] > 0 and report["numba_threads"] >= 1
+    assert "| device | no GPU | GPU runs skipped |" in res.stdout and "| synthetic | engine grouped search" in res.stdout
+
+
+def test_bench_synth_smoke(tmp_path):
+    res = run_script("bench_synth", "--quick", "--sizes", "2000", "--out", str(tmp_path))
+    rows = json.loads((tmp_path / "bench_synth.json").read_text())["rows"]
+    assert [r["what"] for r in rows] == ["generate only", "write tf", "write tfidf (2 passes)", "ltr mq2008", "ltr mq2007"]
+    assert all(r["docs"] > 0 and r["seconds"] > 0 for r in rows) and "| ltr mq2007 |" in res.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.realdata
+def test_bench_ingest_smoke(tmp_path, shared_datasets):
+    res = run_script("bench_ingest", "--quick", "--datasets", str(shared_datasets), "--out", str(tmp_path))
+    rows = json.loads((tmp_path / "ingest_bench.json").read_text())["rows"]
+    assert [r["dataset"] for r in rows] == ["r8-train", "letor-train"] and rows[0]["n_docs"] == 5485
+    assert "| r8-train | 5,485 |" in res.stdout
+
+
+@pytest.mark.parametrize("name", ["gpu_gemm", "gpu_matvec_grid"])
+def test_gpu_only_scripts_say_so_without_a_gpu(name, tmp_path):
+    """The two kernel sweeps need a GPU and CuPy (their peer): without them, one line and exit 2."""
+    import subprocess
+    res = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", f"{name}.py"), "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "needs a GPU and CuPy" in res.stderr and "Traceback" not in res.stderr

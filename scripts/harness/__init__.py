@@ -7,7 +7,7 @@ A script is a short definition of its workloads and peers on top of five pieces:
   env      ``probe()``: host, date, git commit, Python / NumPy / SciPy / numba / numba-cuda
            versions, CPU count and numba threads, backend; on a real GPU its name, driver, memory
            and (asked for) the measured device-to-device copy bandwidth, the reference every
-           bandwidth figure is a fraction of;
+           bandwidth figure is a fraction of; ``datasets()``: where the real datasets are;
   timing   ``gpu_ms()``: warm-up, then the median of CUDA-event timings (numba, CuPy or PyTorch
            events; host wall after a synchronise where there is no real GPU); ``wall_runs()``:
            warm-up + median of host wall times of synchronous calls; ``percentiles_ms()``;
@@ -33,10 +33,10 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from .cli import SUPPRESS, log, parser  # noqa: E402
-from .env import copy_bandwidth, device_name, probe  # noqa: E402
+from .env import copy_bandwidth, datasets, device_name, probe  # noqa: E402
 from .peers import PEERS, peer, run_peers  # noqa: E402
 from .report import Report, md_table, write_json  # noqa: E402
 from .timing import gpu_ms, median, percentiles_ms, wall_runs  # noqa: E402
 
-__all__ = ["ROOT", "SUPPRESS", "log", "parser", "probe", "copy_bandwidth", "device_name", "gpu_ms", "wall_runs", "median",
+__all__ = ["ROOT", "SUPPRESS", "log", "parser", "probe", "copy_bandwidth", "datasets", "device_name", "gpu_ms", "wall_runs", "median",
            "percentiles_ms", "PEERS", "peer", "run_peers", "Report", "md_table", "write_json"]

@@ -6,6 +6,7 @@ import importlib.metadata
 import os
 import platform
 import subprocess
+from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _PACKAGES = ("numpy", "scipy", "numba", "numba-cuda", "llvmlite", "cupy-cuda12x", "torch", "scikit-learn", "h5py")
@@ -26,6 +27,17 @@ def git_commit() -> str | None:
         return out.stdout.strip() or None if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def datasets(arg: str | None = None) -> Path | None:
+    """The folder of the real datasets (20newsgroups/, reuters-r8/, cnae9/, letor-sample/, ...):
+    ``arg``, else $GPUTEXT_DATASETS, else .data (the copy carried to the device host), else
+    ../shared/datasets beside the checkout; None when none of them is a folder."""
+    for cand in (arg, os.environ.get("GPUTEXT_DATASETS"), ".data", os.path.join(os.path.dirname(ROOT), "shared", "datasets"),
+                 os.path.join(ROOT, "shared", "datasets")):
+        if cand and os.path.isdir(cand):
+            return Path(cand)
+    return None
 
 
 def device_name() -> str:
