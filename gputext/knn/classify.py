@@ -67,8 +67,9 @@ def find_neighbours(X_train, X_query, k: int, metric: str = "cosine", method: st
     return search_topk(Index.from_csr(X_train), X_query, k, metric, backend, exclude_self=exclude_self, quiet=quiet)
 
 
-def weighted_vote(indices: np.ndarray, scores: np.ndarray, train_codes: np.ndarray, n_classes: int) -> np.ndarray:
-    """int32 (n,): argmax over classes of the summed similarity of the neighbours (ties -> lower code).
+def class_votes(indices: np.ndarray, scores: np.ndarray, train_codes: np.ndarray, n_classes: int) -> np.ndarray:
+    """float64 (n, n_classes): the summed similarity of each row's neighbours in each class (0 where
+    no neighbour has the class), summed in neighbour order.
 
     indices/scores (n, k) as search_topk returns (-1 / NaN padding); train_codes (n_train,) int.
     """
@@ -77,7 +78,12 @@ def weighted_vote(indices: np.ndarray, scores: np.ndarray, train_codes: np.ndarr
     ok = indices >= 0
     rows = np.broadcast_to(np.arange(n)[:, None], indices.shape)[ok]
     np.add.at(votes, (rows, np.asarray(train_codes)[indices[ok]]), scores[ok].astype(np.float64))
-    return votes.argmax(axis=1).astype(np.int32)
+    return votes
+
+
+def weighted_vote(indices: np.ndarray, scores: np.ndarray, train_codes: np.ndarray, n_classes: int) -> np.ndarray:
+    """int32 (n,): argmax over classes of class_votes (ties -> lower code)."""
+    return class_votes(indices, scores, train_codes, n_classes).argmax(axis=1).astype(np.int32)
 
 
 def category_ranking(indices: np.ndarray, scores: np.ndarray, Y_train: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,190 @@
+"""KNeighborsClassifier and KNNMetaFeatures: `gputext knn classify` and `knn metafeatures` as
+scikit-learn estimators.
+
+    from gputext import KNeighborsClassifier, KNNMetaFeatures
+    clf = KNeighborsClassifier(n_neighbors=30).fit(X_train, y_train)     # y: labels of any hashable type
+    clf.predict(X_test), clf.predict_proba(X_test), clf.score(X_test, y_test)
+    meta = KNNMetaFeatures(n_neighbors=30)
+    F_train = meta.fit_transform(X_train, y_train)                       # leave-one-out rows
+    F_test = meta.transform(X_test)
+
+Decisions (docs/python.md repeats them):
+- weights="similarity" is the project's vote (`knn classify`): a class's score is the summed
+  similarity of the query's neighbours in that class; the prediction is the class of largest score,
+  ties -> the class first in classes_ (classes_ is np.unique(y), sorted). weights="uniform" counts
+  neighbours. Similarity weights need metric "cosine" or "dot"; uniform weights take any metric.
+- predict_proba: the scores clipped at 0 and divided by their sum; a row whose scores are all
+  <= 0 (no neighbour with positive similarity) is one-hot at its prediction, so that
+  argmax(predict_proba) == predict always.
+- Rows of y that are None are left out of the neighbour search (as the CLI leaves out unlabelled
+  training documents).
+- KNNMetaFeatures.fit_transform(X, y) gives the training rows' LEAVE-ONE-OUT features (each row
+  left out of its own class's lists and centroid), which differ from fit(X, y).transform(X) (where
+  each row finds itself): that is what stacking a second model on them needs. transform()
+  computes the training rows' features too (gputext.knn.metafeatures.compute_metafeatures does
+  both in one pass) and returns the queries' part.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted
+
+from .inputs import SparseInput, check_finite_float32, check_X, obs_column, unwrap
+from .neighbors import NeighbourSearch, check_algorithm, check_n_neighbors, engine_metric
+
+WEIGHTS = ("similarity", "uniform")
+
+
+def labelled_rows(estimator, X, y, what: str = "y"):
+    """(X canonical CSR of the labelled rows, classes_, codes int64): y may name an obs column;
+    rows labelled None are dropped."""
+    X_in, container = unwrap(X)
+    y = obs_column(container, y, what)
+    if y is not None:
+        y = np.asarray(y)
+        if y.dtype == object:
+            keep = np.array([v is not None for v in y], bool)
+            if not keep.all():
+                rows = np.flatnonzero(keep)
+                X_in = sp.csr_matrix(X_in)[rows] if sp.issparse(X_in) else np.asarray(X_in)[rows]
+                y = y[keep]
+    X_csr, y = check_X(estimator, X_in, reset=True, y=y)
+    check_classification_targets(y)
+    classes, codes = np.unique(y, return_inverse=True)
+    return X_csr, classes, codes.astype(np.int64).ravel()
+
+
+class KNeighborsClassifier(SparseInput, ClassifierMixin, BaseEstimator):
+    """kNN vote over exact neighbours (the CLI's `knn classify`).
+
+    Parameters
+    ----------
+    n_neighbors : int, default 30.
+    weights : "similarity" (the project's vote) | "uniform".
+    metric : "cosine" | "dot" (any NearestNeighbors metric with weights="uniform").
+    algorithm : "auto" | "inverted" | "dense" ("brute" = "auto").
+    device : "auto" | "cpu" | "cuda".
+    batch_size : int or None, queries per engine batch.
+
+    Fitted attributes: classes_, n_features_in_, n_samples_fit_, effective_algorithm_, device_.
+    """
+
+    def __init__(self, n_neighbors=30, weights="similarity", metric="cosine", algorithm="auto", device="auto",
+                 batch_size=None):
+        self.n_neighbors = n_neighbors
+        self.weights = weights
+        self.metric = metric
+        self.algorithm = algorithm
+        self.device = device
+        self.batch_size = batch_size
+
+    def _check_params(self) -> str:
+        metric = engine_metric(self.metric)
+        if self.weights not in WEIGHTS:
+            raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {self.weights!r}")
+        if self.weights == "similarity" and metric not in ("cosine", "dot"):
+            raise ValueError(f"weights='similarity' weighs neighbours by similarity: metric must be 'cosine' or 'dot', "
+                             f"got {self.metric!r} (use weights='uniform' with distances)")
+        check_algorithm(self.algorithm)
+        check_n_neighbors(self.n_neighbors)
+        return metric
+
+    def fit(self, X, y):
+        """X (n_samples, n_features); y (n_samples,) labels, or the name of an obs column of an AnnData / Corpus X."""
+        metric = self._check_params()
+        X, self.classes_, self._codes = labelled_rows(self, X, y)
+        self._search = NeighbourSearch(check_finite_float32(X), self.algorithm, self.device, self.batch_size)
+        self.effective_metric_ = metric
+        self.effective_algorithm_ = self._search.method
+        self.device_ = self._search.backend.name
+        self.n_samples_fit_ = X.shape[0]
+        return self
+
+    def _votes(self, X) -> np.ndarray:
+        """float64 (n_queries, n_classes) class scores."""
+        from ..knn.classify import class_votes
+        check_is_fitted(self)
+        Q = check_finite_float32(check_X(self, X, reset=False))
+        k = check_n_neighbors(self.n_neighbors)
+        if k > self.n_samples_fit_:
+            raise ValueError(f"Expected n_neighbors <= n_samples_fit, but n_neighbors = {k}, "
+                             f"n_samples_fit = {self.n_samples_fit_}, n_samples = {Q.shape[0]}")
+        indices, scores = self._search.topk(Q, k, self.effective_metric_, False)
+        if self.weights == "uniform":
+            scores = np.where(indices >= 0, 1.0, np.nan)
+        return class_votes(indices, scores, self._codes, len(self.classes_))
+
+    def predict(self, X):
+        """Labels (n_queries,) of the classes_' type."""
+        votes = self._votes(X)
+        return self.classes_[votes.argmax(axis=1)]
+
+    def predict_proba(self, X):
+        """float64 (n_queries, n_classes), columns in classes_ order (module docstring)."""
+        votes = self._votes(X)
+        pos = np.maximum(votes, 0.0)
+        total = pos.sum(axis=1, keepdims=True)
+        onehot = np.zeros_like(votes)
+        onehot[np.arange(len(votes)), votes.argmax(axis=1)] = 1.0
+        return np.where(total > 0, pos / np.where(total > 0, total, 1.0), onehot)
+
+
+class KNNMetaFeatures(SparseInput, TransformerMixin, BaseEstimator):
+    """kNN meta-features (Gopal & Yang 2010; the CLI's `knn metafeatures`): for every class, the
+    cosine / L1 / L2 values of the k nearest training rows of that class and the centroid features,
+    (3k + 2) * n_classes float32 columns (names from get_feature_names_out)."""
+
+    def __init__(self, n_neighbors=30, algorithm="auto", device="auto"):
+        self.n_neighbors = n_neighbors
+        self.algorithm = algorithm
+        self.device = device
+
+    def fit(self, X, y):
+        """X (n_samples, n_features); y labels (or an obs column name of an AnnData / Corpus X)."""
+        self._fit(X, y)
+        return self
+
+    def _fit(self, X, y):
+        from ..backend import resolve
+        from .inputs import check_device
+        check_n_neighbors(self.n_neighbors)
+        check_algorithm(self.algorithm)
+        X, self.classes_, self._codes = labelled_rows(self, X, y)
+        self._X = check_finite_float32(X)
+        self.device_ = resolve(check_device(self.device)).name
+        self._n_features_out = (3 * int(self.n_neighbors) + 2) * len(self.classes_)
+
+    def _compute(self, Q):
+        from ..knn.metafeatures import compute_metafeatures
+        from .neighbors import ALGORITHMS
+        return compute_metafeatures(self._X, self._codes, len(self.classes_), Q, k=int(self.n_neighbors),
+                                    method=ALGORITHMS[self.algorithm], device=self.device_,
+                                    categories=self.classes_)
+
+    def fit_transform(self, X, y=None, **fit_params):
+        """The training rows' leave-one-out meta-features, float32 (n_samples, n_features_out)."""
+        if y is None:
+            raise ValueError("requires y to be passed, but the target y is None")
+        self._fit(X, y)
+        return self._compute(None).train
+
+    def transform(self, X):
+        """Meta-features of new rows, float32 (n_queries, (3k + 2) n_classes)."""
+        check_is_fitted(self)
+        Q = check_finite_float32(check_X(self, X, reset=False))
+        return self._compute(Q).queries
+
+    def get_feature_names_out(self, input_features=None):
+        """'<class>:cos@1' .. '<class>:l2_centroid', in column order."""
+        from ..knn.metafeatures import column_names
+        check_is_fitted(self)
+        return np.asarray(column_names(self.classes_, int(self.n_neighbors)), dtype=object)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = True
+        tags.transformer_tags.preserves_dtype = ["float32"]
+        return tags

@@ -1,0 +1,180 @@
+"""StarClustering and StreamClustering: `gputext cluster star` (with its DClustR update) and
+`gputext cluster stream` as scikit-learn estimators.
+
+    from gputext import StarClustering, StreamClustering
+    star = StarClustering(beta=0.25).fit(X)          # overlapping clusters
+    star.membership_, star.centers_, star.labels_
+    star.partial_fit(X_more)                         # DClustR: add documents, clusters of the union
+    stream = StreamClustering(threshold=0.6, max_terms=35)
+    for batch in batches: stream.partial_fit(batch)  # one batch of the stream at a time
+    stream.labels_                                   # every document so far, in arrival order
+
+Decisions (docs/python.md repeats them):
+- StarClustering.labels_ (one cluster per document, for hard-partition users): a center's own
+  cluster; any other document the cluster whose center is most similar to it (cosine, float64),
+  ties -> the lower cluster index. Every document is in at least one cluster (an isolated one is a
+  center), so there is no noise label. membership_ (CSR float32 ones, documents x clusters) is the
+  real, overlapping answer; clusters are in ascending order of their center.
+- StarClustering.partial_fit(X_new) is the DClustR update (gputext.cluster.dclus.update, the CLI's
+  `cluster star --update`): the state goes through a temporary cluster file, as the update reads
+  and writes its graph in that format. The first partial_fit on an unfitted estimator is fit.
+- StreamClustering keeps the stream's centroids; labels_ is -1 for a document without terms
+  (scikit-learn's noise label). fit(X) starts a new stream; partial_fit continues it. Pickling
+  keeps the centroids (not device buffers), so a pickled stream resumes where it stopped.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClusterMixin
+
+from .inputs import SparseInput, backend_of, check_device, check_finite_float32, check_X
+
+
+def hard_labels(X: sp.csr_matrix, membership: sp.csr_matrix, centers: np.ndarray) -> np.ndarray:
+    """int64 (n_docs,): each document's cluster by the rule in the module docstring."""
+    n = X.shape[0]
+    M = sp.coo_matrix(membership)
+    rows, cols = M.row.astype(np.int64), M.col.astype(np.int64)
+    Xn = sp.csr_matrix(X, dtype=np.float64)
+    norms = np.sqrt(np.asarray(Xn.multiply(Xn).sum(axis=1)).ravel())
+    Xn = sp.diags(np.where(norms > 0, 1.0 / np.where(norms > 0, norms, 1.0), 0.0)) @ Xn
+    center_of = np.asarray(centers, np.int64)[cols]
+    sims = np.asarray(Xn[rows].multiply(Xn[center_of]).sum(axis=1)).ravel()
+    sims = np.where(center_of == rows, np.inf, sims)  # a center's own cluster first
+    order = np.lexsort((cols, -sims, rows))  # by document, then best similarity, then lower cluster
+    labels = np.full(n, -1, np.int64)
+    first = np.ones(len(order), bool)
+    first[1:] = rows[order][1:] != rows[order][:-1]
+    labels[rows[order][first]] = cols[order][first]
+    return labels
+
+
+class StarClustering(SparseInput, ClusterMixin, BaseEstimator):
+    """Overlapping star clustering (OClustR / CUDA-OClus) with the DClustR update as partial_fit.
+
+    Parameters
+    ----------
+    beta : float in [1e-4, 1], default 0.25: cosine threshold of the similarity graph.
+    device : "auto" | "cpu" | "cuda".
+    batch_size : int or None, queries per engine batch when building the graph.
+
+    Fitted attributes: membership_ (CSR float32 (n_docs, n_clusters)), centers_ (int64
+    (n_clusters,), ascending), labels_ (int64 (n_docs,)), n_clusters_, n_features_in_, device_.
+    """
+
+    def __init__(self, beta=0.25, device="auto", batch_size=None):
+        self.beta = beta
+        self.device = device
+        self.batch_size = batch_size
+
+    def fit(self, X, y=None):
+        """Cluster the rows of X (n_docs, n_features), e.g. TF-IDF vectors."""
+        from ..cluster.graph import check_beta
+        from ..cluster.star import cluster_star
+        check_beta(self.beta)
+        X = check_finite_float32(check_X(self, X, reset=True))
+        backend = backend_of(self.device)
+        result = cluster_star(X, float(self.beta), backend, batch_size=self.batch_size)
+        self._set(X, result.membership, result.centers, result.graph, backend.name)
+        return self
+
+    def _set(self, X, membership, centers, graph, device):
+        self._X, self._graph = X, graph
+        self.membership_ = sp.csr_matrix(membership, dtype=np.float32)
+        self.centers_ = np.asarray(centers, np.int64)
+        self.n_clusters_ = int(len(self.centers_))
+        self.labels_ = hard_labels(X, self.membership_, self.centers_)
+        self.device_ = device
+
+    def partial_fit(self, X, y=None):
+        """Add the rows of X to the clustering (DClustR); labels_ and membership_ then cover all
+        documents so far (the old ones first). On an unfitted estimator: fit(X)."""
+        if not hasattr(self, "membership_"):
+            return self.fit(X)
+        from ..cluster.dclus import read_stored_graph, update, write_result
+        from ..cluster.star import StarResult
+        from ..io.corpus import Corpus, read_corpus
+        X_new = check_finite_float32(check_X(self, X, reset=False))
+        backend = backend_of(self.device)
+        n_old = self._X.shape[0]
+        with tempfile.TemporaryDirectory(prefix="gputext-star-") as folder:
+            path = os.path.join(folder, "clusters.h5")
+            state = StarResult(n_old, self.centers_.astype(np.int32), self.membership_, None, None, self._graph)
+            write_result(Corpus(self._X), state, path, float(self.beta), self.device_, compression=None)
+            ids = np.array([str(n_old + i) for i in range(X_new.shape[0])], dtype=object)
+            update(path, Corpus(X_new, ids), path, device=backend, quiet=True)
+            out = read_corpus(path)
+            graph, _ = read_stored_graph(path)
+        self._set(out.X, out.obsm["clusters"], out.params["star"]["centers"], graph, backend.name)
+        return self
+
+class StreamClustering(SparseInput, ClusterMixin, BaseEstimator):
+    """Exact single-pass stream clustering (Szaszy & Samet) against an ELLPACK centroid matrix.
+
+    Parameters
+    ----------
+    threshold : float in [0, 1], default 0.6: a document joins its most similar cluster when the
+        similarity is > threshold, else starts a new one.
+    max_terms : int, default 35: terms kept per centroid (K).
+    batch_size : int or None: documents per scoring launch (results do not depend on it).
+    device : "auto" | "cpu" | "cuda".
+
+    Fitted attributes: labels_ (int64, every document so far; -1 without terms), n_clusters_,
+    n_features_in_, device_. Weights must be >= 0 (tf-idf, tf-icf).
+    """
+
+    def __init__(self, threshold=0.6, max_terms=35, batch_size=None, device="auto"):
+        self.threshold = threshold
+        self.max_terms = max_terms
+        self.batch_size = batch_size
+        self.device = device
+
+    def _new_clusterer(self):
+        from ..cluster.stream import StreamClusterer
+        return StreamClusterer(float(self.threshold), int(self.max_terms), device=check_device(self.device),
+                               batch_size=self.batch_size)
+
+    def _clusterer(self):
+        if self._stream is None:  # after unpickling: the centroids come back, device buffers are rebuilt
+            self._stream = self._new_clusterer()
+            self._stream.restore(self._saved)
+            self._saved = None
+        return self._stream
+
+    def fit(self, X, y=None):
+        """Start a new stream with the rows of X, in order."""
+        for name in ("labels_", "n_clusters_", "device_", "n_features_in_"):
+            self.__dict__.pop(name, None)
+        return self.partial_fit(X)
+
+    def partial_fit(self, X, y=None):
+        """Cluster the rows of X (n_docs, n_features), continuing the stream."""
+        first = not hasattr(self, "labels_")
+        X = check_finite_float32(check_X(self, X, reset=first))
+        if X.nnz and X.data.min() < 0:
+            raise ValueError(f"Negative values in data passed to StreamClustering: document weights must be >= 0 "
+                             f"(tf-idf, tf-icf), got a minimum of {X.data.min()}")
+        if first:
+            self._stream, self._saved = self._new_clusterer(), None
+            self.labels_ = np.empty(0, np.int64)
+        result = self._clusterer().partial_fit(X)
+        self.labels_ = np.concatenate([self.labels_, result.cluster.astype(np.int64)])
+        self.n_clusters_ = self._stream.n_clusters
+        self.device_ = self._stream.backend.name
+        return self
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        if state.get("_stream") is not None:
+            state["_saved"] = state["_stream"].state_arrays()
+            state["_stream"] = None
+        return state
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.positive_only = True
+        return tags

@@ -1,0 +1,240 @@
+"""NearestNeighbors: scikit-learn's neighbour-search API over gputext's exact engine.
+
+    from gputext import NearestNeighbors
+    nn = NearestNeighbors(n_neighbors=10, metric="cosine").fit(X)        # X: TF-IDF (n_docs, n_terms)
+    distances, indices = nn.kneighbors(Q)                               # (n_queries, 10), ascending
+    distances, indices = nn.kneighbors()                                # every fitted row, itself left out
+    G = nn.radius_neighbors_graph(radius=0.1, mode="distance")           # near duplicates, CSR
+
+Decisions (docs/python.md repeats them):
+- metric: "cosine" (distance 1 - cosine similarity), "euclidean" (alias "l2"), "manhattan"
+  (aliases "l1", "cityblock") and "dot", whose distance is the NEGATIVE dot product (so that
+  ascending distance = descending similarity, as for the others; a radius r keeps dot >= -r).
+- algorithm: "auto" | "inverted" | "dense"; "brute" is accepted as an alias of "auto" for users
+  coming from scikit-learn (both methods are exact, like scikit-learn's brute force). "auto" picks
+  the inverted index on the CPU and asks gputext.knn.search.choose_method on the GPU.
+  radius_neighbors always runs through the inverted index's threshold selector.
+- Results are the engine's: exact, ties broken by the lower fitted-row index, the same on cpu and
+  cuda. Distances are float64 computed from the engine's float32 scores; indices are intp.
+- X=None in kneighbors / radius_neighbors: the fitted rows, each left out of its own neighbours.
+- The engine index is built at fit; it is not pickled (rebuilt on first use after unpickling).
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
+
+from .inputs import SparseInput, backend_of, check_finite_float32, check_X
+
+METRICS = {"cosine": "cosine", "dot": "dot", "euclidean": "l2", "l2": "l2",
+           "manhattan": "l1", "l1": "l1", "cityblock": "l1"}
+ALGORITHMS = {"auto": "auto", "brute": "auto", "inverted": "inverted", "dense": "dense"}
+
+
+def engine_metric(metric) -> str:
+    """The engine's name of a scikit-learn metric name (ValueError for any other)."""
+    try:
+        return METRICS[metric]
+    except (KeyError, TypeError):
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}") from None
+
+
+def to_distance(scores: np.ndarray, metric: str) -> np.ndarray:
+    """float64 distances (ascending = better) from engine scores: 1 - s (cosine), -s (dot), s (l2, l1)."""
+    s = np.asarray(scores, np.float64)
+    if metric == "cosine":
+        return 1.0 - s
+    if metric == "dot":
+        return -s
+    return s
+
+
+def radius_threshold(radius: float, metric: str) -> float:
+    """The engine threshold of a distance radius: similarity >= 1 - r (cosine), >= -r (dot), distance <= r."""
+    if metric == "cosine":
+        return 1.0 - float(radius)
+    if metric == "dot":
+        return -float(radius)
+    return float(radius)
+
+
+def check_n_neighbors(n_neighbors) -> int:
+    if isinstance(n_neighbors, bool) or not isinstance(n_neighbors, (int, np.integer)):
+        raise TypeError(f"n_neighbors does not take {type(n_neighbors).__name__} value, enter integer value")
+    if n_neighbors <= 0:
+        raise ValueError(f"Expected n_neighbors > 0. Got {n_neighbors}")
+    return int(n_neighbors)
+
+
+class NeighbourSearch:
+    """The fitted rows, their engine Index (built lazily) and the method: what every kNN estimator
+    searches through. topk -> (indices int32, scores float32) as gputext.engine.search_topk;
+    threshold -> CSR float32 scores as gputext.engine.search_threshold."""
+
+    def __init__(self, X: sp.csr_matrix, algorithm: str, device: str, batch_size: int | None):
+        from ..engine import Index
+        from ..knn.search import choose_method
+        self.X = X
+        self.device = device
+        self.batch_size = batch_size
+        self.backend = backend_of(device)
+        self._index = Index.from_csr(X)
+        self._dense = None
+        self.method, self.reason = choose_method(ALGORITHMS[algorithm], self._index, self.backend)
+
+    def __getstate__(self):  # device buffers and postings are rebuilt on first use
+        state = dict(self.__dict__)
+        state.update(_index=None, _dense=None, backend=None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.backend = backend_of(self.device)
+
+    @property
+    def index(self):
+        if self._index is None:
+            from ..engine import Index
+            self._index = Index.from_csr(self.X)
+        return self._index
+
+    def topk(self, Q: sp.csr_matrix, k: int, metric: str, exclude_self: bool):
+        if self.method == "dense":
+            if self._dense is None:
+                from ..knn.dense import DenseIndex
+                self._dense = DenseIndex(self.X, self.backend)
+            return self._dense.search(Q, k, metric, exclude_self, True)
+        from ..engine import search_topk
+        return search_topk(self.index, Q, k, metric, self.backend, exclude_self=exclude_self,
+                           batch_size=self.batch_size)
+
+    def threshold(self, Q: sp.csr_matrix, threshold: float, metric: str, exclude_self: bool) -> sp.csr_matrix:
+        from ..engine import search_threshold
+        return search_threshold(self.index, Q, threshold, metric, self.backend, exclude_self=exclude_self,
+                                batch_size=self.batch_size)
+
+
+def check_algorithm(algorithm) -> str:
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+    return algorithm
+
+
+class NearestNeighbors(SparseInput, BaseEstimator):
+    """Exact nearest neighbours of sparse (or dense) rows, on the GPU or the parallel CPU twin.
+
+    Parameters
+    ----------
+    n_neighbors : int, default 5. Neighbours returned by kneighbors.
+    radius : float, default 1.0. Distance bound of radius_neighbors.
+    metric : "cosine" | "euclidean" | "manhattan" | "dot" (aliases "l2", "l1", "cityblock").
+    algorithm : "auto" | "inverted" | "dense" ("brute" = "auto").
+    device : "auto" | "cpu" | "cuda", resolved once at fit.
+    batch_size : int or None, queries per engine batch (None: sized from free device memory).
+
+    Fitted attributes: n_features_in_, n_samples_fit_, effective_metric_ (engine name),
+    effective_algorithm_ ("inverted" or "dense"), device_ ("cpu" or "cuda").
+    """
+
+    def __init__(self, n_neighbors=5, radius=1.0, metric="cosine", algorithm="auto", device="auto",
+                 batch_size=None):
+        self.n_neighbors = n_neighbors
+        self.radius = radius
+        self.metric = metric
+        self.algorithm = algorithm
+        self.device = device
+        self.batch_size = batch_size
+
+    def fit(self, X, y=None):
+        """Index the rows of X (n_samples, n_features). y is ignored."""
+        metric = engine_metric(self.metric)
+        check_algorithm(self.algorithm)
+        check_n_neighbors(self.n_neighbors)
+        X = check_finite_float32(check_X(self, X, reset=True))
+        self._search = NeighbourSearch(X, self.algorithm, self.device, self.batch_size)
+        self.effective_metric_ = metric
+        self.effective_algorithm_ = self._search.method
+        self.device_ = self._search.backend.name
+        self.n_samples_fit_ = X.shape[0]
+        return self
+
+    def _queries(self, X):
+        """(Q, exclude_self) for X, or the fitted rows without themselves when X is None."""
+        check_is_fitted(self)
+        if X is None:
+            return self._search.X, True
+        return check_finite_float32(check_X(self, X, reset=False)), False
+
+    def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
+        """(distances float64, indices intp), both (n_queries, n_neighbors), nearest first.
+
+        X=None: every fitted row, itself excluded (needs n_neighbors < n_samples_fit)."""
+        k = check_n_neighbors(self.n_neighbors if n_neighbors is None else n_neighbors)
+        Q, exclude = self._queries(X)
+        n_fit = self.n_samples_fit_
+        if exclude and k >= n_fit:
+            raise ValueError(f"Expected n_neighbors < n_samples_fit, but n_neighbors = {k}, n_samples_fit = {n_fit}, "
+                             f"n_samples = {Q.shape[0]}")
+        if not exclude and k > n_fit:
+            raise ValueError(f"Expected n_neighbors <= n_samples_fit, but n_neighbors = {k}, n_samples_fit = {n_fit}, "
+                             f"n_samples = {Q.shape[0]}")
+        indices, scores = self._search.topk(Q, k, self.effective_metric_, exclude)
+        indices = indices.astype(np.intp)
+        if return_distance:
+            return to_distance(scores, self.effective_metric_), indices
+        return indices
+
+    def kneighbors_graph(self, X=None, n_neighbors=None, mode="connectivity"):
+        """CSR (n_queries, n_samples_fit): ones (connectivity) or distances at each query's neighbours."""
+        if mode not in ("connectivity", "distance"):
+            raise ValueError(f'Unsupported mode, must be one of "connectivity", or "distance" but got "{mode}" instead')
+        distances, indices = self.kneighbors(X, n_neighbors, return_distance=True)
+        n_q, k = indices.shape
+        data = np.ones(n_q * k) if mode == "connectivity" else distances.ravel()
+        return sp.csr_matrix((data, indices.ravel(), np.arange(0, n_q * k + 1, k)), shape=(n_q, self.n_samples_fit_))
+
+    def _radius_csr(self, X, radius) -> sp.csr_matrix:
+        """CSR of engine scores of every fitted row within the radius (columns ascending)."""
+        radius = self.radius if radius is None else radius
+        if not np.isfinite(radius):
+            raise ValueError(f"radius must be a finite number, got {radius!r}")
+        Q, exclude = self._queries(X)
+        return self._search.threshold(Q, radius_threshold(radius, self.effective_metric_), self.effective_metric_,
+                                      exclude)
+
+    def radius_neighbors(self, X=None, radius=None, return_distance=True, sort_results=False):
+        """(distances, indices): object arrays of one array per query, every fitted row at
+        distance <= radius (columns ascending, or by distance then index with sort_results)."""
+        S = self._radius_csr(X, radius)
+        dist = to_distance(S.data, self.effective_metric_)
+        ind = S.indices.astype(np.intp)
+        n_q = S.shape[0]
+        out_d = np.empty(n_q, dtype=object)
+        out_i = np.empty(n_q, dtype=object)
+        for i in range(n_q):
+            lo, hi = S.indptr[i], S.indptr[i + 1]
+            d, j = dist[lo:hi], ind[lo:hi]
+            if sort_results:
+                order = np.lexsort((j, d))
+                d, j = d[order], j[order]
+            out_d[i], out_i[i] = d, j
+        if return_distance:
+            return out_d, out_i
+        return out_i
+
+    def radius_neighbors_graph(self, X=None, radius=None, mode="connectivity", sort_results=False):
+        """CSR (n_queries, n_samples_fit) of the radius neighbours: ones or distances."""
+        if mode not in ("connectivity", "distance"):
+            raise ValueError(f'Unsupported mode, must be one of "connectivity", or "distance" but got "{mode}" instead')
+        S = self._radius_csr(X, radius)
+        data = np.ones(S.nnz) if mode == "connectivity" else to_distance(S.data, self.effective_metric_)
+        G = sp.csr_matrix((data, S.indices.astype(np.intp), S.indptr), shape=S.shape)
+        if sort_results and mode == "distance":
+            for i in range(G.shape[0]):  # within-row order by distance, then index
+                lo, hi = G.indptr[i], G.indptr[i + 1]
+                order = np.lexsort((G.indices[lo:hi], G.data[lo:hi]))
+                G.indices[lo:hi], G.data[lo:hi] = G.indices[lo:hi][order], G.data[lo:hi][order]
+            G.has_sorted_indices = False
+        return G
