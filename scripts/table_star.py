@@ -33,23 +33,20 @@ separate invocations:
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import tempfile
 import time
 import warnings
-from pathlib import Path
 
-import numpy as np
-
-warnings.filterwarnings("ignore")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (puts the checkout first on sys.path)
+import numpy as np  # noqa: E402
 from gpu_dclus import NEW_TOPICS, corpus as dclus_corpus  # noqa: E402
 from gpu_star import log, reu_corpus  # noqa: E402
+
+warnings.filterwarnings("ignore")
 
 PARTS = ("table4", "table5", "fig17", "fig18")
 SIZES = (10000, 20000, 30000, 40000, 50000, 60000, 70000)
@@ -57,10 +54,8 @@ PRESET_OF = {n: f"reu-{n // 1000}k" for n in SIZES}
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="sizes / 10 (1K..7K docs), 3 shuffles, small updates")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--out", default=os.path.join(os.environ.get("OUT", "out"), "star"))
+    p = harness.parser(__doc__, quick="sizes / 10 (1K..7K docs), 3 shuffles, small updates",
+                       out=os.path.join(os.environ.get("OUT", "out"), "star"))
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
     p.add_argument("--betas", default="0.25,0.35")
     p.add_argument("--sizes", help="fig17 sizes (default the paper's 10K..70K; table4 uses those <= 50K)")
@@ -191,8 +186,9 @@ def part_fig17(a, dev, cpu, runs):
                              "device": be.name, "key": name, "seconds": s["seconds_total"], "graph": s["seconds_graph"],
                              "relevance": s["seconds_relevance"], "cover": s["seconds_cover"], "edges": s["n_edges"],
                              "clusters": s["n_clusters"]})
-    ng = ROOT.parent / "shared" / "datasets" / "20newsgroups" / "20newsgroups-train.tab"
-    if ng.exists():
+    ddir = harness.datasets()
+    ng = ddir / "20newsgroups" / "20newsgroups-train.tab" if ddir else None
+    if ng is not None and ng.exists():
         from gputext.io.ingest import build_corpus
         c = build_corpus(str(ng))
         if a.quick:
@@ -271,44 +267,46 @@ def f3(x):
     return "n/a" if x is None else f"{x:.3f}"
 
 
+def pair(agree, *keys):
+    """'F / NMI ...' of an agreement dict, n/a when there is none."""
+    return " / ".join(f3(agree[k]) for k in keys) if agree else "n/a"
+
+
+def mean_min(orders, key):
+    return f"{f3(orders[key]['mean'])} ({f3(orders[key]['min'])})" if orders else "n/a"
+
+
 def render(out):
+    md = harness.md_table
     lines = ["# Star clustering: the paper's tables and figures, reproduced", ""]
     t4 = load(out, "table4")
     if t4:
-        meta, rows = t4["meta"], t4["rows"]
-        lines += [f"## Table 4: CUDA-OClus vs the sequential algorithm ({meta['device']} vs CPU twin; {meta['shuffles']} document orders)",
-                  "", "| collection | beta | device vs CPU twin: FBcubed / NMI (LFK) | identical | other orders vs given order: FBcubed mean (min) | NMI LFK mean (min) |",
-                  "| --- | ---: | --- | --- | --- | --- |"]
-        for r in rows:
-            tw = r.get("twin")
-            o = r.get("orders")
-            lines.append(f"| {r['preset']} ({r['docs']:,}) | {r['beta']} | "
-                         f"{(f3(tw['fbcubed']) + ' / ' + f3(tw['nmi_lfk'])) if tw else 'n/a'} | {r.get('twin_identical', 'n/a')} | "
-                         f"{(f3(o['fbcubed']['mean']) + ' (' + f3(o['fbcubed']['min']) + ')') if o else 'n/a'} | "
-                         f"{(f3(o['nmi_lfk']['mean']) + ' (' + f3(o['nmi_lfk']['min']) + ')') if o else 'n/a'} |")
-        lines.append("")
+        meta = t4["meta"]
+        lines += [f"## Table 4: CUDA-OClus vs the sequential algorithm ({meta['device']} vs CPU twin; {meta['shuffles']} "
+                  "document orders)", "", md(
+                      ["collection", "beta", "device vs CPU twin: FBcubed / NMI (LFK)", "identical",
+                       "other orders vs given order: FBcubed mean (min)", "NMI LFK mean (min)"],
+                      [[f"{r['preset']} ({r['docs']:,})", r["beta"], pair(r.get("twin"), "fbcubed", "nmi_lfk"),
+                        r.get("twin_identical", "n/a"), mean_min(r.get("orders"), "fbcubed"),
+                        mean_min(r.get("orders"), "nmi_lfk")] for r in t4["rows"]], "lrllll"), ""]
     t5 = load(out, "table5")
     if t5:
-        lines += [f"## Table 5: CUDA-DClus chain ({t5['meta']['device']} vs CPU twin, and vs a full recluster)", "",
-                  "| step | docs | beta | device vs CPU twin: FBcubed / NMI (LFK) | update vs full recluster: FBcubed / NMI (LFK) / NMI (max) |",
-                  "| --- | ---: | ---: | --- | --- |"]
-        for r in t5["rows"]:
-            tw, fu = r.get("twin"), r["vs_full_recluster"]
-            lines.append(f"| {r['label']} | {r['docs']:,} | {r['beta']} | {(f3(tw['fbcubed']) + ' / ' + f3(tw['nmi_lfk'])) if tw else 'n/a'} | "
-                         f"{f3(fu['fbcubed'])} / {f3(fu['nmi_lfk'])} / {f3(fu['nmi_max'])} |")
-        lines.append("")
+        lines += [f"## Table 5: CUDA-DClus chain ({t5['meta']['device']} vs CPU twin, and vs a full recluster)", "", md(
+            ["step", "docs", "beta", "device vs CPU twin: FBcubed / NMI (LFK)",
+             "update vs full recluster: FBcubed / NMI (LFK) / NMI (max)"],
+            [[r["label"], f"{r['docs']:,}", r["beta"], pair(r.get("twin"), "fbcubed", "nmi_lfk"),
+              pair(r["vs_full_recluster"], "fbcubed", "nmi_lfk", "nmi_max")] for r in t5["rows"]], "lrrll"), ""]
     f17 = load(out, "fig17")
     if f17:
         rows = f17["rows"]
-        lines += [f"## Figure 17: clustering time vs collection size ({f17['meta']['host']})", "",
-                  "| collection | docs | beta | device | seconds | graph | relevance | cover | edges | clusters | same as CPU twin |",
-                  "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-        for r in rows:
-            lines.append(f"| {r['collection']} | {r['docs']:,} | {r['beta']} | {r['device']} | {f3(r['seconds'])} | "
-                         f"{f3(r['graph'])} | {f3(r['relevance'])} | {f3(r['cover'])} | {r['edges']:,} | {r['clusters']:,} | "
-                         f"{r.get('identical', '')} |")
-        lines.append("")
-        plot17(rows, os.path.join(out, "fig17.png"))
+        lines += [f"## Figure 17: clustering time vs collection size ({f17['meta']['host']})", "", md(
+            ["collection", "docs", "beta", "device", "seconds", "graph", "relevance", "cover", "edges", "clusters",
+             "same as CPU twin"],
+            [[r["collection"], f"{r['docs']:,}", r["beta"], r["device"], f3(r["seconds"]), f3(r["graph"]),
+              f3(r["relevance"]), f3(r["cover"]), f"{r['edges']:,}", f"{r['clusters']:,}", r.get("identical", "")]
+             for r in rows], "lrrlrrrrrrl"), ""]
+        if harness.have_pyplot():
+            plot17(rows, os.path.join(out, "fig17.png"))
     f18 = load(out, "fig18")
     if f18:
         rows = f18["rows"]
@@ -316,94 +314,58 @@ def render(out):
         about = {"newtopics": "additions about other topics, the paper's scenario",
                  "same": "additions from the collection's own topics"}.get(added, added)
         lines += [f"## Figure 18: update time after N additions vs a full recluster ({f18['meta']['device']}; {about})", "",
-                  "| N | beta | step | docs | update s (compute) | full recluster s (compute) | ratio |",
-                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-        for r in rows:
-            lines.append(f"| {r['n_add']:,} | {r['beta']} | {r['step']} | {r['docs_before']:,} -> {r['docs_after']:,} | "
-                         f"{f3(r['update_seconds'])} ({f3(r['update_compute'])}) | {f3(r['full_seconds'])} ({f3(r['full_compute'])}) | "
-                         f"{r['update_seconds'] / r['full_seconds']:.3f} |")
-        lines += ["", "## Figure 19: connected components loaded by each update (the full recluster loads them all)", "",
-                  "| N | beta | step | components loaded | components (all) | PCCs loaded / all | vertices loaded |",
-                  "| ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
-        for r in rows:
-            lines.append(f"| {r['n_add']:,} | {r['beta']} | {r['step']} | {r['components_loaded']:,} | {r['components_total']:,} | "
-                         f"{r['pccs_loaded']:,} / {r['pccs_total']:,} | {r['vertices_loaded']:,} |")
-        lines.append("")
-        plot18(rows, os.path.join(out, "fig18.png"), os.path.join(out, "fig19.png"))
+                  md(["N", "beta", "step", "docs", "update s (compute)", "full recluster s (compute)", "ratio"],
+                     [[f"{r['n_add']:,}", r["beta"], r["step"], f"{r['docs_before']:,} -> {r['docs_after']:,}",
+                       f"{f3(r['update_seconds'])} ({f3(r['update_compute'])})",
+                       f"{f3(r['full_seconds'])} ({f3(r['full_compute'])})",
+                       f"{r['update_seconds'] / r['full_seconds']:.3f}"] for r in rows], "r" * 7), "",
+                  "## Figure 19: connected components loaded by each update (the full recluster loads them all)", "",
+                  md(["N", "beta", "step", "components loaded", "components (all)", "PCCs loaded / all", "vertices loaded"],
+                     [[f"{r['n_add']:,}", r["beta"], r["step"], f"{r['components_loaded']:,}", f"{r['components_total']:,}",
+                       f"{r['pccs_loaded']:,} / {r['pccs_total']:,}", f"{r['vertices_loaded']:,}"] for r in rows],
+                     "rrrrrlr"), ""]
+        if harness.have_pyplot():
+            plot18(rows, os.path.join(out, "fig18.png"), os.path.join(out, "fig19.png"))
     path = os.path.join(out, "tables.md")
     with open(path, "w") as fh:
         fh.write("\n".join(lines) + "\n")
     return "\n".join(lines)
 
 
-def _plt():
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        return plt
-    except ImportError:
-        log("matplotlib is not installed: tables only, no plots")
-        return None
-
-
 def plot17(rows, path):
-    plt = _plt()
-    if plt is None:
-        return
     betas = sorted({r["beta"] for r in rows})
-    fig, axes = plt.subplots(1, len(betas), figsize=(5.5 * len(betas), 4), squeeze=False)
-    for ax, beta in zip(axes[0], betas):
-        for dev, style in (("cuda", "o-"), ("cpu", "s--")):
-            pts = sorted((r["docs"], r["seconds"]) for r in rows if r["beta"] == beta and r["device"] == dev and r["collection"] != "20NG")
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=f"{'GPU' if dev == 'cuda' else 'CPU twin'}")
-            ng = [r for r in rows if r["beta"] == beta and r["device"] == dev and r["collection"] == "20NG"]
-            for r in ng:
-                ax.plot([r["docs"]], [r["seconds"]], "k*" if dev == "cuda" else "kx", label=f"20NG ({'GPU' if dev == 'cuda' else 'CPU'})")
-        ax.set_title(f"beta = {beta}")
-        ax.set_xlabel("documents")
-        ax.set_ylabel("seconds (graph + relevance + cover)")
-        ax.set_yscale("log")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with harness.figure(path, 1, len(betas), (5.5 * len(betas), 4)) as (fig, axes):
+        for ax, beta in zip(axes[0], betas):
+            for dev, style in (("cuda", "o-"), ("cpu", "s--")):
+                name = "GPU" if dev == "cuda" else "CPU twin"
+                pts = sorted((r["docs"], r["seconds"]) for r in rows
+                             if r["beta"] == beta and r["device"] == dev and r["collection"] != "20NG")
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=name)
+                for r in rows:
+                    if r["beta"] == beta and r["device"] == dev and r["collection"] == "20NG":
+                        ax.plot([r["docs"]], [r["seconds"]], "k*" if dev == "cuda" else "kx", label=f"20NG ({name[:3]})")
+            harness.style(ax, f"beta = {beta}", "documents", "seconds (graph + relevance + cover)", logy=True, legend=8)
 
 
 def plot18(rows, path18, path19):
-    plt = _plt()
-    if plt is None:
-        return
+    """Figure 18 (update vs full recluster, seconds) and Figure 19 (components loaded), one panel
+    per (N, beta), one pair of bars per step."""
     keys = sorted({(r["n_add"], r["beta"]) for r in rows})
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.8), squeeze=False)
-    for ax, (n, beta) in zip(axes[0], keys):
-        rs = sorted((r for r in rows if r["n_add"] == n and r["beta"] == beta), key=lambda r: r["step"])
-        x = np.arange(len(rs))
-        ax.bar(x - 0.2, [r["update_seconds"] for r in rs], 0.4, label="DClustR update")
-        ax.bar(x + 0.2, [r["full_seconds"] for r in rs], 0.4, label="full recluster")
-        ax.set_xticks(x, [f"+{r['docs_after'] - r['docs_before']}\n({r['docs_after']:,})" for r in rs], fontsize=7)
-        ax.set_title(f"N = {n:,}, beta = {beta}")
-        ax.set_ylabel("seconds (end to end)")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path18, dpi=120)
-    plt.close(fig)
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.8), squeeze=False)
-    for ax, (n, beta) in zip(axes[0], keys):
-        rs = sorted((r for r in rows if r["n_add"] == n and r["beta"] == beta), key=lambda r: r["step"])
-        x = np.arange(len(rs))
-        ax.bar(x - 0.2, [r["components_loaded"] for r in rs], 0.4, label="update (DClustR)")
-        ax.bar(x + 0.2, [r["components_total"] for r in rs], 0.4, label="full recluster (all)")
-        ax.set_xticks(x, [f"step {r['step']}" for r in rs], fontsize=8)
-        ax.set_yscale("log")
-        ax.set_title(f"N = {n:,}, beta = {beta}")
-        ax.set_ylabel("connected components loaded")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path19, dpi=120)
-    plt.close(fig)
+    for path, (upd, full), (lab_u, lab_f), ylabel, logy in (
+            (path18, ("update_seconds", "full_seconds"), ("DClustR update", "full recluster"), "seconds (end to end)", False),
+            (path19, ("components_loaded", "components_total"), ("update (DClustR)", "full recluster (all)"),
+             "connected components loaded", True)):
+        with harness.figure(path, 1, len(keys), (4.2 * len(keys), 3.8)) as (fig, axes):
+            for ax, (n, beta) in zip(axes[0], keys):
+                rs = sorted((r for r in rows if r["n_add"] == n and r["beta"] == beta), key=lambda r: r["step"])
+                x = np.arange(len(rs))
+                ax.bar(x - 0.2, [r[upd] for r in rs], 0.4, label=lab_u)
+                ax.bar(x + 0.2, [r[full] for r in rs], 0.4, label=lab_f)
+                ticks = ([f"step {r['step']}" for r in rs] if logy else
+                         [f"+{r['docs_after'] - r['docs_before']}\n({r['docs_after']:,})" for r in rs])
+                ax.set_xticks(x, ticks, fontsize=8 if logy else 7)
+                harness.style(ax, f"N = {n:,}, beta = {beta}", ylabel=ylabel, logy=logy, legend=7, grid=False)
 
 
 def main():
@@ -414,9 +376,8 @@ def main():
         dev, cpu = resolve(a.device), resolve("cpu")
         meta = {"device": dev.name, "describe": dev.describe(), "quick": a.quick, "betas": a.betas,
                 "shuffles": a.shuffles, "host": f"{dev.describe()}", "date": time.strftime("%Y-%m-%d %H:%M"),
-                "argv": sys.argv[1:]}
-        import numba
-        meta["cpu_threads"] = numba.get_num_threads()
+                "argv": sys.argv[1:], "env": harness.probe(dev)}
+        meta["cpu_threads"] = meta["env"]["numba_threads"]
         runs = Runs()
         from gputext.cluster.star import cluster_star
         warm = reu_corpus(600, seed=9)  # compile every kernel before anything is timed
@@ -441,8 +402,8 @@ def main():
                 rows = part_fig18(a, dev)
             else:  # fig19 comes from fig18's runs
                 continue
-            with open(os.path.join(a.out, f"{part}.json"), "w") as fh:
-                json.dump({"meta": {**meta, "seconds": time.perf_counter() - t}, "rows": rows}, fh, indent=2, default=float)
+            harness.write_json(os.path.join(a.out, f"{part}.json"),
+                               {"meta": {**meta, "seconds": time.perf_counter() - t}, "rows": rows}, indent=2)
             log(f"{part} done in {time.perf_counter() - t:.1f} s")
     print(render(a.out))
 

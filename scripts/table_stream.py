@@ -83,27 +83,13 @@ def sweep(backend, X, K_values, T_values, labels=None):
 
 
 def plot(path, title, xlabel, ylabel, series, logx=False, logy=False, notes=None):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, xs, ys in series:
-        ax.plot(xs, ys, marker="o", label=name)
-    if notes:
-        for x, y, text in notes:
+    with harness.figure(path) as (fig, axes):
+        ax = axes[0, 0]
+        for name, xs, ys in series:
+            ax.plot(xs, ys, marker="o", label=name)
+        for x, y, text in notes or ():
             ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    if logx:
-        ax.set_xscale("log")
-    if logy:
-        ax.set_yscale("log")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        harness.style(ax, title, xlabel, ylabel, logx, logy, legend=10)
 
 
 def sensitivity(rows, x, heading, title, device, png):

@@ -15,6 +15,8 @@ A script is a short definition of its workloads and peers on top of five pieces:
            library (CuPy, PyTorch, scikit-learn, our CPU twin); ``run_peers()`` runs the ones asked
            for, skips those whose libraries are missing here with one line, and records a failure
            as ``{"error": ...}`` without stopping the round;
+  plot     ``figure()``: a matplotlib (Agg) figure saved and closed at the end of a with-block;
+           ``style()``: titles, labels, log scales, grid and legend of one axis;
   report   ``Report``: sections that fail are recorded and the others still run, rows of a
            markdown table, ``md_table()``, and ``write()``: the JSON and the markdown written once,
            at the end, and the markdown printed last (the device tool returns the output's tail).
@@ -35,8 +37,10 @@ if ROOT not in sys.path:
 from .cli import SUPPRESS, log, parser  # noqa: E402
 from .env import copy_bandwidth, datasets, device_name, probe  # noqa: E402
 from .peers import PEERS, peer, run_peers  # noqa: E402
+from .plot import figure, have_pyplot, style  # noqa: E402
 from .report import Report, md_table, write_json  # noqa: E402
 from .timing import gpu_ms, median, percentiles_ms, wall_runs  # noqa: E402
 
 __all__ = ["ROOT", "SUPPRESS", "log", "parser", "probe", "copy_bandwidth", "datasets", "device_name", "gpu_ms", "wall_runs", "median",
-           "percentiles_ms", "PEERS", "peer", "run_peers", "Report", "md_table", "write_json"]
+           "percentiles_ms", "PEERS", "peer", "run_peers", "Report", "md_table", "write_json",
+           "figure", "have_pyplot", "style"]

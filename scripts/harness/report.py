@@ -27,9 +27,11 @@ def write_json(path: str, data, indent: int = 1) -> str:
     return path
 
 
-def md_table(header, rows) -> str:
-    """A markdown table: ``header`` is a list of column names, each row a list of cells."""
-    out = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+def md_table(header, rows, align: str | None = None) -> str:
+    """A markdown table: ``header`` is a list of column names, each row a list of cells;
+    ``align``: one letter a column, "l" or "r" (right-aligned, for numbers); default all left."""
+    marks = [" ---: |" if a == "r" else " --- |" for a in (align or "l" * len(header))]
+    out = ["| " + " | ".join(header) + " |", "|" + "".join(marks)]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
 
