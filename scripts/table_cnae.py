@@ -24,19 +24,15 @@ Writes OUT/table_cnae.md, OUT/table_cnae.json and OUT/table_cnae.png (speed-up o
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import scipy.sparse as sp
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from table_metafeatures import datasets_dir  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (puts the checkout first on sys.path)
+import numpy as np  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
 
 K = 30
 # the paper's Table 1: |TV|, sequential (s), CUBLAS (s), speed-up CUBLAS, our algorithm (s), speed-up
@@ -144,38 +140,32 @@ def run_dataset(name, X, y, n_classes, args, has_gpu) -> list[dict]:
             if row.get(key):
                 row[key.replace("_s", "_speedup")] = row["sequential_s"] / row[key]
         rows.append(row)
-        print(json.dumps(row), flush=True)
+        harness.log(str(row))
     return rows
 
 
 def plot(rows, path: Path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name in dict.fromkeys(r["dataset"] for r in rows):
-        rs = [r for r in rows if r["dataset"] == name]
-        x = [r["train_docs"] for r in rs]
-        for key, style, label in (("dense_kernel_speedup", "o-", "our dense kernel"), ("cublas_speedup", "s-", "cuBLAS (CuPy)"),
-                                  ("cpu_twin_speedup", "^-", "CPU twin, all cores")):
-            if all(r.get(key) for r in rs):
-                ax.plot(x, [r[key] for r in rs], style, label=f"{label}, {name}")
-    ax.plot([p[0] for p in PAPER], [p[5] for p in PAPER], "k--", label="paper: their kernel (GTX 285)")
-    ax.plot([p[0] for p in PAPER], [p[3] for p in PAPER], "k:", label="paper: CUBLAS (GTX 285)")
-    ax.set_xlabel("training documents |TV|")
-    ax.set_ylabel("speed-up over sequential CPU")
-    ax.set_title("Categorising one document (k = 30, multi-label category ranking)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with harness.figure(str(path), size=(7, 4.5)) as (fig, axes):
+        ax = axes[0, 0]
+        for name in dict.fromkeys(r["dataset"] for r in rows):
+            rs = [r for r in rows if r["dataset"] == name]
+            x = [r["train_docs"] for r in rs]
+            for key, style, label in (("dense_kernel_speedup", "o-", "our dense kernel"), ("cublas_speedup", "s-", "cuBLAS (CuPy)"),
+                                      ("cpu_twin_speedup", "^-", "CPU twin, all cores")):
+                if all(r.get(key) for r in rs):
+                    ax.plot(x, [r[key] for r in rs], style, label=f"{label}, {name}")
+        ax.plot([p[0] for p in PAPER], [p[5] for p in PAPER], "k--", label="paper: their kernel (GTX 285)")
+        ax.plot([p[0] for p in PAPER], [p[3] for p in PAPER], "k:", label="paper: CUBLAS (GTX 285)")
+        harness.style(ax, "Categorising one document (k = 30, multi-label category ranking)", "training documents |TV|",
+                      "speed-up over sequential CPU", legend=7)
 
 
 def report(rows, out: Path, args, device):
     def f(v, spec):
         return "n/a" if v is None else format(v, spec)
+    env = harness.probe()
     lines = [f"# CNAE paper, Table 1: time to categorise one document ({time.strftime('%Y-%m-%d %H:%M')})", "",
-             f"Host: {platform.node()}, {os.cpu_count()} CPU cores; device: {device}; mean of {args.repeats} runs; "
+             f"Host: {env['host']}, {env['cpu_count']} CPU cores; device: {device}; mean of {args.repeats} runs; "
              "times include the query copy to the GPU and the result copy back.", "",
              "| corpus | terms | \\|TV\\| | sequential (ms) | CPU twin (ms) | dense kernel (ms) | speed-up | cuBLAS (ms) | speed-up | dense = CPU |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -186,19 +176,15 @@ def report(rows, out: Path, args, device):
                      f"{f(r.get('cublas_speedup'), '.1f')} | {r.get('dense_equals_cpu', 'n/a')} |")
     lines += ["", "The paper (GTX 285 vs Athlon 64 X2, 6,910 x 3,764, 105 classes): speed-up 44.3 (691 documents) "
               "to 64.8 (6,910) for their kernel, 30.2 to 47.5 for CUBLAS.", "", "![speed-up](table_cnae.png)"]
-    text = "\n".join(lines) + "\n"
-    (out / "table_cnae.md").write_text(text)
-    (out / "table_cnae.json").write_text(json.dumps({"rows": rows, "paper": PAPER, "repeats": args.repeats}, indent=1))
-    print(text)
+    harness.Report(str(out), {"rows": rows, "paper": PAPER, "repeats": args.repeats, "env": env}).write(
+        "table_cnae.json", "\n".join(lines) + "\n", md_name="table_cnae.md")
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.parser(__doc__, quick="3 training sizes, 10 repeats", out=os.environ.get("OUT") and os.path.join(
+        os.environ["OUT"], "knn_classify") or "out/knn_classify")
     ap.add_argument("--datasets")
-    ap.add_argument("--out", default=os.environ.get("OUT") and os.path.join(os.environ["OUT"], "knn_classify") or "out/knn_classify")
     ap.add_argument("--repeats", type=int, default=100)
-    ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    ap.add_argument("--quick", action="store_true", help="3 training sizes, 10 repeats")
     args = ap.parse_args()
     if args.quick:
         args.repeats = min(args.repeats, 10)
@@ -208,7 +194,10 @@ def main():
     print(f"device: {backend.describe()}" + ("" if has_gpu else "  (no GPU: CPU rows only)"), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows = run_dataset("CNAE-9", *cnae9(datasets_dir(args.datasets), out / "corpora"), args, has_gpu)
+    ddir = harness.datasets(args.datasets)
+    if ddir is None:
+        sys.exit("datasets not found: give --datasets DIR (the folder with cnae9/)")
+    rows = run_dataset("CNAE-9", *cnae9(ddir, out / "corpora"), args, has_gpu)
     rows += run_dataset("paper-sized synthetic", *paper_sized(), args, has_gpu)
     plot(rows, out / "table_cnae.png")
     report(rows, out, args, backend.describe())
