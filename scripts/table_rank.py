@@ -22,32 +22,26 @@ Without a GPU it runs the CPU twin only and says so in the tables.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
 
-import numpy as np
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (puts the checkout first on sys.path)
+import numpy as np  # noqa: E402
 
 from gputext.backend import cpu_threads, resolve  # noqa: E402
 from gputext.rank.bench import TABLE1, letor_sample, preset_params, preset_split, timed_train  # noqa: E402
 from gputext.rank.data import from_corpus  # noqa: E402
 from gputext.rank.metrics import pairwise_accuracy  # noqa: E402
 
+log = harness.log
+
 # The paper's measurements (Tesla C2050 / 4 x Xeon E5620, real LETOR data), for reference only.
 PAPER_TIME = {"mq2007-list": (203.02, 22.46), "mq2008-list": (276.46, 37.17), "mslr-web10k": (2481.35, 276.11),
               "mslr-web30k": (17019.16, 939.38), "mq2007": (10.18, 5.90), "mq2008": (0.48, 1.37)}  # OST, P-SWX (s)
 PAPER_PA = {"mq2007-list": (81.11, 81.11), "mq2008-list": (82.11, 80.72), "mslr-web10k": (61.04, 60.43),
             "mslr-web30k": (60.79, 60.45), "mq2007": (70.59, 70.60), "mq2008": (80.24, 80.24)}  # OST, P-SWX (%)
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
 
 
 def load(name, scale, seed):
@@ -127,44 +121,32 @@ def table3(rows, has_gpu):
 
 
 def figure1(rows, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     n = len(rows)
     cols = min(3, n)
     nrows = -(-n // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.2 * nrows), squeeze=False)
-    for ax, r in zip(axes.ravel(), rows):
-        for name, run in r["runs"].items():
-            t = np.array([h[0] for h in run["history"]])
-            eta = np.abs((np.array([h[1] for h in run["history"]]) - r["fstar"]) / r["fstar"])
-            keep = eta > 0
-            ax.semilogy(t[keep], eta[keep], marker="o", ms=3, label="GPU" if name == "cuda" else "CPU twin")
-        ax.set_title(r["name"], fontsize=10)
-        ax.set_xlabel("training time (s)")
-        ax.set_ylabel("relative difference to f*")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    for ax in axes.ravel()[n:]:
-        ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with harness.figure(path, nrows, cols, (4.2 * cols, 3.2 * nrows)) as (fig, axes):
+        for ax, r in zip(axes.ravel(), rows):
+            for name, run in r["runs"].items():
+                t = np.array([h[0] for h in run["history"]])
+                eta = np.abs((np.array([h[1] for h in run["history"]]) - r["fstar"]) / r["fstar"])
+                keep = eta > 0
+                ax.semilogy(t[keep], eta[keep], marker="o", ms=3, label="GPU" if name == "cuda" else "CPU twin")
+            harness.style(ax, r["name"], "training time (s)", "relative difference to f*", logy=True, legend=8,
+                          title_size=10)
+        for ax in axes.ravel()[n:]:
+            ax.axis("off")
 
 
 def main(argv=None):
     global _DATASETS
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=os.path.join("out", "rank"))
+    p = harness.parser(__doc__.split("\n\n")[0], quick=None, out=os.path.join("out", "rank"))
     p.add_argument("--scale", type=float, default=1.0, help="fraction of each preset's queries (0 < scale <= 1)")
     p.add_argument("--datasets", default=",".join(TABLE1 + ("letor-sample",)))
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--C", type=float, default=1.0)
     p.add_argument("--eps", type=float, default=1e-5)
     p.add_argument("--fstar-eps", type=float, default=1e-9)
     p.add_argument("--shared-datasets", default=os.environ.get("GPUTEXT_DATASETS",
-                                                               os.path.join(ROOT, "..", "shared", "datasets")))
+                                                               os.path.join(harness.ROOT, "..", "shared", "datasets")))
     args = p.parse_args(argv)
     if not 0 < args.scale <= 1:
         p.error("--scale must be in (0, 1]")
@@ -190,9 +172,9 @@ def main(argv=None):
         fh.write(t2 + "\n")
     with open(os.path.join(args.out, "table3.md"), "w") as fh:
         fh.write(t3 + "\n")
-    with open(os.path.join(args.out, "table_rank.json"), "w") as fh:
-        json.dump({"device": device.describe(), "cpu_threads": cpu_threads(), "scale": args.scale, "C": args.C,
-                   "eps": args.eps, "rows": rows}, fh, indent=1, default=float)
+    harness.write_json(os.path.join(args.out, "table_rank.json"), {
+        "device": device.describe(), "cpu_threads": cpu_threads(), "scale": args.scale, "C": args.C, "eps": args.eps,
+        "rows": rows, "env": harness.probe(device)})
     if rows:
         figure1(rows, os.path.join(args.out, "figure1.png"))
     print(t2 + "\n\n" + t3 + f"\n\nFigure 1: {os.path.join(args.out, 'figure1.png')}")
