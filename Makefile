@@ -43,4 +43,14 @@ test-gpu: $(STAMP)
 clean:
 	rm -rf out build *.egg-info .pytest_cache
 
+# $(call script_targets,TARGET,SCRIPT,OUT): make TARGET runs scripts/SCRIPT.py --out $(OUT) and
+# make TARGET-quick the same with --quick (the scripts' shared options: scripts/harness/cli.py).
+define script_targets
+.PHONY: $(1) $(1)-quick
+$(1): $$(STAMP)
+	$$(BIN)/python scripts/$(2).py --out $$($(3))
+$(1)-quick: $$(STAMP)
+	$$(BIN)/python scripts/$(2).py --quick --out $$($(3))
+endef
+
 -include scripts/make/*.mk

@@ -3,7 +3,7 @@ RANK_OUT ?= out/rank
 # e.g. make table-rank RANK_TABLE_ARGS="--scale 0.1" on a machine without a GPU
 RANK_TABLE_ARGS ?=
 
-.PHONY: table-rank gpu-rank gpu-rank-quick
+.PHONY: table-rank
 
 # Table 2 (training time), Table 3 (pairwise accuracy), Figure 1 (relative objective difference vs
 # time): GPU vs CPU twin on synthetic sets of the paper's Table 1 shapes and on letor-sample.
@@ -11,11 +11,7 @@ table-rank: $(STAMP)
 	$(BIN)/python scripts/table_rank.py --out $(RANK_OUT) $(RANK_TABLE_ARGS)
 
 # Exactness at scale + the issue-7 goals + peers (on the GPU host; --device cpu elsewhere).
-gpu-rank: $(STAMP)
-	$(BIN)/python scripts/gpu_rank.py --out $(RANK_OUT)
-
-gpu-rank-quick: $(STAMP)
-	$(BIN)/python scripts/gpu_rank.py --quick --out $(RANK_OUT)
+$(eval $(call script_targets,gpu-rank,gpu_rank,RANK_OUT))
 
 # make demo: a small learning-to-rank set, split by query, trained, evaluated and scored.
 demo-steps::

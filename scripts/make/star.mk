@@ -1,15 +1,9 @@
 # Star clustering (OClustR / DClustR): paper reproduction and demo steps.
 STAR_OUT ?= out/star
 
-.PHONY: table-star table-star-quick
-
 # Tables 4-5 and Figures 17-19 of the CUDA-OClus/DClus paper (markdown + PNG in $(STAR_OUT)/).
 # Full size runs the CPU twin up to 70,000 documents: long on a laptop (use table-star-quick).
-table-star: $(STAMP)
-	$(BIN)/python scripts/table_star.py --out $(STAR_OUT)
-
-table-star-quick: $(STAMP)
-	$(BIN)/python scripts/table_star.py --quick --out $(STAR_OUT)
+$(eval $(call script_targets,table-star,table_star,STAR_OUT))
 
 demo-steps::
 	$(BIN)/gputext cluster star $(DEMO)/split/train.h5 --beta 0.1 -o $(DEMO)/star.h5

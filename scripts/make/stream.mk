@@ -1,15 +1,9 @@
 # Stream clustering (Szaszy & Samet): paper reproduction and demo steps.
 STREAM_OUT ?= out/stream
 
-.PHONY: table-stream table-stream-quick
-
 # Figures 3, 4a, 4b of the stream-clustering paper and 20NG/R8 quality (markdown + PNG in $(STREAM_OUT)/).
 # Runs on the GPU when there is one (adds the GPU curve), else on the CPU (a few minutes on 2 cores).
-table-stream: $(STAMP)
-	$(BIN)/python scripts/table_stream.py --out $(STREAM_OUT)
-
-table-stream-quick: $(STAMP)
-	$(BIN)/python scripts/table_stream.py --quick --out $(STREAM_OUT)
+$(eval $(call script_targets,table-stream,table_stream,STREAM_OUT))
 
 # The demo corpus clustered in one pass; then a live JSONL stream in two halves through a state file.
 demo-steps::

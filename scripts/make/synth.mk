@@ -1,14 +1,10 @@
 # Synthetic corpora (`gputext corpus synth`, datasets/): benchmarks and the papers' shapes.
 SYNTH_DIR ?= out/synth
 
-.PHONY: bench-synth bench-synth-quick synth-papers
+.PHONY: synth-papers
 
 # Throughput and peak memory of the generator (CPU): 10^5 and 10^6 documents, two LTR presets.
-bench-synth: $(STAMP)
-	$(BIN)/python scripts/bench_synth.py --out $(SYNTH_DIR)
-
-bench-synth-quick: $(STAMP)
-	$(BIN)/python scripts/bench_synth.py --quick --out $(SYNTH_DIR)
+$(eval $(call script_targets,bench-synth,bench_synth,SYNTH_DIR))
 
 # The collections of the papers' tables as synthetic files (Reu-10K..70K, Tdt-65K, RankSVM Table 1).
 synth-papers: $(STAMP)
