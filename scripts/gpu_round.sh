@@ -26,7 +26,7 @@ run() {  # name, seconds, command...
 }
 for step in "${steps[@]}"; do
   case $step in
-    probe) run probe 120 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csr; python3 -c "import numpy, numba, numba_cuda, scipy, h5py, click; print(numpy.__version__, numba.__version__, scipy.__version__)"; cd /tmp && python3 -m gputext doctor; nproc' ;;
+    probe) run probe 120 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; (cd scripts && python3 -m harness); cd /tmp && python3 -m gputext doctor' ;;
     tests) run tests 330 bash -c "cd /tmp && python3 -m pytest -x -q -p no:cacheprovider -m gpu $PWD/tests" ;;
     bench-knn-quick) run bench-knn-quick 200 python3 scripts/bench_knn.py --quick --device cuda --out "$OUT" ;;
     bench-knn) run bench-knn 560 python3 scripts/bench_knn.py --sizes 1e5,1e6 --queries 1,100,10000 --device cuda --profile --out "$OUT" ;;

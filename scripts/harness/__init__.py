@@ -1,6 +1,6 @@
 """The benchmark harness every script in scripts/ is built on (issue 15 item 5).
 
-A script is a short definition of its workloads and peers on top of five pieces:
+A script is a short definition of its workloads and peers on top of these pieces:
 
   cli      ``parser()``: the common options (--quick, --device, --out: default $OUT or out/) and
            ``log()`` (stderr, time-stamped: stdout is kept for the markdown report);
@@ -23,7 +23,8 @@ A script is a short definition of its workloads and peers on top of five pieces:
 
 Scripts import it as ``import harness`` after putting scripts/ on sys.path (two lines at the
 top of each script, so that they also work when a test loads them by path); importing it puts the
-checkout's root first on sys.path, so the scripts measure the checkout's gputext.
+checkout's root first on sys.path, so the scripts measure the checkout's gputext even where a
+wheel is installed too. ``python -m harness`` (from scripts/) prints the probe as JSON.
 """
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+if sys.path[:1] != [ROOT]:  # first, before an installed gputext (the device host's wheel in /tmp/site)
+    sys.path[:] = [ROOT] + [p for p in sys.path if os.path.abspath(p or ".") != ROOT]
 
 from .cli import SUPPRESS, log, parser  # noqa: E402
 from .env import copy_bandwidth, datasets, device_name, probe  # noqa: E402
