@@ -5,14 +5,14 @@ from gputext.cli_common import add_optional_commands
 
 # (module, attribute names): commands added to the corpus group when their module exists
 COMMANDS = [
-    ("gputext.io.commands", ("build", "info", "split", "validate")),
+    ("gputext.io.commands", ("build", "info", "split", "validate", "export")),
     ("gputext.datasets.commands", ("synth",)),
 ]
 
 
 @click.group()
 def corpus():
-    """Make and inspect corpus files: build from text formats, info, validate, split, synth.
+    """Make and inspect corpus files: build from text formats, info, validate, split, synth, export.
 
     \b
     Example:

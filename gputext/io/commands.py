@@ -32,13 +32,15 @@ from .weighting import WEIGHTINGS
                    "(for test and query sets); out-of-vocabulary terms are dropped and counted.")
 @click.option("--query-groups", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="svmlight without qid: a file of query group sizes, one a line, in order (LightGBM .query).")
+@click.option("--labels", "labels_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="npz input: a file of one label per matrix row (comma-separated for several; empty: none).")
 @quiet_option
-def build(inputs, output, fmt, stopwords, weighting, min_df, max_df, vocab_from, query_groups, quiet):
+def build(inputs, output, fmt, stopwords, weighting, min_df, max_df, vocab_from, query_groups, labels_file, quiet):
     """Build a corpus file from text, svmlight, UCI bag-of-words or counts-CSV inputs.
 
     Reads INPUT... (files, a class-per-folder directory, or - for stdin): Orange .tab, label<TAB>text,
     JSONL (text, id, label or labels), svmlight/libsvm (qid: or --query-groups), UCI docword +
-    vocab, counts CSV (label, then counts). Text is lowercased and split into runs of Unicode
+    vocab, counts CSV (label, then counts), a SciPy sparse .npz (scipy.sparse.save_npz; --labels). Text is lowercased and split into runs of Unicode
     letters and digits. Writes one HDF5 corpus (-o; - is stdout). Runs on the CPU.
 
     \b
@@ -47,15 +49,17 @@ def build(inputs, output, fmt, stopwords, weighting, min_df, max_df, vocab_from,
       gputext corpus build 20newsgroups-test.tab --vocab-from train.h5 -o test.h5
       gputext corpus build rank.train --query-groups rank.train.query -o ltr.h5
       gputext corpus build news/ --format dir --min-df 2 --weighting tficf -o news.h5
+      gputext corpus build X.npz --labels X.labels.txt -o x.h5
     """
     from ..io.corpus import write_corpus
     from .ingest import build_corpus
 
-    check_paths([("INPUT", p) for p in inputs] + [("--vocab-from", vocab_from), ("--query-groups", query_groups)],
-                [("-o", output)])
+    check_paths([("INPUT", p) for p in inputs] + [("--vocab-from", vocab_from), ("--query-groups", query_groups),
+                                                  ("--labels", labels_file)], [("-o", output)])
 
     corpus = build_corpus(list(inputs), format=fmt, stopwords=stopwords, weighting=weighting, min_df=min_df,
-                          max_df=max_df, vocab_from=vocab_from, query_groups=query_groups, quiet=quiet)
+                          max_df=max_df, vocab_from=vocab_from, query_groups=query_groups, quiet=quiet,
+                          labels=labels_file)
     write_corpus(corpus, output)
     p = corpus.params
     extra = f"; {p['n_oov']:,} out-of-vocabulary occurrences dropped" if vocab_from else ""
@@ -147,3 +151,29 @@ def validate(files, quiet):
             click.echo(f"{path}: ok ({corpus_summary(path)})")
     if bad:
         raise InputError(f"{bad} of {len(files)} file(s) are not valid corpus files (problems listed above)")
+
+
+@click.command()
+@click.argument("corpus", type=corpus_path())
+@click.option("--to", "to", type=click.Choice(["svmlight", "npz", "csv"]), required=True,
+              help="svmlight (features + labels/relevance + qid), npz (scipy.sparse.save_npz + a labels file "
+                   "beside it), csv (one row per document: id, obs columns, result columns; not the matrix).")
+@output_option
+@quiet_option
+def export(corpus, to, output, quiet):
+    """Write a corpus or result file in another format (gputext.io.export).
+
+    \b
+    Example:
+      gputext corpus export train.h5 --to svmlight -o train.svm
+      gputext corpus export train.h5 --to npz -o train.npz        # + train.labels.txt when labelled
+      gputext corpus export pred.h5 --to csv -o pred.csv
+    """
+    from .corpus import read_corpus
+    from .export import export_corpus, labels_path
+
+    outputs = [("-o", output)] + ([("labels file", labels_path(output))] if to == "npz" else [])
+    check_paths([("CORPUS", corpus)], outputs)
+    c = read_corpus(corpus)
+    written = export_corpus(c, to, output)
+    status(f"{c.n_docs} documents -> {', '.join(written)}", quiet or output == "-")

@@ -114,6 +114,17 @@ class Corpus:
         """Multi-label targets (n_docs, n_labels) with names in uns["gputext"]["label_names"]."""
         return self.obsm.get("labels")
 
+    def to_anndata(self):
+        """This corpus as an anndata.AnnData (gputext.io.anndata.to_anndata)."""
+        from .anndata import to_anndata
+        return to_anndata(self)
+
+    @classmethod
+    def from_anndata(cls, adata) -> "Corpus":
+        """A corpus of an anndata.AnnData (gputext.io.anndata.from_anndata)."""
+        from .anndata import from_anndata
+        return from_anndata(adata)
+
     def take(self, rows) -> "Corpus":
         """A new corpus of the given rows (any order), annotations included."""
         rows = np.asarray(rows, dtype=np.int64)
@@ -294,7 +305,10 @@ def write_corpus(corpus: Corpus, path: str, compression: str | None = "gzip", gr
     """Write atomically (temp file + rename); ``-`` writes the file's bytes to stdout.
     ``growable``: a file meant to be updated in place: /X's datasets and /obs/_index chunked and
     growable (rows and ids can be appended) and the file's free space tracked persistently (HDF5 >= 1.10 file-space strategy
-    "fsm", fs_persist), so the space of groups an update replaces is reused by the next one."""
+    "fsm", fs_persist), so the space of groups an update replaces is reused by the next one.
+    ``corpus`` may also be an anndata.AnnData (converted by gputext.io.anndata.from_anndata)."""
+    if not isinstance(corpus, Corpus):
+        corpus = Corpus.from_anndata(corpus)
     kw = {"fs_strategy": "fsm", "fs_persist": True, "fs_threshold": 1} if growable else {}
     with atomic_output(path) as tmp:
         with h5py.File(tmp, "w", **kw) as f:
@@ -680,8 +694,9 @@ def _read_dataframe(f, key: str, n_rows: int, index: bool = True) -> tuple[np.nd
     return index, columns
 
 
-def read_corpus(path: str, validate: bool = True, require_docs: bool = True) -> Corpus:
-    """Read and validate a corpus (or result) file; ``-`` reads stdin.
+def read_corpus(path: str, validate: bool = True, require_docs: bool = True, as_anndata: bool = False) -> Corpus:
+    """Read and validate a corpus (or result) file; ``-`` reads stdin. ``as_anndata``: return an
+    anndata.AnnData (gputext.io.anndata.to_anndata) instead of a Corpus.
 
     Raises FormatError naming the HDF5 key for any layout problem, InputError for a missing or
     empty file, and (with ``require_docs``) for a corpus with zero documents.
@@ -705,7 +720,7 @@ def read_corpus(path: str, validate: bool = True, require_docs: bool = True) -> 
     corpus = Corpus(X, doc_ids, terms, obs, var, obsm, uns if isinstance(uns, dict) else {})
     if require_docs and corpus.n_docs == 0:
         raise InputError(f"{path}: the corpus has zero documents")
-    return corpus
+    return corpus.to_anndata() if as_anndata else corpus
 
 
 def corpus_shape(path: str) -> tuple[int, int, int]:

@@ -126,8 +126,9 @@ def _resolve_formats(inputs: Sequence[str], fmt: str) -> list[tuple[str, str]]:
 
 
 def read_inputs(inputs: Sequence[str], fmt: str = "auto", query_groups: str | None = None,
-                quiet: bool = True) -> tuple[TextInput | MatrixInput, str]:
-    """Read and concatenate the inputs; returns (documents, format name)."""
+                quiet: bool = True, labels: str | None = None) -> tuple[TextInput | MatrixInput, str]:
+    """Read and concatenate the inputs; returns (documents, format name). ``labels``: a labels
+    file for npz input (gputext.io.npz)."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     inputs = [os.fspath(p) for p in inputs]
@@ -137,8 +138,13 @@ def read_inputs(inputs: Sequence[str], fmt: str = "auto", query_groups: str | No
     kinds = [k for _, k in resolved if k != "uci-vocab"]
     if query_groups is not None and kinds != ["svmlight"]:
         raise InputError(f"--query-groups applies to svmlight input, not {', '.join(sorted(set(kinds)))}")
+    if labels is not None and kinds != ["npz"]:
+        raise InputError(f"--labels applies to npz input, not {', '.join(sorted(set(kinds)))}")
     if kinds[0] in MATRIX_FORMATS:
         path = next(p for p, k in resolved if k == kinds[0])
+        if kinds[0] == "npz":
+            from .npz import read_npz
+            return read_npz(path, labels), "npz"
         if kinds[0] == "svmlight":
             return read_svmlight(path, query_groups), "svmlight"
         if kinds[0] == "uci":
@@ -255,16 +261,17 @@ def _map_columns(values: sp.csr_matrix, terms: np.ndarray, vocabulary: dict[str,
 
 def build_corpus(inputs: str | Sequence[str], format: str = "auto", stopwords: str = "english",
                  weighting: str | None = None, min_df=1, max_df=1.0, vocab_from: str | None = None,
-                 query_groups: str | None = None, quiet: bool = True) -> Corpus:
+                 query_groups: str | None = None, quiet: bool = True, labels: str | None = None) -> Corpus:
     """Ingest ``inputs`` (paths; ``-`` is stdin) into a weighted Corpus.
 
-    format        auto | tab | tsv | dir | jsonl | svmlight | uci | counts-csv
+    format        auto | tab | tsv | dir | jsonl | svmlight | uci | counts-csv | npz
     stopwords     "english" | "none" | path of a word file (text formats only)
     weighting     tfidf | tf | binary | tficf | none; default: the --vocab-from corpus's, else
-                  "none" for svmlight and "tfidf" for everything else
+                  "none" for svmlight and npz and "tfidf" for everything else
     min_df/max_df int (documents) or float in [0, 1] (fraction); not with vocab_from or svmlight
     vocab_from    path of a training corpus: reuse its vocabulary, term order, df/N and categories
     query_groups  LightGBM-style group sizes file for svmlight input without qid:
+    labels        labels file (one line per row) for npz input (gputext.io.npz)
     """
     min_df = parse_df_bound(min_df, "--min-df")
     max_df = parse_df_bound(max_df, "--max-df")
@@ -276,7 +283,7 @@ def build_corpus(inputs: str | Sequence[str], format: str = "auto", stopwords: s
         raise InputError("--min-df/--max-df cannot be combined with --vocab-from: the vocabulary is the training "
                          "corpus's")
 
-    docs, fmt = read_inputs(inputs, format, query_groups, quiet)
+    docs, fmt = read_inputs(inputs, format, query_groups, quiet, labels)
     n_docs = len(docs.doc_ids)
     if n_docs == 0:
         raise InputError(f"{', '.join(display_name(p) for p in ([inputs] if isinstance(inputs, str) else inputs))}: "
@@ -319,7 +326,7 @@ def build_corpus(inputs: str | Sequence[str], format: str = "auto", stopwords: s
 
     if weighting is None:
         weighting = (training.weighting if training is not None and training.weighting in WEIGHTINGS
-                     else ("none" if fmt == "svmlight" else "tfidf"))
+                     else ("none" if fmt in ("svmlight", "npz") else "tfidf"))
     reference = training.reference if training is not None else Reference(document_frequency(counts), n_docs)
     X = apply_weighting(counts, weighting, reference)
 

@@ -44,9 +44,9 @@ import scipy.sparse as sp
 
 from ..errors import InputError
 
-FORMATS = ("auto", "tab", "tsv", "dir", "jsonl", "svmlight", "uci", "counts-csv")
+FORMATS = ("auto", "tab", "tsv", "dir", "jsonl", "svmlight", "uci", "counts-csv", "npz")
 TEXT_FORMATS = ("tab", "tsv", "dir", "jsonl")
-MATRIX_FORMATS = ("svmlight", "uci", "counts-csv")
+MATRIX_FORMATS = ("svmlight", "uci", "counts-csv", "npz")
 ORANGE_TYPES = {"d", "discrete", "c", "continuous", "s", "string", "text", "t", "time", ""}
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 _UCI_DOCWORD = re.compile(r"^docword\.(.+)\.txt(\.gz)?$")
@@ -235,6 +235,8 @@ def detect_format(path: str) -> str:
         return "svmlight"
     if ext == ".csv":
         return "counts-csv"
+    if ext == ".npz":
+        return "npz"
     text = read_head(path)
     head = _first_lines(text, 3)
     if not head:

@@ -57,12 +57,15 @@ def search(index_path, queries_path, k, metric, method, exclude_self, batch_size
     Reads the index (or corpus) and the query corpus; writes OUTPUT with /obsm/knn_indices int32
     (n_queries, k; -1 where fewer than k exist) and /obsm/knn_scores float32 (similarity for
     cosine/dot, distance for l2/l1), best first, ties broken by lower document index. Results are
-    exact and identical on the GPU (--device cuda) and the CPU twin (--device cpu).
+    exact and identical on the GPU (--device cuda) and the CPU twin (--device cpu). An OUTPUT
+    ending in .csv, .jsonl or .parquet (pyarrow) is a table instead: one row per query with its
+    id, the neighbours' document ids and their scores.
 
     \b
     Example:
       gputext knn search --index train.h5 --queries test.h5 -k 30 -o neighbours.h5
       gputext knn search --index train.h5 --exclude-self -k 10 --metric l2 -o self.h5
+      gputext knn search --index train.h5 --queries test.h5 -k 5 -o nn.csv
     """
     from .search import search_files
 
@@ -71,7 +74,11 @@ def search(index_path, queries_path, k, metric, method, exclude_self, batch_size
     check_paths([("--index", index_path), ("--queries", queries_path)], [("-o", output)])
     backend = pick_backend(device, quiet)
     result = search_files(index_path, queries_path, k, metric, method, backend.name, exclude_self, batch_size, quiet)
-    write_corpus(result, output)
+    from ..io.export import read_doc_ids, table_format, write_neighbour_table
+    if table_format(output):  # nn.csv / .jsonl / .parquet: one row per query (gputext.io.export)
+        write_neighbour_table(result, output, read_doc_ids(index_path))
+    else:
+        write_corpus(result, output)
     p = result.params["knn"]
     memory = ""
     if "index_bytes" in p:

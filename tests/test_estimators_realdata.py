@@ -1,0 +1,73 @@
+"""The estimators on 20 Newsgroups (../shared/datasets; skipped when absent), on the CPU twin.
+
+- gputext's NearestNeighbors(metric="cosine", algorithm="brute") and scikit-learn's on the same
+  TF-IDF matrix: the same neighbours up to ties, distances within 1e-6.
+- KNeighborsClassifier on the corpora `corpus build` makes equals `knn classify` (micro-F1 to the bit).
+- cross_val_score(Pipeline([TfidfVectorizer(), KNeighborsClassifier()])) on the same train/test
+  split runs; scikit-learn's tf-idf is not gputext's (idf = ln(N/df) + 1 against ln(N/df)), so its
+  micro-F1 is close to the CLI's, not equal (docs/python.md gives both figures).
+"""
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+pytestmark = [pytest.mark.realdata, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def ng20(shared_datasets, tmp_path_factory):
+    from gputext.io import build_corpus, write_corpus
+    d = tmp_path_factory.mktemp("ng20")
+    folder = shared_datasets / "20newsgroups"
+    train = build_corpus(str(folder / "20newsgroups-train.tab"))
+    write_corpus(train, str(d / "train.h5"))
+    test = build_corpus(str(folder / "20newsgroups-test.tab"), vocab_from=str(d / "train.h5"))
+    write_corpus(test, str(d / "test.h5"))
+    return d, folder, train, test
+
+
+def test_cosine_neighbours_equal_sklearn_brute_force(ng20):
+    from sklearn.neighbors import NearestNeighbors as SkNN
+    from gputext import NearestNeighbors
+    _, _, train, test = ng20
+    Q = test.X[:1500]
+    dist, ind = NearestNeighbors(n_neighbors=10, metric="cosine", algorithm="brute", device="cpu").fit(train.X).kneighbors(Q)
+    ref_d, ref_i = SkNN(n_neighbors=10, metric="cosine", algorithm="brute").fit(train.X.astype(np.float64)) \
+        .kneighbors(Q.astype(np.float64))
+    np.testing.assert_allclose(dist, ref_d, atol=1e-6, rtol=0)
+    for a, da, b, db in zip(ind, dist, ref_i, ref_d):  # same sets below the last (possibly tied) distance
+        assert set(a[da < da[-1] - 1e-6]) == set(b[db < db[-1] - 1e-6])
+    untied = np.all(np.diff(ref_d, axis=1) > 1e-6, axis=1)  # the same order where no two distances tie
+    assert untied.mean() > 0.5 and np.array_equal(ind[untied, :-1], ref_i[untied, :-1])  # (the 10th may tie the 11th)
+
+
+def test_classifier_equals_cli_and_tfidf_pipeline_runs(ng20):
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.model_selection import PredefinedSplit, cross_val_score
+    from sklearn.pipeline import Pipeline
+    from gputext import KNeighborsClassifier
+    from gputext.cli import cli
+    from gputext.io import read_corpus
+    from gputext.io.readers import read_tab
+    from gputext.io.tokenize import TOKEN_PATTERN, load_stopwords
+    d, folder, train, test = ng20
+    r = CliRunner().invoke(cli, ["knn", "classify", "--train", str(d / "train.h5"), "--test", str(d / "test.h5"),
+                                 "-k", "30", "--device", "cpu", "-q", "-o", str(d / "pred.h5")])
+    assert r.exit_code == 0, r.output
+    predicted = read_corpus(str(d / "pred.h5")).obs["predicted"].values().astype(str)
+    y_train, y_test = train.labels.values().astype(str), test.labels.values().astype(str)
+    cli_f1 = float(np.mean(predicted == y_test))  # single-label micro-F1 = accuracy
+    assert f"micro-F1 {cli_f1:.4f}" in r.output
+    clf = KNeighborsClassifier(n_neighbors=30, device="cpu").fit(train.X, y_train)
+    np.testing.assert_array_equal(clf.predict(test.X), predicted)
+    assert clf.score(test.X, y_test) == cli_f1
+
+    tr, te = read_tab(str(folder / "20newsgroups-train.tab")), read_tab(str(folder / "20newsgroups-test.tab"))
+    texts = tr.texts + te.texts
+    labels = [lab[0] for lab in tr.labels + te.labels]
+    fold = PredefinedSplit([-1] * len(tr.texts) + [0] * len(te.texts))  # train on train, score on test
+    vectorizer = TfidfVectorizer(token_pattern=TOKEN_PATTERN, stop_words=sorted(load_stopwords("english")))
+    pipe = Pipeline([("tfidf", vectorizer), ("knn", KNeighborsClassifier(n_neighbors=30, device="cpu"))])
+    (score,) = cross_val_score(pipe, texts, labels, cv=fold)
+    print(f"20NG micro-F1: knn classify {cli_f1:.4f}, Pipeline(TfidfVectorizer, KNeighborsClassifier) {score:.4f}")
+    assert abs(score - cli_f1) < 0.03
