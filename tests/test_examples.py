@@ -1,0 +1,56 @@
+"""Every script in examples/ runs on its small built-in input (in this process, so numba's compiled
+functions are shared with the other tests), and the README's results table is the one
+scripts/plot_summary.py makes from benchmarks/summary.csv."""
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+
+
+def test_there_are_three_to_five_examples():
+    assert 3 <= len(EXAMPLES) <= 5, [p.name for p in EXAMPLES]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_runs(path, tmp_path, monkeypatch, capsys):
+    args = ["--device", "cpu"] + (["--out", str(tmp_path / "plot.png")] if "plot" in path.name else [])
+    monkeypatch.setattr(sys, "argv", [str(path)] + args)
+    monkeypatch.chdir(tmp_path)
+    runpy.run_path(str(path), run_name="__main__")
+    out = capsys.readouterr().out
+    assert out.strip()
+    if "plot" in path.name:
+        assert (tmp_path / "plot.png").stat().st_size > 10_000
+    if path.name == "near_duplicates.py":
+        assert "12 near-duplicate pairs, 12 groups" in out  # exactly the planted copies
+    if path.name == "pipeline_grid_search.py":
+        assert "test accuracy (micro-F1): 1.000" in out
+
+
+def test_readme_results_table_comes_from_summary_csv():
+    table = subprocess.run([sys.executable, str(ROOT / "scripts" / "plot_summary.py"), "--markdown"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert table in (ROOT / "README.md").read_text()
+    assert (ROOT / "benchmarks" / "summary.png").stat().st_size > 10_000
+
+
+def python_blocks(path: Path) -> list[str]:
+    import re
+    return re.findall(r"```python\n(.*?)```", path.read_text(), re.S)
+
+
+@pytest.mark.parametrize("index", range(len(python_blocks(ROOT / "docs" / "python.md"))))
+def test_docs_python_md_examples_run(index, tmp_path, monkeypatch):
+    block = python_blocks(ROOT / "docs" / "python.md")[index]
+    if "train.h5" in block:  # the AnnData block reads the user's file: run it on one we write
+        from gputext.datasets.synth import make_corpus
+        from gputext.io import write_corpus
+        pytest.importorskip("anndata")
+        write_corpus(make_corpus(50, 200, 10, 3, seed=1), str(tmp_path / "train.h5"))
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, f"docs/python.md block {index}", "exec"), {"__name__": "__docs__"})
