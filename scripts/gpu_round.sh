@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU round on the device host: environment probe, GPU tests, then benchmarks.
 # Usage (device tool, carry .whl):  bash scripts/gpu_round.sh [STEP ...]
-#   steps: probe tests bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 rank star stream knn_classify
+#   steps: probe tests bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify
 #   (knn_classify reads the real datasets from .data/, an ignored copy of ../shared/datasets carried along)
 # Logs go to $OUT (default out/gpu). Each step has its own time limit so one slow step cannot eat the round.
 set -u
@@ -32,6 +32,7 @@ for step in "${steps[@]}"; do
     bench-knn) run bench-knn 560 python3 scripts/bench_knn.py --sizes 1e5,1e6 --queries 1,100,10000 --device cuda --profile --out "$OUT" ;;
     bench-knn-1e6) run bench-knn-1e6 500 python3 scripts/bench_knn.py --sizes 1e6 --queries 1,100,10000 --peers cupy_spmm,torch_spmm,sklearn,cpu --cpu-queries 100 --profile --device cuda --out "$OUT" ;;
     bench-knn-1e7) run bench-knn-1e7 560 python3 scripts/bench_knn.py --sizes 1e7 --queries 1,100,10000 --peers cupy_spmm,cpu --device cuda --repeats 1 --out "$OUT" ;;
+    estimators) run estimators 300 python3 scripts/bench_estimators.py --device cuda --out "$OUT" ${ARGS_estimators:-} ;;
     knn_classify) run knn_classify 560 python3 scripts/gpu_knn_classify.py --device cuda --datasets "${GPUTEXT_DATASETS:-.data}" --out "$OUT" ${ARGS_knn_classify:-} ;;
     # extra arguments for a scripts/gpu_<step>.py step: ARGS_<step>="..." (e.g. ARGS_stream="--sections env,latency")
     *) extra="ARGS_$step"; if [ -f "scripts/gpu_$step.py" ]; then run "$step" 560 python3 "scripts/gpu_$step.py" --out "$OUT" ${!extra:-}; else echo "unknown step $step"; fi ;;

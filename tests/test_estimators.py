@@ -279,3 +279,43 @@ def test_pipeline_with_tfidf_and_grid_search():
     pipe = Pipeline([("tfidf", TfidfVectorizer()), ("knn", KNeighborsClassifier(device="cpu"))])
     search = GridSearchCV(pipe, {"knn__n_neighbors": [3, 5]}, cv=3).fit(texts, labels)
     assert search.best_score_ == 1.0
+
+
+@pytest.mark.gpu
+def test_estimators_on_cuda_equal_the_cpu_twin(files):
+    from gputext import (KNeighborsClassifier, KNNMetaFeatures, NearestNeighbors, RankSVM, StarClustering,
+                         StreamClustering)
+    _, X, y, Q, _, A = files
+    for algorithm in ("inverted", "dense"):
+        a = NearestNeighbors(n_neighbors=5, algorithm=algorithm, device="cuda").fit(X)
+        b = NearestNeighbors(n_neighbors=5, algorithm=algorithm, device="cpu").fit(X)
+        assert a.device_ == "cuda"
+        for got, want in zip(a.kneighbors(Q) + a.kneighbors(), b.kneighbors(Q) + b.kneighbors()):
+            np.testing.assert_array_equal(got, want)
+        assert (a.radius_neighbors_graph(Q, 0.8) != b.radius_neighbors_graph(Q, 0.8)).nnz == 0
+    np.testing.assert_array_equal(KNeighborsClassifier(n_neighbors=7, device="cuda").fit(X, y).predict(Q),
+                                  KNeighborsClassifier(n_neighbors=7, device="cpu").fit(X, y).predict(Q))
+    np.testing.assert_array_equal(KNNMetaFeatures(n_neighbors=3, device="cuda").fit(X, y).transform(Q),
+                                  KNNMetaFeatures(n_neighbors=3, device="cpu").fit(X, y).transform(Q))
+    s1 = StarClustering(beta=0.3, device="cuda").fit(X).partial_fit(A)
+    s2 = StarClustering(beta=0.3, device="cpu").fit(X).partial_fit(A)
+    assert (s1.membership_ != s2.membership_).nnz == 0
+    np.testing.assert_array_equal(StreamClustering(threshold=0.35, device="cuda").fit_predict(X),
+                                  StreamClustering(threshold=0.35, device="cpu").fit_predict(X))
+    rel = (np.arange(X.shape[0]) % 3).astype(float)
+    np.testing.assert_allclose(RankSVM(device="cuda").fit(X, rel, group=[30] * 3).coef_,
+                               RankSVM(device="cpu").fit(X, rel, group=[30] * 3).coef_, rtol=1e-6, atol=1e-9)
+
+
+def test_bench_estimators_script_runs_on_the_cpu(tmp_path, monkeypatch):
+    import json
+    import runpy
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_estimators.py"
+    monkeypatch.setattr(sys, "argv", [str(script), "--device", "cpu", "--docs", "3000", "--queries", "40",
+                                      "--terms", "4000", "--repeats", "1", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(str(script), run_name="__main__")
+    assert done.value.code == 0
+    result = json.loads((tmp_path / "bench_estimators.json").read_text())["kneighbors_vs_search_topk"]
+    assert result["identical"] and result["n_docs"] == 3000 and result["ratio"] > 0
