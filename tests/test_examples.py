@@ -54,3 +54,10 @@ def test_docs_python_md_examples_run(index, tmp_path, monkeypatch):
         write_corpus(make_corpus(50, 200, 10, 3, seed=1), str(tmp_path / "train.h5"))
     monkeypatch.chdir(tmp_path)
     exec(compile(block, f"docs/python.md block {index}", "exec"), {"__name__": "__docs__"})
+
+
+def test_readme_python_example_runs(monkeypatch, tmp_path, capsys):
+    (block,) = python_blocks(ROOT / "README.md")[:1]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, "README.md python example", "exec"), {"__name__": "__readme__"})
+    assert "sport" in capsys.readouterr().out

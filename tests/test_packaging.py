@@ -6,9 +6,11 @@ Offline: the build runs without isolation (--no-isolation: the current venv's se
 `make install` brought with the test extras), the wheel is installed with --no-deps --no-index,
 and the fresh venv sees the current venv's dependencies (numpy, numba, scikit-learn, ...) through
 a .pth line after its own site-packages (so its gputext is the wheel's, not the checkout's).
-Measured on the 2-core development VM: about 60 s, most of it numba compiling the kernels the
-example uses in the fresh install (slow).
+Measured on the 2-core development VM under a load of ~19 (2026-11-25): build + install + CLI
+checks ~15 s; the README example in the fresh install ~100 s more (numba compiles the kernels
+there again), so CI (CI=true) skips that one test.
 """
+import os
 import re
 import shutil
 import subprocess
@@ -69,20 +71,37 @@ def test_wheel_and_sdist_hold_kernels_datasets_and_data(dist):
         assert needed in members, needed
 
 
-def test_wheel_installs_into_a_fresh_venv_and_runs(dist, tmp_path):
+@pytest.fixture(scope="module")
+def fresh_venv(dist, tmp_path_factory):
+    """A new venv with the wheel installed (no deps, no index) and the current venv's packages
+    visible after its own site-packages; returns (venv folder, its site-packages)."""
     (wheel,) = dist.glob("gputext-*.whl")
-    venv = tmp_path / "venv"
-    run([sys.executable, "-m", "venv", venv], tmp_path)
+    venv = tmp_path_factory.mktemp("fresh") / "venv"
+    run([sys.executable, "-m", "venv", venv], venv.parent)
     py = venv / "bin" / "python"
-    run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel], tmp_path)
-    site = run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp_path).strip()
+    run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel], venv.parent)
+    site = run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], venv.parent).strip()
     Path(site, "current_venv_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    where = run([py, "-c", "import gputext, gputext.kernels.scoring, gputext.datasets.synth; print(gputext.__file__)"],
-                tmp_path)
+    return venv, site
+
+
+def test_wheel_installs_into_a_fresh_venv_and_runs(fresh_venv, tmp_path):
+    venv, site = fresh_venv
+    code = ("import sys, gputext, gputext.kernels.scoring, gputext.datasets.synth, gputext.estimators; "
+            "from gputext import NearestNeighbors; print(gputext.__file__)")
+    where = run([venv / "bin" / "python", "-c", code], tmp_path)
     assert where.startswith(site), where  # the wheel's gputext, not the checkout's
     assert "gputext, version 0.1.0" in run([venv / "bin" / "gputext", "--version"], tmp_path)
     (tmp_path / "docs.tsv").write_text("sport\tthe match ended with a goal\npolitics\tthe vote on the bill\n")
     run([venv / "bin" / "gputext", "corpus", "build", "docs.tsv", "-o", "docs.h5", "-q"], tmp_path)  # stopword list
+    assert (tmp_path / "docs.h5").stat().st_size > 0
+
+
+@pytest.mark.skipif(bool(os.environ.get("CI")), reason="numba compiles the kernels again inside the fresh install: "
+                    "about 100 s on 2 shared cores, too long for CI's budget (the README example also runs from the "
+                    "checkout in tests/test_examples.py); run by hand: pytest tests/test_packaging.py")
+def test_readme_example_runs_from_the_wheel(fresh_venv, tmp_path):
+    venv, _ = fresh_venv
     (tmp_path / "example.py").write_text(readme_example())
-    printed = run([py, "example.py"], tmp_path, env={"PATH": "/usr/bin:/bin", "NUMBA_NUM_THREADS": "2"})
-    assert printed.strip(), "the README example prints its results"
+    printed = run([venv / "bin" / "python", "example.py"], tmp_path, env={"PATH": "/usr/bin:/bin"})
+    assert "sport" in printed
