@@ -138,3 +138,20 @@ def test_gpu_only_scripts_say_so_without_a_gpu(name, tmp_path):
     res = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", f"{name}.py"), "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "needs a GPU and CuPy" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.cudasim
+def test_gpu_stream_device_path_in_the_simulator(tmp_path):
+    """gpu_stream.py's CUDA-only code (copy bandwidth, event-timed pass, dispatcher pass, peers
+    skipped or failing with a record) at the --tiny geometry in the simulator."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpu_stream_sim", os.path.join(ROOT, "scripts", "gpu_stream.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    res = module.main(["--tiny", "--device", "cuda", "--sections", "env,latency", "--latency-repeats", "1",
+                       "--out", str(tmp_path)])
+    assert res["env"]["copy_tbs"] > 0 and "error" not in res["latency"], res["latency"].get("traceback")
+    row = res["latency"]["rows"][0]
+    assert row["passes_identical"] and row["timed_pass"]["n"] == 4 and row["dispatcher_pass"]["n"] == 4
+    assert set(row["cupy"]) & {"skipped", "error", "per_doc_ms"}
+    assert json.loads((tmp_path / "gpu_stream.json").read_text())["latency"]["rows"][0]["clusters"] == 40
