@@ -25,6 +25,25 @@ Scripts import it as ``import harness`` after putting scripts/ on sys.path (two 
 top of each script, so that they also work when a test loads them by path); importing it puts the
 checkout's root first on sys.path, so the scripts measure the checkout's gputext even where a
 wheel is installed too. ``python -m harness`` (from scripts/) prints the probe as JSON.
+
+A script, in outline (scripts/gpu_stream.py and gpu_star.py are full examples)::
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import harness
+
+    @harness.peer("fam.cupy", needs=("cupy",), gpu=True)
+    def peer_cupy(X, k):
+        "cuSPARSE SpMM + top-k through CuPy (the docstring: what the peer measures)"
+        ...
+        return {"ms": harness.gpu_ms(run, 10, clock="cupy")}
+
+    def main(argv=None):
+        args = harness.parser(__doc__).parse_args(argv)
+        backend = resolve(args.device)
+        rep = harness.Report(args.out, {"env": harness.probe(backend, copy_bytes=1 << 30)})
+        rep.section("speed", speed, backend, timed=True)
+        rep.results["peers"] = harness.run_peers(["cupy"], X, 30, has_gpu=backend.is_cuda, prefix="fam.")
+        rep.write("fam.json", markdown(rep.results))
 """
 from __future__ import annotations
 
