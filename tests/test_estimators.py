@@ -319,3 +319,14 @@ def test_bench_estimators_script_runs_on_the_cpu(tmp_path, monkeypatch):
     assert done.value.code == 0
     result = json.loads((tmp_path / "bench_estimators.json").read_text())["kneighbors_vs_search_topk"]
     assert result["identical"] and result["n_docs"] == 3000 and result["ratio"] > 0
+
+
+@pytest.mark.parametrize("method", ["inverted", "dense"])
+def test_metafeatures_of_queries_alone_equal_those_computed_with_the_training_rows(files, method):
+    from gputext.knn.metafeatures import compute_metafeatures
+    _, X, y, Q, _, _ = files
+    codes = np.unique(y, return_inverse=True)[1]
+    both = compute_metafeatures(X, codes, 3, Q, k=4, method=method, device="cpu")
+    alone = compute_metafeatures(X, codes, 3, Q, k=4, method=method, device="cpu", train_rows=False)
+    assert alone.train.shape == (0, both.train.shape[1])
+    np.testing.assert_array_equal(alone.queries, both.queries)

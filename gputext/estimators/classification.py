@@ -21,8 +21,7 @@ Decisions (docs/python.md repeats them):
 - KNNMetaFeatures.fit_transform(X, y) gives the training rows' LEAVE-ONE-OUT features (each row
   left out of its own class's lists and centroid), which differ from fit(X, y).transform(X) (where
   each row finds itself): that is what stacking a second model on them needs. transform()
-  computes the training rows' features too (gputext.knn.metafeatures.compute_metafeatures does
-  both in one pass) and returns the queries' part.
+  computes the new rows' features only.
 """
 from __future__ import annotations
 
@@ -158,11 +157,12 @@ class KNNMetaFeatures(SparseInput, TransformerMixin, BaseEstimator):
         self._n_features_out = (3 * int(self.n_neighbors) + 2) * len(self.classes_)
 
     def _compute(self, Q):
+        """Q None: the training rows' leave-one-out features (.train); else Q's only (.queries)."""
         from ..knn.metafeatures import compute_metafeatures
         from .neighbors import ALGORITHMS
         return compute_metafeatures(self._X, self._codes, len(self.classes_), Q, k=int(self.n_neighbors),
                                     method=ALGORITHMS[self.algorithm], device=self.device_,
-                                    categories=self.classes_)
+                                    categories=self.classes_, train_rows=Q is None)
 
     def fit_transform(self, X, y=None, **fit_params):
         """The training rows' leave-one-out meta-features, float32 (n_samples, n_features_out)."""

@@ -102,8 +102,11 @@ def centroid_features(Q: sp.csr_matrix, Xc: sp.csr_matrix, own: np.ndarray, sq: 
 
 
 def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: int = 30, method: str = "auto",
-                         device: str | Backend = "auto", categories=None, quiet: bool = True) -> MetaFeatures:
+                         device: str | Backend = "auto", categories=None, quiet: bool = True,
+                         train_rows: bool = True) -> MetaFeatures:
     """Meta-features of every training document (left out of its own class) and of every query.
+    ``train_rows=False``: the queries' only (MetaFeatures.train is then empty), at the cost of the
+    queries alone (gputext.KNNMetaFeatures.transform).
 
     X_train: CSR (n_train, n_terms); y_train: int codes (n_train,) in [0, n_classes) or -1
     (unlabelled: in no class, still gets meta-features); X_queries: CSR (n_queries, n_terms) or
@@ -128,7 +131,8 @@ def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: in
                          "build them with --vocab-from the training corpus")
     backend = device if isinstance(device, Backend) else resolve(device)
     n_train = X_train.shape[0]
-    Q = _vstack(X_train, X_queries)
+    Q = _vstack(X_train, X_queries) if train_rows else X_queries
+    lead = n_train if train_rows else 0  # Q's first `lead` rows are the training documents
     # decided on the whole training matrix: per class, the dense method would also densify every
     # query row once per class and metric
     chosen, reason = choose_method(method, max(1, n_train), X_train.shape[1], X_train.nnz, backend)
@@ -137,13 +141,13 @@ def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: in
     t0 = time.perf_counter()
     if chosen == "dense":
         sq, l1 = _row_norms(Q)
-        M = _dense_per_class(X_train, y, n_classes, Q, k, backend, sq, l1, quiet, info)
+        M = _dense_per_class(X_train, y, n_classes, Q, k, backend, sq, l1, quiet, info, lead)
     else:
-        M = _grouped(X_train, y, n_classes, Q, k, backend, quiet, info)
+        M = _grouped(X_train, y, n_classes, Q, k, backend, quiet, info, lead)
         info["stages"]["prepare_ms"] = 1e3 * (t0 - t_start)  # validation, stacking, method choice
     info["seconds"] = time.perf_counter() - t0
     names = column_names(categories if categories is not None else range(n_classes), k)
-    return MetaFeatures(M[:n_train], M[n_train:], names, int(k), info)
+    return MetaFeatures(M[:lead], M[lead:], names, int(k), info)
 
 
 def _vstack(A: sp.csr_matrix, B: sp.csr_matrix) -> sp.csr_matrix:
@@ -156,7 +160,7 @@ def _vstack(A: sp.csr_matrix, B: sp.csr_matrix) -> sp.csr_matrix:
     return out
 
 
-def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info) -> np.ndarray:
+def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info, lead: int) -> np.ndarray:
     """Inverted method: one engine index over the labelled training documents ordered by class
     (classes are contiguous groups), one grouped search for cosine, l1 and l2 at once writing
     straight into the meta-feature matrix, then the centroid columns for all classes at once."""
@@ -164,7 +168,6 @@ def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info) -> np.ndarray:
     from ..io.corpus import csr_arrays
     from ..kernels import scoring
 
-    n_train = X_train.shape[0]
     n_all = Q.shape[0]
     width = 3 * k + 2
     t = time.perf_counter()
@@ -175,7 +178,8 @@ def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info) -> np.ndarray:
     np.cumsum(counts, out=group_ptr[1:])
     index = Index.from_csr(X_train[order])
     self_doc = np.full(n_all, -1, np.int64)
-    self_doc[order] = np.arange(order.size)
+    if lead:
+        self_doc[order] = np.arange(order.size)
     M = np.empty((n_all, n_classes, width), np.float32)
     stages = {"index_ms": 1e3 * (time.perf_counter() - t)}
     centroids = np.empty((n_all, n_classes, 2), np.float32)
@@ -185,7 +189,7 @@ def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info) -> np.ndarray:
         ip, ix, dx = csr_arrays(index.X)
         S, ss = scoring.group_sums_cpu(ip, ix, dx, group_ptr, index.n_terms)
         own_group = np.full(n_all, -1, np.int64)
-        own_group[:n_train] = y
+        own_group[:lead] = y[:lead]
         scoring.centroid_features_cpu(*csr_arrays(Q), S, ss, counts, own_group, centroids, 0, 1)
         stages["centroid_ms"] = 1e3 * (time.perf_counter() - t)
 
@@ -203,7 +207,7 @@ def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info) -> np.ndarray:
     return M.reshape(n_all, n_classes * width)
 
 
-def _dense_per_class(X_train, y, n_classes, Q, k, backend, sq, l1, quiet, info) -> np.ndarray:
+def _dense_per_class(X_train, y, n_classes, Q, k, backend, sq, l1, quiet, info, lead: int) -> np.ndarray:
     """Dense method: one dense index per class, three searches each (gputext.knn.dense)."""
     from .dense import DenseIndex
 
@@ -217,7 +221,8 @@ def _dense_per_class(X_train, y, n_classes, Q, k, backend, sq, l1, quiet, info) 
             rows = np.nonzero(y == c)[0]
             base = c * width
             own = np.full(n_all, -1, np.int64)
-            own[rows] = np.arange(rows.size)
+            if lead:
+                own[rows] = np.arange(rows.size)
             if rows.size == 0:
                 for m, empty in enumerate((np.zeros(n_all), l1, l2n)):
                     M[:, base + m * k: base + (m + 1) * k] = empty[:, None].astype(np.float32)
