@@ -44,7 +44,7 @@ def _one(v):
     return v
 
 
-def main():
+def main(argv=None):
     ap = harness.parser(__doc__, quick=None, devices=None)
     ap.add_argument("--sizes", default="64,256,1024")
     ap.add_argument("--docs", type=int, default=500_000)
@@ -53,7 +53,7 @@ def main():
     ap.add_argument("--variants", default=DEFAULT_VARIANTS)
     ap.add_argument("--tag", default="", help="suffix of the JSON file name (gemm_sweep{tag}.json)")
     ap.add_argument("--budget-s", type=float, default=480, help="skip the remaining variants after this many seconds")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     t_start = time.perf_counter()
     from gputext.backend import resolve
     backend = resolve("auto")
