@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from gputext.cli_common import check_paths, output_option, quiet_option
+from gputext.cli_common import FiniteFloat, check_paths, output_option, quiet_option
 from gputext.errors import InputError
 from gputext.progress import info
 
@@ -36,30 +36,30 @@ def _positive(_ctx, param, value):
                    "or the --idf-from corpus's. Query sets: same --model-seed, another --seed.")
 # text corpora
 @click.option("--n-terms", type=int, callback=_positive, help="Vocabulary size (terms t0..t{V-1}).")
-@click.option("--terms-per-doc", type=click.FloatRange(min=1), help="Median distinct terms per document.")
+@click.option("--terms-per-doc", type=FiniteFloat(min=1), help="Median distinct terms per document.")
 @click.option("--n-classes", type=int, callback=_positive, help="Classes (topics).")
 @click.option("--multilabel/--single-label", default=None,
               help="Documents get 1 to --max-labels labels (obsm/labels; obs/label is the first).")
 @click.option("--max-labels", type=int, callback=_positive, help="Most labels a document gets with --multilabel (default 3).")
-@click.option("--topic-weight", type=click.FloatRange(0, 1, max_open=True),
+@click.option("--topic-weight", type=FiniteFloat(0, 1, max_open=True),
               help="Share of a document's tokens drawn from its class topic (default 0.15).")
 @click.option("--topic-size", type=int, callback=_positive, help="Terms of each class topic (default: from the vocabulary).")
-@click.option("--zipf-exponent", type=click.FloatRange(min=0, min_open=True), help="Background Zipf exponent (default 1.0).")
-@click.option("--length-sigma", type=click.FloatRange(0, 3), help="Log-normal sigma of document lengths (default 0.6).")
+@click.option("--zipf-exponent", type=FiniteFloat(min=0, min_open=True), help="Background Zipf exponent (default 1.0).")
+@click.option("--length-sigma", type=FiniteFloat(0, 3), help="Log-normal sigma of document lengths (default 0.6).")
 @click.option("--weighting", type=click.Choice(["tfidf", "tficf", "tf", "binary", "none"]),
               help="As corpus build: tfidf = tf*log(N/df), rows L2-normalised; tficf; tf and none = counts; binary = 1.")
 @click.option("--idf-from", type=click.Path(dir_okay=False), metavar="REF.h5",
               help="Weight tf-idf with this synthetic corpus's idf (same vocabulary): query sets for an index.")
 # learning to rank
 @click.option("--n-queries", type=int, callback=_positive, help="LTR: queries.")
-@click.option("--docs-per-query", type=click.FloatRange(min=1), help="LTR: mean documents per query.")
+@click.option("--docs-per-query", type=FiniteFloat(min=1), help="LTR: mean documents per query.")
 @click.option("--max-docs-per-query", type=int, callback=_positive, help="LTR: documents of the largest query.")
 @click.option("--n-features", type=int, callback=_positive, help="LTR: features f1..fN.")
 @click.option("--n-levels", type=int, help="LTR: relevance levels 0..L-1 (graded relevance).")
 @click.option("--relevance", type=click.Choice(["graded", "list"]),
               help="LTR: graded levels, or list (relevance = rank inside the query, as LETOR's -list sets).")
-@click.option("--density", type=click.FloatRange(0, 1, min_open=True), help="LTR: share of stored feature entries (default 1: dense rows).")
-@click.option("--noise", type=click.FloatRange(min=0), help="LTR: noise of the hidden relevance score (default 0.5).")
+@click.option("--density", type=FiniteFloat(0, 1, min_open=True), help="LTR: share of stored feature entries (default 1: dense rows).")
+@click.option("--noise", type=FiniteFloat(min=0), help="LTR: noise of the hidden relevance score (default 0.5).")
 # output
 @click.option("--compression", type=click.Choice(["none", "lzf", "gzip"]), default="none", show_default=True,
               help="HDF5 compression of /X (gzip makes files ~15% smaller and writing ~8x slower).")

@@ -12,7 +12,7 @@ import sys
 import click
 
 from . import __version__
-from .errors import GputextError
+from .errors import GputextError, Terminated
 
 # (module, attributes): click commands or groups added to `gputext` when their module exists.
 FAMILIES = [
@@ -34,19 +34,36 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
+USER_ERRORS = (GputextError, OSError, MemoryError, UnicodeError)  # exit 2: the input, the disk or the memory
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The exit code the CLI gives an exception a command raised: 2 for a user's error
+    (USER_ERRORS), 130 / 143 for SIGINT / SIGTERM, 1 for anything else (a bug). Tests call
+    library functions through it (tests/test_fuzz_readers.py)."""
+    if isinstance(exc, USER_ERRORS):
+        return 2
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    if isinstance(exc, Terminated):
+        return 143
+    return 1
+
+
 class GputextGroup(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
             raise
-        except GputextError as exc:
-            raise UserError(_one_line(exc)) from None
-        except (OSError, MemoryError, UnicodeError) as exc:
+        except USER_ERRORS as exc:
             raise UserError(_one_line(exc)) from None
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
+        except Terminated:
+            click.echo("terminated", err=True)
+            sys.exit(143)
         except Exception as exc:  # a bug: still one line unless asked
             if os.environ.get("GPUTEXT_DEBUG"):
                 raise
@@ -118,7 +135,17 @@ add_optional_commands(cli, FAMILIES)
 
 
 def main() -> None:
-    cli(prog_name="gputext")
+    from .io.atomic import raise_on_sigterm
+
+    raise_on_sigterm()  # SIGTERM unwinds like Ctrl-C: temporary files are removed
+    try:
+        cli(prog_name="gputext")
+    except KeyboardInterrupt:  # outside a command (while click parses or modules load): no traceback
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except Terminated:
+        click.echo("terminated", err=True)
+        sys.exit(143)
 
 
 if __name__ == "__main__":

@@ -16,3 +16,7 @@ class FormatError(InputError):
 
 class BackendError(GputextError, RuntimeError):
     """A backend was asked for that cannot run here (e.g. --device cuda without a GPU)."""
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised like KeyboardInterrupt so that clean-up runs; the CLI exits with 143."""

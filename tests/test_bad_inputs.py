@@ -80,8 +80,7 @@ CASES = [
     # 6. exit 2, not 1
     C("cluster eval", "--plot not an image", "{clusters.h5} --truth {train.h5} --plot p.txt", 2, "expected an image file"),
     C("cluster eval", "--plot not an image", "{clusters.h5} --truth {train.h5} --plot x.h5", 2, "expected an image file"),
-    C("corpus synth", "stdout closed", "--n-docs 10 --n-terms 20 --n-classes 2 -o -", 2, "standard output is closed",
-      process=True),
+    C("corpus build", "stdout closed", "{x.tab} -o -", 2, "-o -: standard output is closed", process=True),
     # 2., 6. corrupt corpus files: every reader, `cluster stream` included, refuses with the key
     C("cluster stream", "CSC-encoded /X (h5ad)", "{csc.h5ad} -o s.h5 --device cpu", 2, "encoding-type 'csc_matrix'"),
     C("knn search", "CSC-encoded /X (h5ad)", "--index {csc.h5ad} --exclude-self -k 2 -o s.h5 --device cpu", 2,
@@ -96,6 +95,47 @@ CASES = [
     C("corpus info", "newer format version", "{ver99.h5}", 2, "gputext-format-version '99' is newer"),
     C("knn search", "newer format version", "--index {ver99.h5} --exclude-self -k 2 -o s.h5", 2, "is newer"),
     C("cluster stream", "newer format version", "{ver99.h5} -o s.h5 --device cpu", 2, "is newer"),
+    # 2. weights the sparse engine cannot score exactly
+    C("knn search", "weight >= 2^40 (3e38)", "--index {big.h5} --exclude-self -k 2 -o s.h5 --device cpu", 2,
+      "has a weight of magnitude 3e+38"),
+    C("knn search", "weight >= 2^40 (3e38)", "--index {train.h5} --queries {big.h5} -k 2 -o s.h5 --device cpu", 2,
+      "the query matrix has a weight of magnitude 3e+38"),
+    C("knn classify", "weight >= 2^40 (3e38)", "--train {big.h5} --test {test.h5} -k 2 --device cpu", 2,
+      "has a weight of magnitude 3e+38"),
+    # 5. accepted-but-wrong inputs: refused with the line, or warned about
+    C("corpus build", "a .tab line without a TAB", "{notab.tab} -o o.h5", 2,
+      "notab.tab:5: expected 2 tab-separated columns (label, text), found 1 (no tab)"),
+    C("corpus build", "a bare \\r inside a line", "{cr.tab} -o o.h5", 2, "cr.tab:4: a carriage return"),
+    C("corpus build", "a bare \\r inside a line", "{cr.tsv} -o o.h5", 2, "cr.tsv:2: a carriage return"),
+    C("corpus build", "a tsv line without a TAB", "{notab.tsv} -o o.h5", 2, "notab.tsv:2: expected 'label<TAB>text'"),
+    C("corpus build", "duplicate document ids", "{dup.jsonl} -o o.h5", 2, "document id 'x' is used by documents 1 and 3"),
+    C("corpus build", "the same input twice", "{x.tab} {x.tab} -o o.h5", 2, "x.tab is given twice"),
+    C("corpus build", "invalid UTF-8 (Latin-1)", "{latin.tab} -o o.h5", 0,
+      "latin.tab: not valid UTF-8 (byte 0xe9 at line 4, column 9); decoded as Latin-1"),
+    C("corpus build", "one document (all-zero tf-idf)", "{one.tsv} -o o.h5", 0,
+      "1 of 1 documents have all-zero tfidf weights (a one-document corpus"),
+    C("knn classify", "out-of-range option", "--train {train.h5} --test {test.h5} --multilabel --threshold 2", 2,
+      "--threshold 2: a category's score is a cosine similarity"),
+    C("knn classify", "out-of-range option", "--train {train.h5} --test {test.h5} --multilabel --threshold -1", 2,
+      "expected a number in [0, 1]"),
+    C("knn classify", "NaN option", "--train {train.h5} --test {test.h5} --multilabel --threshold nan", 2,
+      "'nan' is not a finite number"),
+    C("knn classify", "NaN option", "--train {train.h5} --test {test.h5} --model svm --C nan", 2,
+      "Invalid value for '--C': 'nan' is not a finite number"),
+    C("cluster star", "NaN option", "{train.h5} --beta nan -o s.h5", 2, "'nan' is not a finite number"),
+    C("cluster stream", "NaN option", "{train.h5} --threshold nan -o s.h5", 2, "'nan' is not a finite number"),
+    C("rank train", "NaN option", "{ltr.h5} --eps nan -o m.h5", 2, "'nan' is not a finite number"),
+    C("rank train", "NaN option", "{ltr.h5} -C nan -o m.h5", 2, "-C must be a positive number, got nan"),
+    C("rank train", "out-of-range option", "{ltr.h5} --max-iter 0 -o m.h5", 2, "0 is not in the range x>=1"),
+    C("corpus split", "out-of-range option", "{train.h5} --seed -1 -o sp2", 2, "-1 is not in the range x>=0"),
+    C("corpus synth", "NaN option", "--n-docs 10 --topic-weight nan -o o.h5", 2, "'nan' is not a finite number"),
+    # 8. long work says so
+    C("knn search", "slow method asked for", "--index {train.h5} --queries {test.h5} -k 2 --method dense --device cpu "
+      "-o s.h5", 0, "--method dense on the CPU scores every document for every query"),
+    C("knn classify", "a long stage (SVM)", "--train {train.h5} --test {test.h5} --model svm --features bow --C 1 "
+      "--device cpu", 0, "svm on bow: features, fit (CPU): done in"),
+    # 10. a result file's weighting
+    C("corpus info", "a result file", "{result.h5}", 0, "none (a result file of `knn search`: /X holds no weights)"),
     # 9. validate lists every problem
     C("corpus validate", "valid file", "{train.h5} {test.h5}", 0, "ok ("),
     C("corpus validate", "several problems", "{multi.h5}", 2, "1 of 1 file(s) are not valid"),
@@ -163,6 +203,20 @@ def build_workspace(root: Path) -> None:
     write_corpus(train, str(root / "model.h5"))  # only its path matters to the cases that name it
     os.symlink("train.h5", root / "link.h5")
     os.link(root / "test.h5", root / "hard.h5")
+    big = _corpus(seed=2)
+    big.X.data[3] = 3e38
+    write_corpus(big, str(root / "big.h5"))
+    write_corpus(Corpus(sp.csr_matrix((12, 16), dtype=np.float32), test.doc_ids, None, {}, uns={"gputext": {"knn": {"k": 2}}}),
+                 str(root / "result.h5"))
+    header = "label\ttext\nd\tstring\nclass\t\n"
+    (root / "notab.tab").write_text(header + "a\tthe first document\nthis line has no tab\n")
+    (root / "cr.tab").write_bytes((header + "a\tthe first\rdocument\nb\tanother one\n").encode())
+    (root / "cr.tsv").write_bytes(b"a\tthe first document\nb\tthe second\rdocument\n")
+    (root / "notab.tsv").write_text("a\tthe first document\nno tab on this line\n")
+    (root / "dup.jsonl").write_text('{"id": "x", "text": "hello world"}\n{"id": "y", "text": "more words"}\n'
+                                    '{"id": "x", "text": "another doc"}\n')
+    (root / "latin.tab").write_bytes((header + "a\tle caf\xe9 est bon\nb\tun autre caf\xe9\n").encode("latin-1"))
+    (root / "one.tsv").write_text("a\tthe only document here\n")
     (root / "x.tab").write_text("label\ttext\nd\tstring\nclass\t\na\tthe first document\nb\tanother one here\n")
     src = root / "train.h5"
     n = train.n_docs
@@ -223,6 +277,14 @@ def _closed_stdout(argv, root: Path):
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_bad_input(case: Case, workspace: Path):
     before = digests(workspace)
+    try:
+        check_case(case, workspace, before)
+    finally:  # a case's own outputs are not inputs of the next one
+        for new in set(digests(workspace)) - set(before):
+            os.unlink(workspace / new)
+
+
+def check_case(case: Case, workspace: Path, before: dict) -> None:
     code, out, err = run_case(case, workspace)
     assert code == case.code, (out, err)
     assert "Traceback" not in out + err
@@ -237,8 +299,6 @@ def test_bad_input(case: Case, workspace: Path):
     after = digests(workspace)
     changed = [k for k in before if before[k] != after.get(k)]
     assert not changed, f"inputs changed: {changed}"
-    for new in set(after) - set(before):  # a successful case's outputs do not count as inputs
-        os.unlink(workspace / new)
 
 
 # ----------------------------------------------------------------------------- the doc table
@@ -264,3 +324,41 @@ def test_bad_input_doc_is_current():
         DOC.write_text(text)
     assert DOC.exists() and DOC.read_text() == text, (
         "docs/bad_inputs.md is out of date: GPUTEXT_WRITE_DOCS=1 .venv/bin/python -m pytest tests/test_bad_inputs.py -k doc")
+
+
+# ----------------------------------------------------------------------------- details the table cannot show
+
+
+def test_validate_lists_every_problem(workspace: Path):
+    code, out, err = run_case(C("corpus validate", "", "{multi.h5} {train.h5}", 2, ""), workspace)
+    assert code == 2
+    problems = out.splitlines()
+    assert problems[:3] == ["multi.h5: /X/indices has a column index outside [0, 16) (rows 0..23)",
+                            "multi.h5: /X/data contains NaN or infinite values (rows 0..23)",
+                            "multi.h5: /obs/_index has 23 duplicate document ids (e.g. 'same' at rows 0 and 1)"]
+    assert problems[3].startswith("train.h5: ok (24 documents x 16 terms")
+    assert err.strip() == "Error: 1 of 2 file(s) are not valid corpus files (problems listed above)"
+
+
+def test_in_place_update_is_the_one_allowed_overwrite(tmp_path: Path):
+    from gputext.cli_common import check_paths
+    from gputext.errors import InputError
+    path = str(tmp_path / "c.h5")
+    Path(path).write_bytes(b"x")
+    check_paths([("--update", path), ("--add", None)], [("-o", path)], in_place=[("-o", "--update")])
+    with pytest.raises(InputError, match="is the same file as --update"):
+        check_paths([("--update", path)], [("-o", path)])
+
+
+def test_heartbeat_reports_a_long_stage(capsys):
+    import time
+
+    from gputext.progress import heartbeat
+    with heartbeat("svm fit", every=0.05):
+        time.sleep(0.3)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "svm fit ..." and err[-1].startswith("svm fit: done in")
+    assert any(line.startswith("svm fit: still running") for line in err[1:-1])
+    with heartbeat("quiet stage", quiet=True, every=0.01):
+        time.sleep(0.05)
+    assert capsys.readouterr().err == ""

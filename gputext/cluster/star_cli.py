@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from gputext.cli_common import check_paths, corpus_path, device_option, output_option, pick_backend, quiet_option
+from gputext.cli_common import FiniteFloat, check_paths, corpus_path, device_option, output_option, pick_backend, quiet_option
 from gputext.errors import InputError
 from gputext.progress import info
 
@@ -12,7 +12,7 @@ DEFAULT_BETA = 0.25
 
 @click.command("star")
 @click.argument("corpus", required=False, type=corpus_path())
-@click.option("--beta", type=float, default=None,
+@click.option("--beta", type=FiniteFloat(), default=None,
               help=f"Cosine similarity threshold of the graph (edges where cos >= beta), in [0.0001, 1] "
                    f"[default: {DEFAULT_BETA}; with --update the stored beta].")
 @click.option("--update", "update_path", type=click.Path(dir_okay=False),

@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from gputext.cli_common import check_paths, corpus_path, device_option, pick_backend, quiet_option
+from gputext.cli_common import FiniteFloat, check_paths, corpus_path, device_option, pick_backend, quiet_option
 from gputext.errors import InputError
 
 
@@ -13,7 +13,7 @@ from gputext.errors import InputError
 @click.argument("input_path", metavar="INPUT", type=corpus_path())
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
               help="Result file (HDF5) for a corpus INPUT; not used with '-' (assignments go to stdout).")
-@click.option("--threshold", "-t", type=float, default=None,
+@click.option("--threshold", "-t", type=FiniteFloat(), default=None,
               help="T: a document joins its most similar cluster when the cosine similarity is > T, else starts "
                    "one. Default 0.6, or the --state file's.")
 @click.option("--max-terms", "-k", type=int, default=None,

@@ -33,7 +33,6 @@ import math
 import os
 import select
 import signal
-import sys
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -50,7 +49,7 @@ from ..io.rows import CorpusRows
 from ..io.tokenize import load_stopwords, tokenize
 from ..io.weighting import Reference, apply_weighting, document_frequency
 from ..progress import info, progress
-from .stream import StreamClusterer, StreamResult
+from .stream import StreamClusterer
 
 STATE_FORMAT = "gputext-stream-state"
 STATE_VERSION = "1"
@@ -269,8 +268,7 @@ def cluster_corpus(path: str, output: str, threshold: float | None = None, max_t
     percentiles and throughput. Returns the stats dict (also stored there).
     """
     with CorpusRows(path) as rows:  # the readers' checks: layout, indptr, annotations, then each chunk
-        n_docs, n_terms = rows.n_docs, rows.n_terms
-        if n_docs == 0:
+        if rows.n_docs == 0:
             raise InputError(f"{path}: the corpus has zero documents")
         doc_ids, terms, label = rows.annotations()
         return _cluster_rows(rows, path, output, doc_ids, terms, label, threshold, max_terms, device, batch_size,

@@ -36,13 +36,32 @@ class Postings:
         return sum(a.nbytes for a in (self.term_ptr, self.post_doc, self.post_w, self.d_sq, self.d_l1, self.term_maxabs))
 
 
+MAX_ABS_WEIGHT = 2.0 ** 40  # about 1.1e12: larger weights are refused (docs/knn_search.md, "Weights")
+
+
+def check_weights(data: np.ndarray, what: str) -> None:
+    """The kNN input rule for weights (index and queries alike, sparse engine and dense kernels):
+    finite, and |w| < MAX_ABS_WEIGHT. The engine's int64 fixed point resolves a query's
+    contributions to 2**-61 of its bound sum |q_t| max |d_t|, and the dense kernels keep squared
+    norms in float32; a weight near float32's range (3e38) pushes every ordinary contribution below
+    the first and overflows the second, and documents would tie at score 0 instead of being ranked."""
+    if not len(data):
+        return
+    if not np.all(np.isfinite(data)):
+        raise InputError(f"the {what} contains NaN or infinite weights")
+    largest = float(np.max(np.abs(data)))
+    if largest >= MAX_ABS_WEIGHT:
+        raise InputError(f"the {what} has a weight of magnitude {largest:.3g}; kNN takes |weight| < "
+                         f"2^40 = {MAX_ABS_WEIGHT:.3g} (larger ones would drown the other terms: docs/knn_search.md): "
+                         "rescale the features (e.g. divide each by its largest value)")
+
+
 class Index:
     """Documents to search: ``Index.from_csr(X)``, ``Index.from_corpus(c)``, ``Index.load(path)``."""
 
     def __init__(self, X: sp.csr_matrix, corpus: Corpus | None = None, postings: Postings | None = None):
         self.X = canonical_csr(X)
-        if self.X.nnz and not np.all(np.isfinite(self.X.data)):
-            raise InputError("the indexed matrix contains NaN or infinite weights")
+        check_weights(self.X.data, "indexed matrix")
         self.corpus = corpus
         self._postings = postings
         self._norm_order: dict[int, np.ndarray] = {}

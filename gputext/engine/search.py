@@ -17,7 +17,7 @@ from ..backend import Backend, resolve
 from ..errors import InputError
 from ..io.corpus import canonical_csr, csr_arrays
 from ..kernels import scoring
-from .index import Index
+from .index import Index, check_weights
 
 METRICS = tuple(scoring.METRICS)
 SIMILARITIES = ("cosine", "dot")  # larger is better; l2 and l1 are distances
@@ -62,8 +62,7 @@ def _queries(index: Index, Q) -> sp.csr_matrix:
     if Q.shape[1] != index.n_terms:
         raise InputError(f"queries have {Q.shape[1]} terms but the index has {index.n_terms}: "
                          "build the queries with --vocab-from the indexed corpus")
-    if Q.nnz and not np.all(np.isfinite(Q.data)):
-        raise InputError("queries contain NaN or infinite weights")
+    check_weights(Q.data, "query matrix")
     return Q
 
 

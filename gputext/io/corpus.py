@@ -21,11 +21,9 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import shutil
 import sys
-import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass, field
+from contextlib import contextmanager
 from typing import Any, Iterator
 
 import h5py
@@ -34,6 +32,7 @@ import scipy.sparse as sp
 
 from .. import __version__
 from ..errors import FormatError, InputError
+from .atomic import atomic_output, checkpoint
 
 FORMAT_VERSION = "1"
 STR_DTYPE = h5py.string_dtype("utf-8")
@@ -315,38 +314,6 @@ def write_corpus(corpus: Corpus, path: str, compression: str | None = "gzip", gr
             _write_root(f, corpus, compression, growable)
 
 
-@contextmanager
-def atomic_output(path: str, suffix: str = ".h5") -> Iterator[str]:
-    """Yield a temporary path next to ``path``; rename it onto ``path`` only if the block succeeds.
-
-    ``-`` means stdout: the temporary file's bytes are copied there at the end. On any error
-    the temporary file is removed, so no half-written output is ever left behind.
-    """
-    to_stdout = path == "-"
-    directory = tempfile.gettempdir() if to_stdout else (os.path.dirname(os.path.abspath(path)) or ".")
-    if not to_stdout and not os.path.isdir(directory):
-        raise InputError(f"output directory {directory!r} does not exist")
-    base = "stdout" if to_stdout else os.path.basename(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp" + suffix, dir=directory)
-    os.close(fd)
-    try:
-        yield tmp
-        if to_stdout:
-            with open(tmp, "rb") as src:
-                shutil.copyfileobj(src, sys.stdout.buffer)
-            sys.stdout.buffer.flush()
-            os.unlink(tmp)
-        else:
-            umask = os.umask(0)  # mkstemp makes 0600 files; give the output the usual mode
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-            os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 class CorpusWriter:
     """Write a corpus in row chunks, so that 10^7 documents never sit in memory at once.
 
@@ -378,6 +345,7 @@ class CorpusWriter:
         self._done = False
 
     def append(self, X, doc_ids, obs: dict | None = None) -> None:
+        checkpoint()  # a deferred SIGINT/SIGTERM stops the write here (gputext.io.atomic)
         X = canonical_csr(X)
         if X.shape[1] != self.n_terms:
             raise InputError(f"chunk has {X.shape[1]} terms, expected {self.n_terms}")
@@ -508,6 +476,23 @@ def version_problem(value, label: str) -> str | None:
         return (f"{label}: gputext-format-version {text!r} is newer than this gputext {__version__} reads "
                 f"({FORMAT_VERSION!r}): upgrade gputext to read it")
     return None
+
+
+DAMAGE = (KeyError, ValueError, TypeError, IndexError, AttributeError, RuntimeError)  # what h5py / numpy raise on damage
+
+
+@contextmanager
+def damaged_file_errors(label: str) -> Iterator[None]:
+    """Inside a reader: an h5py/numpy error that the layout checks did not foresee (a damaged or
+    hand-edited file) becomes one FormatError line naming the file, not an internal error."""
+    try:
+        yield
+    except (FormatError, InputError):
+        raise
+    except DAMAGE as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise FormatError(f"{label}: cannot read the corpus (damaged or not written as a gputext corpus): "
+                          f"{type(exc).__name__}: {first}") from None
 
 
 def _where(f, key: str) -> str:
@@ -644,7 +629,7 @@ def _read_element(f, key: str):
         enc = enc.decode()
     if isinstance(obj, h5py.Group):
         if enc == "csr_matrix":
-            return _read_csr(f, key, validate=False)
+            return _read_csr(f, key)
         if enc == "categorical":
             return Categorical(np.asarray(obj["codes"][()], dtype=np.int32), _read_str_array(obj["categories"]))
         return {k: _read_element(f, f"{key}/{k}") for k in obj.keys()}
@@ -701,7 +686,7 @@ def read_corpus(path: str, validate: bool = True, require_docs: bool = True, as_
     Raises FormatError naming the HDF5 key for any layout problem, InputError for a missing or
     empty file, and (with ``require_docs``) for a corpus with zero documents.
     """
-    with _open(path) as f:
+    with _open(path) as f, damaged_file_errors(f.gputext_label):
         fmt = f.attrs.get("gputext-format")
         enc = f.attrs.get("encoding-type")
         if fmt is None and enc is None:
@@ -742,6 +727,18 @@ def read_rows(path: str, start: int, stop: int) -> sp.csr_matrix:
                           shape=(stop - start, shape[1]))
         X.has_sorted_indices = True
         return X
+
+
+def duplicates(values) -> tuple[int, str, tuple[int, int]] | None:
+    """(number of repeated entries, the first repeated value, its first two rows) of a list of
+    ids or terms compared as strings; None when every entry is unique."""
+    strings = np.asarray(values, dtype=object).astype(str)
+    uniq, counts = np.unique(strings, return_counts=True)
+    if len(uniq) == len(strings):
+        return None
+    value = str(uniq[np.argmax(counts > 1)])
+    rows = np.nonzero(strings == value)[0][:2]
+    return len(strings) - len(uniq), value, (int(rows[0]), int(rows[1]))
 
 
 def check_same_vocabulary(a: Corpus, b: Corpus, a_name: str = "index", b_name: str = "queries") -> None:

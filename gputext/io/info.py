@@ -20,8 +20,8 @@ import os
 import h5py
 import numpy as np
 
-from ..errors import FormatError, InputError
-from .corpus import Categorical, _need, _open, _read_element, _where
+from ..errors import FormatError
+from .corpus import Categorical, _need, _open, _read_element, _where, damaged_file_errors
 
 
 def device_bytes(n_docs: int, n_terms: int, nnz: int) -> dict:
@@ -115,21 +115,32 @@ def _read_info(f: h5py.File, path: str) -> dict:
             out["relevance"] = {"min": float(rel.min()), "max": float(rel.max()), "n_levels": int(len(levels))}
     params = _read_element(f, "uns/gputext") if "uns/gputext" in f else {}
     params = params if isinstance(params, dict) else {}
-    out["weighting"] = params.get("weighting", "unknown")
+    out["weighting"] = _weighting(params, nnz)
     out["params"] = _scalar(params)
     return out
 
 
+# uns/gputext keys of result files -> the command that wrote them
+RESULT_KEYS = {"knn": "knn search", "classify": "knn classify", "metafeatures": "knn metafeatures",
+               "stream": "cluster stream", "rank": "rank predict", "star": "cluster star"}
+
+
+def _weighting(params: dict, nnz: int) -> str:
+    """The stored weighting; for a result file whose /X is empty, what it is instead of 'unknown'."""
+    if "weighting" in params:
+        return str(params["weighting"])
+    writer = next((cmd for key, cmd in RESULT_KEYS.items() if key in params), None)
+    if writer and nnz == 0:
+        return f"none (a result file of `{writer}`: /X holds no weights)"
+    if writer:
+        return f"as its source corpus (a result file of `{writer}`)"
+    return "unknown (not recorded by the file's writer)"
+
+
 def corpus_info(path: str) -> dict:
     """A JSON-ready summary of the corpus at ``path`` (see the module docstring)."""
-    with _open(path) as f:
-        try:
-            return _read_info(f, path)
-        except (FormatError, InputError):
-            raise
-        except (OSError, KeyError, ValueError, TypeError) as exc:
-            raise FormatError(f"{path}: cannot read the corpus (truncated or damaged HDF5?): "
-                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    with _open(path) as f, damaged_file_errors(f.gputext_label):
+        return _read_info(f, path)
 
 
 def _human(n: int | None) -> str:

@@ -42,8 +42,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InputError
-from ..progress import progress, info
-from .corpus import Categorical, Corpus, read_corpus
+from ..progress import info, progress, warn
+from .corpus import Categorical, Corpus, duplicates, read_corpus
 from .readers import (FORMATS, MATRIX_FORMATS, TEXT_FORMATS, MatrixInput, TextInput, check_exists, detect_format,
                       display_name, read_counts_csv, read_dir, read_jsonl, read_svmlight, read_tab, read_tsv,
                       read_uci)
@@ -134,6 +134,7 @@ def read_inputs(inputs: Sequence[str], fmt: str = "auto", query_groups: str | No
     inputs = [os.fspath(p) for p in inputs]
     if not inputs:
         raise InputError("no input files given")
+    _refuse_repeated_inputs(inputs)
     resolved = _resolve_formats(inputs, fmt)
     kinds = [k for _, k in resolved if k != "uci-vocab"]
     if query_groups is not None and kinds != ["svmlight"]:
@@ -152,6 +153,7 @@ def read_inputs(inputs: Sequence[str], fmt: str = "auto", query_groups: str | No
             return read_uci(path, vocab), "uci"
         return read_counts_csv(path), "counts-csv"
     parts = [TEXT_READERS[k](p) for p, k in resolved]
+    _distinct_line_ids([p for p, _ in resolved], parts)
     for part in parts:
         for note in part.notes:
             info(note, quiet)
@@ -165,6 +167,47 @@ def read_inputs(inputs: Sequence[str], fmt: str = "auto", query_groups: str | No
         if any_labels:
             merged.labels += part.labels if part.labels is not None else [[] for _ in part.texts]
     return merged, "+".join(dict.fromkeys(kinds))
+
+
+def _refuse_repeated_inputs(paths: list[str]) -> None:
+    """An input given twice (by any spelling or link) would duplicate its documents: refused."""
+    seen: dict[str, str] = {}
+    for path in paths:
+        real = os.path.realpath(path) if path != "-" else "-"
+        if real in seen:
+            also = "" if seen[real] == path else f" (also as {display_name(seen[real])})"
+            raise InputError(f"{display_name(path)} is given twice{also}: give every input once, or its documents "
+                             "would be duplicates")
+        seen[real] = path
+
+
+def _distinct_line_ids(paths: list[str], parts: list) -> None:
+    """The NAME:LINE ids of inputs that share a file name in different folders get the path as
+    given instead (train/a.tab:4, test/a.tab:4), so they stay unique."""
+    bases = [os.path.basename(p.rstrip("/")) if p != "-" else "stdin" for p in paths]
+    for path, base, part in zip(paths, bases, parts):
+        if bases.count(base) > 1 and path != "-":
+            part.doc_ids = [f"{path}{d[len(base):]}" if d.startswith(base + ":") else d for d in part.doc_ids]
+
+
+def check_unique_ids(doc_ids) -> None:
+    """Document ids must be unique (results are matched by id): refuse the first repeated one."""
+    found = duplicates(doc_ids)
+    if found is not None:
+        n, value, (a, b) = found
+        raise InputError(f"document id {value!r} is used by documents {a + 1} and {b + 1} ({n} repeated "
+                         "entries): ids must be unique (a JSONL 'id' given twice?)")
+
+
+def _warn_zero_rows(counts: sp.csr_matrix, X: sp.csr_matrix, weighting: str) -> None:
+    """Documents with terms whose weights all came out 0 (every term in every document: idf 0)."""
+    had = np.diff(counts.indptr) > 0
+    zero = had & (np.asarray(abs(X).sum(axis=1)).ravel() == 0)
+    n = int(zero.sum())
+    if n:
+        why = "a one-document corpus: idf = log(1/1) = 0" if X.shape[0] == 1 else "their terms occur in every document"
+        warn(f"{n} of {X.shape[0]} documents have all-zero {weighting} weights ({why}); they match nothing. "
+             "Use --weighting tf or tficf, or build from more documents")
 
 
 # ----------------------------------------------------------------------------- labels
@@ -284,6 +327,7 @@ def build_corpus(inputs: str | Sequence[str], format: str = "auto", stopwords: s
                          "corpus's")
 
     docs, fmt = read_inputs(inputs, format, query_groups, quiet, labels)
+    check_unique_ids(docs.doc_ids)
     n_docs = len(docs.doc_ids)
     if n_docs == 0:
         raise InputError(f"{', '.join(display_name(p) for p in ([inputs] if isinstance(inputs, str) else inputs))}: "
@@ -329,6 +373,7 @@ def build_corpus(inputs: str | Sequence[str], format: str = "auto", stopwords: s
                      else ("none" if fmt in ("svmlight", "npz") else "tfidf"))
     reference = training.reference if training is not None else Reference(document_frequency(counts), n_docs)
     X = apply_weighting(counts, weighting, reference)
+    _warn_zero_rows(counts, X, weighting)
 
     obs: dict = {}
     base = training.categories if training is not None else None

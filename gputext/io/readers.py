@@ -8,8 +8,8 @@ Text formats give ``TextInput`` (raw texts, tokenised later in one pass by inges
     tsv        ``label<TAB>text`` per line (the text may contain further tabs; an empty label is
                a missing label)
     dir        a directory with one folder per class holding one file per document (sub-folders
-               of a class folder are walked too); raw e-mail/news bytes decoded as UTF-8 with
-               invalid bytes replaced (never fatal); hidden files and files directly in the root
+               of a class folder are walked too); raw e-mail/news bytes decoded as UTF-8, else
+               Latin-1 (one warning sums them up; never fatal); hidden files and files directly in the root
                are skipped (their count is reported)
     jsonl      one JSON object a line: ``text`` (required), optional ``id``, and either ``label``
                (one value) or ``labels`` (a list: multi-label)
@@ -25,6 +25,11 @@ Matrix formats give ``MatrixInput`` (values already per term/feature):
                are named "t1".."tW" by column
 
 Every text input may be gzip-compressed (detected by its magic bytes); ``-`` reads stdin.
+Text is UTF-8 (a BOM is dropped); a file (for dir: a document) that is not valid UTF-8 is decoded
+as Latin-1 (ISO-8859-1: every byte one character, so a Latin-1 "café" stays "café") with a warning
+naming the first invalid byte. Lines end with \n or \r\n (a file with only \r line ends is read as
+old Mac text); tab and tsv refuse a bare \r inside a line with its number, as it would otherwise
+split the document.
 Errors name the file (and line where there is one), what was expected and what was found.
 Doc ids: the JSONL ``id`` (else its line), the file's path relative to the directory for dir,
 ``NAME:LINE`` (file name and 1-based line number) for the line formats, the 1-based document
@@ -43,6 +48,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InputError
+from ..progress import warn
 
 FORMATS = ("auto", "tab", "tsv", "dir", "jsonl", "svmlight", "uci", "counts-csv", "npz")
 TEXT_FORMATS = ("tab", "tsv", "dir", "jsonl")
@@ -161,14 +167,38 @@ def read_head(path: str, n_bytes: int = 1 << 16) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def read_text(path: str) -> str:
-    """Decoded text (UTF-8, invalid bytes replaced, BOM dropped), newlines normalised to \\n."""
-    text = read_bytes(path).decode("utf-8", "replace")
+def decode_text(data: bytes, name: str, warn_each: bool = True) -> tuple[str, bool]:
+    """(text, fell back): UTF-8, else Latin-1 with a warning naming the first invalid byte's line
+    and column (``warn_each`` False: the caller sums the fallbacks up in one warning)."""
+    try:
+        return data.decode("utf-8"), False
+    except UnicodeDecodeError as exc:
+        if warn_each:
+            line = data.count(b"\n", 0, exc.start) + 1
+            column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+            warn(f"{name}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at line {line}, column {column}); "
+                 "decoded as Latin-1 (ISO-8859-1)")
+        return data.decode("latin-1"), True
+
+
+def read_text(path: str, keep_bare_cr: bool = False) -> str:
+    """Decoded text (decode_text: UTF-8, else Latin-1 with a warning; BOM dropped), \\r\\n turned
+    into \\n; a bare \\r too unless ``keep_bare_cr`` and the text has \\n line ends (tab and tsv
+    then refuse it with its line number)."""
+    text, _ = decode_text(read_bytes(path), display_name(path))
     if text.startswith("\ufeff"):
         text = text[1:]
     if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
+        text = text.replace("\r\n", "\n")
+        if not keep_bare_cr or "\n" not in text:
+            text = text.replace("\r", "\n")
     return text
+
+
+def _check_line(name: str, lineno: int, line: str) -> None:
+    if "\r" in line:
+        raise InputError(f"{name}:{lineno}: a carriage return (\\r) inside the line: lines end with \\n or "
+                         "\\r\\n (remove the stray \\r; it would split this document in two)")
 
 
 def _lines(text: str):
@@ -267,7 +297,7 @@ def _label_list(value: str) -> list[str]:
 def read_tab(path: str) -> TextInput:
     """Orange .tab: names, types and flags lines, then rows."""
     name, base = display_name(path), _base(path)
-    lines = list(_lines(read_text(path)))
+    lines = list(_lines(read_text(path, keep_bare_cr=True)))
     header = [(n, line) for n, line in lines[:3]]
     if len(header) < 3:
         raise InputError(f"{name}: an Orange .tab file needs 3 header lines (names, types, flags), found {len(header)}")
@@ -288,10 +318,12 @@ def read_tab(path: str) -> TextInput:
     for lineno, line in lines[3:]:
         if not line.strip():
             continue
+        _check_line(name, lineno, line)
         cells = line.split("\t")
         if len(cells) < width:
-            cells += [""] * (width - len(cells))
-        elif len(cells) > width:  # tabs inside the last column's text
+            raise InputError(f"{name}:{lineno}: expected {width} tab-separated columns ({', '.join(names)}), found "
+                             f"{len(cells)}{' (no tab)' if len(cells) == 1 else ''} in {line[:40]!r}")
+        if len(cells) > width:  # tabs inside the last column's text
             cells = cells[:width - 1] + ["\t".join(cells[width - 1:])]
         texts.append(" ".join(cells[j] for j in text_cols) if len(text_cols) > 1 else cells[text_cols[0]])
         ids.append(f"{base}:{lineno}")
@@ -304,9 +336,10 @@ def read_tsv(path: str) -> TextInput:
     """``label<TAB>text`` lines; blank lines skipped."""
     name, base = display_name(path), _base(path)
     texts, ids, labels = [], [], []
-    for lineno, line in _lines(read_text(path)):
+    for lineno, line in _lines(read_text(path, keep_bare_cr=True)):
         if not line.strip():
             continue
+        _check_line(name, lineno, line)
         label, tab, text = line.partition("\t")
         if not tab:
             raise InputError(f"{name}:{lineno}: expected 'label<TAB>text', found no tab in {line[:40]!r}")
@@ -327,6 +360,7 @@ def read_dir(path: str) -> TextInput:
         raise InputError(f"{path}: no class folders (expected one sub-folder per class holding one file per "
                          f"document; found {len(loose)} files and no folders)")
     texts, ids, labels = [], [], []
+    latin1: list[str] = []
     for cls in classes:
         for root, dirs, files in os.walk(cls.path):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
@@ -336,9 +370,15 @@ def read_dir(path: str) -> TextInput:
                 full = os.path.join(root, fname)
                 with open(full, "rb") as fh:
                     raw = fh.read()
-                texts.append(raw.decode("utf-8", "replace"))
+                text, fell_back = decode_text(raw, full, warn_each=False)
+                texts.append(text)
                 ids.append(os.path.relpath(full, path).replace(os.sep, "/"))
+                if fell_back:
+                    latin1.append(ids[-1])
                 labels.append([cls.name])
+    if latin1:
+        warn(f"{path}: {len(latin1)} of the files are not valid UTF-8 and were decoded as Latin-1 (ISO-8859-1), "
+             f"e.g. {latin1[0]}")
     notes = [f"{path}: skipped {len(loose)} files outside class folders"] if loose else []
     if not texts:
         raise InputError(f"{path}: the {len(classes)} class folders hold no files (expected one file per document)")

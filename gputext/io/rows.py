@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import FormatError
-from .corpus import Categorical, _open, _read_dataframe, _where, entry_problems, indptr_problems
+from .corpus import Categorical, _open, _read_dataframe, _where, damaged_file_errors, entry_problems, indptr_problems
 
 
 def _attr_str(obj, name: str):
@@ -70,6 +70,14 @@ class CorpusRows:
         self.path = path
         self._f = _open(path)
         try:
+            self._check()
+        except BaseException:
+            self._f.close()
+            raise
+        self.nnz = int(self.indptr[-1])
+
+    def _check(self) -> None:
+        with damaged_file_errors(self._f.gputext_label):
             problem = next(csr_header_problems(self._f), None)
             if problem is not None:
                 raise FormatError(problem)
@@ -80,15 +88,12 @@ class CorpusRows:
             problem = next(indptr_problems(_where(self._f, "X"), self.n_docs, self.indptr, stored), None)
             if problem is not None:
                 raise FormatError(problem)
-        except BaseException:
-            self._f.close()
-            raise
-        self.nnz = int(self.indptr[-1])
 
     def _chunk(self, start: int, stop: int):
-        g = self._f["X"]
-        lo, hi = int(self.indptr[start]), int(self.indptr[stop])
-        return g["data"][lo:hi], g["indices"][lo:hi], self.indptr[start:stop + 1] - lo
+        with damaged_file_errors(self._f.gputext_label):
+            g = self._f["X"]
+            lo, hi = int(self.indptr[start]), int(self.indptr[stop])
+            return g["data"][lo:hi], g["indices"][lo:hi], self.indptr[start:stop + 1] - lo
 
     def problems(self, start: int, stop: int) -> list[str]:
         """Every problem of the entries of rows [start, stop) (entry_problems)."""
@@ -109,8 +114,9 @@ class CorpusRows:
 
     def annotations(self) -> tuple[np.ndarray, np.ndarray, Categorical | None]:
         """(doc ids, terms, obs/label or None), lengths checked against the shape, /X not read."""
-        doc_ids, obs = _read_dataframe(self._f, "obs", self.n_docs)
-        terms, _ = _read_dataframe(self._f, "var", self.n_terms)
+        with damaged_file_errors(self._f.gputext_label):
+            doc_ids, obs = _read_dataframe(self._f, "obs", self.n_docs)
+            terms, _ = _read_dataframe(self._f, "var", self.n_terms)
         label = obs.get("label")
         return doc_ids, terms, label if isinstance(label, Categorical) else None
 

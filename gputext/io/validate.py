@@ -23,8 +23,8 @@ import h5py
 import numpy as np
 
 from ..errors import FormatError, InputError
-from .corpus import (TERMS_DIGEST_ATTR, Categorical, _open, _read_element, _read_str_array, _where, csr_problems,
-                     terms_digest)
+from .corpus import (DAMAGE, TERMS_DIGEST_ATTR, Categorical, _open, _read_element, _read_str_array, _where,
+                     csr_problems, damaged_file_errors, duplicates, terms_digest)
 from .rows import CorpusRows, csr_header_problems
 
 CHUNK_NNZ = 1 << 24  # entries checked at a time (about 130 MB of data + indices)
@@ -42,7 +42,10 @@ def _x_problems(path: str, problems: list) -> tuple[int, int, int] | None:
         while start < rows.n_docs:
             stop = int(np.searchsorted(rows.indptr, rows.indptr[start] + CHUNK_NNZ, side="right")) - 1
             stop = min(rows.n_docs, max(stop, start + 1))
-            found = rows.problems(start, stop)
+            try:
+                found = rows.problems(start, stop)
+            except FormatError as exc:
+                found = [str(exc)]
             if found:
                 problems.extend(found)
                 break
@@ -51,13 +54,11 @@ def _x_problems(path: str, problems: list) -> tuple[int, int, int] | None:
 
 
 def _unique_problem(f, key: str, values: np.ndarray, what: str) -> str | None:
-    uniq, first, counts = np.unique(values.astype(str), return_index=True, return_counts=True)
-    if len(uniq) == len(values):
+    found = duplicates(values)
+    if found is None:
         return None
-    dup = int(np.argmax(counts > 1))
-    rows = np.nonzero(values.astype(str) == uniq[dup])[0][:2]
-    return (f"{_where(f, key)} has {len(values) - len(uniq)} duplicate {what} (e.g. {str(uniq[dup])!r} at rows "
-            f"{rows[0]} and {rows[1]})")
+    n, value, (a, b) = found
+    return f"{_where(f, key)} has {n} duplicate {what} (e.g. {value!r} at rows {a} and {b})"
 
 
 def _frame_problems(f, key: str, n_rows: int, what: str, problems: list) -> None:
@@ -88,7 +89,7 @@ def _frame_problems(f, key: str, n_rows: int, what: str, problems: list) -> None
             continue
         try:
             value = _read_element(f, f"{key}/{name}")
-        except (KeyError, OSError, ValueError, TypeError) as exc:
+        except (FormatError, OSError, *DAMAGE) as exc:
             problems.append(f"{_where(f, key + '/' + name)} cannot be read ({str(exc).splitlines()[0] if str(exc) else exc!r})")
             continue
         n = len(value) if hasattr(value, "__len__") else -1
@@ -123,14 +124,21 @@ def _obsm_problems(f, n_docs: int, problems: list) -> None:
 
 def corpus_problems(path: str) -> list[str]:
     """Every problem of the corpus file at ``path`` (module docstring); [] when it is valid."""
-    try:
-        f = _open(path)
-    except (FormatError, InputError) as exc:
-        return [str(exc)]
     problems: list[str] = []
+    try:
+        with damaged_file_errors(path):
+            return _problems(path, problems)
+    except (FormatError, InputError, OSError) as exc:
+        return problems + [" ".join(str(exc).split())]
+
+
+def _problems(path: str, problems: list) -> list[str]:
+    f = _open(path)
     with f:
         fmt = f.attrs.get("gputext-format")
-        fmt = fmt.decode() if isinstance(fmt, bytes) else fmt
+        fmt = fmt.decode("utf-8", "replace") if isinstance(fmt, bytes) else fmt
+        if fmt is not None and not isinstance(fmt, str):
+            return [f"{_where(f, '')} has gputext-format {fmt!r}, expected 'corpus'"]
         if fmt is None and f.attrs.get("encoding-type") is None:
             return [f"{_where(f, '')} has neither gputext-format nor anndata encoding-type attributes: "
                     "not a gputext corpus"]
@@ -142,15 +150,15 @@ def corpus_problems(path: str) -> list[str]:
         return problems
     n_docs, n_terms, _ = shape
     with _open(path) as f:
-        f.gputext_label = label  # type: ignore[attr-defined]
-        _frame_problems(f, "obs", n_docs, "document ids", problems)
-        _frame_problems(f, "var", n_terms, "terms", problems)
-        _obsm_problems(f, n_docs, problems)
-        if "uns" in f:
+        for what, check in (("obs", lambda: _frame_problems(f, "obs", n_docs, "document ids", problems)),
+                            ("var", lambda: _frame_problems(f, "var", n_terms, "terms", problems)),
+                            ("obsm", lambda: _obsm_problems(f, n_docs, problems)),
+                            ("uns", lambda: _read_element(f, "uns") if "uns" in f else None)):
             try:
-                _read_element(f, "uns")
-            except (KeyError, OSError, ValueError, TypeError) as exc:
-                problems.append(f"{_where(f, 'uns')} cannot be read ({exc})")
+                with damaged_file_errors(f"{label}: /{what}"):
+                    check()
+            except FormatError as exc:
+                problems.append(" ".join(str(exc).split()))
     return problems
 
 

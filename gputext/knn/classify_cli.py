@@ -7,9 +7,9 @@ import click
 import numpy as np
 import scipy.sparse as sp
 
-from ..cli_common import check_paths, corpus_path, device_option, pick_backend, quiet_option
+from ..cli_common import FiniteFloat, check_paths, warn_slow_method, corpus_path, device_option, pick_backend, quiet_option
 from ..errors import InputError
-from ..progress import info
+from ..progress import heartbeat, info
 
 METHODS = ("inverted", "dense", "auto")
 PADDING = ("a class with fewer than k documents (k - 1 for a left-out training document) repeats its "
@@ -91,17 +91,18 @@ def _flat(d: dict) -> dict:
               help="Category ranking f(d, c) = max similarity to a neighbour labelled c (CNAE paper).")
 @click.option("--top-r", type=click.IntRange(min=1), help="--multilabel: predict the r best categories "
               "(default: the mean number of labels of a training document).")
-@click.option("--threshold", type=float, help="--multilabel: predict every category with f(d, c) >= threshold.")
+@click.option("--threshold", type=FiniteFloat(), help="--multilabel: predict every category with f(d, c) >= threshold "
+              "(in [0, 1] with --metric cosine).")
 @click.option("--metric", type=click.Choice(["cosine", "dot"]), default="cosine", show_default=True,
               help="Similarity that weighs the vote.")
 @click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True,
               help="Neighbour search: inverted index, dense kernels, or auto (says which).")
 @click.option("--folds", type=click.IntRange(min=0), default=0, show_default=True,
               help="Run the GT-kNN paper's n-fold protocol over train (+ test) and report mean and spread.")
-@click.option("--C", "C", type=click.FloatRange(min=0, min_open=True), help="SVM C (skips the cross-validation).")
+@click.option("--C", "C", type=FiniteFloat(min=0, min_open=True), help="SVM C (skips the cross-validation).")
 @click.option("--C-grid", "C_grid", default="0.0625,0.25,1,4,16", show_default=True,
               help="SVM C values tried by 5-fold cross-validation on the training set.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the cross-validation folds.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the cross-validation folds.")
 @click.option("--jobs", type=click.IntRange(min=1), help="Processes for the SVM cross-validation (default: CPU count).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
               help="Write predictions (HDF5; - is stdout). Not with --folds.")
@@ -134,18 +135,23 @@ def classify(train_path, test_path, k, model, features, multilabel, top_r, thres
         raise click.UsageError("--model svm is single-label; use --multilabel with --model vote")
     if folds == 1:
         raise click.UsageError("--folds must be 0 (off) or at least 2")
+    if threshold is not None and metric == "cosine" and not 0.0 <= threshold <= 1.0:
+        raise InputError(f"--threshold {threshold:g}: a category's score is a cosine similarity with --metric cosine, "
+                         "expected a number in [0, 1]")
     if folds and output:
         raise click.UsageError("--folds reports figures only; drop -o")
     grid = _parse_grid(C_grid)
     check_paths([("--train", train_path), ("--test", test_path)], [("-o", output)])
     backend = pick_backend(device, quiet)
+    warn_slow_method(method, backend)
     train = read_corpus(train_path)
     test = read_corpus(test_path)
     to_err = output == "-"
     if folds:
         from .svm import cross_validation_protocol
-        report = cross_validation_protocol(train, test, folds, model, features, k, grid, C, method, backend,
-                                           seed, jobs, quiet)
+        with heartbeat(f"{folds}-fold {model} protocol", quiet):
+            report = cross_validation_protocol(train, test, folds, model, features, k, grid, C, method, backend,
+                                               seed, jobs, quiet)
         click.echo(f"{folds}-fold {model}{'' if model == 'vote' else ' (' + features + ')'}, k = {k}: "
                    f"micro-F1 {report['micro_f1_mean']:.4f} +- {report['micro_f1_std']:.4f}  "
                    f"macro-F1 {report['macro_f1_mean']:.4f} +- {report['macro_f1_std']:.4f}  "
@@ -153,7 +159,9 @@ def classify(train_path, test_path, k, model, features, multilabel, top_r, thres
         return
     if model == "svm":
         from .svm import svm_classify
-        res = svm_classify(train, test, features, k, grid, C, 5, method, backend, seed, jobs, quiet)
+        stage = f"svm on {features}: features, {'C by 5-fold cross-validation, ' if C is None else ''}fit (CPU)"
+        with heartbeat(stage, quiet):
+            res = svm_classify(train, test, features, k, grid, C, 5, method, backend, seed, jobs, quiet)
         what = f"svm on {features} (C = {res.info['C']:g})"
     else:
         from .classify import knn_classify
@@ -216,6 +224,7 @@ def metafeatures(train_path, test_path, k, output, train_output, method, device,
 
     check_paths([("--train", train_path), ("--test", test_path)], [("-o", output), ("--train-output", train_output)])
     backend = pick_backend(device, quiet)
+    warn_slow_method(method, backend)
     train = read_corpus(train_path)
     test = read_corpus(test_path)
     check_same_vocabulary(train, test, "training", "test")

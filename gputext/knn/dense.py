@@ -29,6 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..backend import Backend, resolve
+from ..engine.index import check_weights
 from ..errors import InputError
 from ..progress import progress
 
@@ -144,8 +145,7 @@ def _as_dense(A, name: str) -> np.ndarray:
     if D.dtype.kind not in "fiub":
         raise InputError(f"{name} must be numeric, got dtype {D.dtype}")
     D = np.ascontiguousarray(D, dtype=np.float32)
-    if D.size and not np.all(np.isfinite(D)):
-        raise InputError(f"{name} contains NaN or infinite values")
+    check_weights(D.ravel(), name.removeprefix("the "))  # finite, |w| < 2^40: float32 squared norms stay finite
     return D
 
 
@@ -399,8 +399,7 @@ class DenseIndex:
         k = int(k)
         if sp.issparse(Q):
             Q = sp.csr_matrix(Q)
-            if Q.nnz and not np.all(np.isfinite(Q.data)):
-                raise InputError("queries contain NaN or infinite values")
+            check_weights(Q.data, "query matrix")
         else:
             Q = _as_dense(Q, "the query matrix")
         if Q.shape[1] != self.n_terms:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from ..cli_common import check_paths, corpus_path, device_option, output_option, pick_backend, quiet_option
+from ..cli_common import check_paths, warn_slow_method, corpus_path, device_option, output_option, pick_backend, quiet_option
 from ..engine import METRICS
 from ..io.corpus import write_corpus
 from ..progress import info
@@ -73,6 +73,7 @@ def search(index_path, queries_path, k, metric, method, exclude_self, batch_size
         raise click.UsageError("give --queries, or --exclude-self to search the indexed corpus against itself")
     check_paths([("--index", index_path), ("--queries", queries_path)], [("-o", output)])
     backend = pick_backend(device, quiet)
+    warn_slow_method(method, backend)
     result = search_files(index_path, queries_path, k, metric, method, backend.name, exclude_self, batch_size, quiet)
     from ..io.export import read_doc_ids, table_format, write_neighbour_table
     if table_format(output):  # nn.csv / .jsonl / .parquet: one row per query (gputext.io.export)

@@ -6,7 +6,7 @@ import math
 
 import click
 
-from ..cli_common import check_paths, corpus_path, device_option, output_option, pick_backend, quiet_option
+from ..cli_common import FiniteFloat, check_paths, corpus_path, device_option, output_option, pick_backend, quiet_option
 from ..errors import InputError
 from ..progress import info
 
@@ -38,9 +38,9 @@ def rank():
 @click.argument("train_file", metavar="TRAIN.h5", type=corpus_path())
 @click.option("-C", "C", type=float, default=None, help="Regularisation trade-off C > 0 (default 1; with --C-grid, "
               "the grid decides).")
-@click.option("--eps", type=float, default=1e-5, show_default=True,
+@click.option("--eps", type=FiniteFloat(min=0, min_open=True), default=1e-5, show_default=True,
               help="Stop when |grad f(w)| <= eps |grad f(0)| (LIBLINEAR's rule).")
-@click.option("--max-iter", type=int, default=1000, show_default=True, help="At most this many Newton iterations.")
+@click.option("--max-iter", type=click.IntRange(min=1), default=1000, show_default=True, help="At most this many Newton iterations.")
 @click.option("--valid", "valid_file", metavar="VALID.h5", type=corpus_path(), default=None,
               help="Validation corpus: with --C-grid, C is chosen on it; without, its metrics are reported.")
 @click.option("--C-grid", "C_grid", metavar="C1,C2,...", default=None,
