@@ -110,7 +110,7 @@ def measure(a, report):
     report.row(where, "NearestNeighbors.kneighbors median", f"{m_estimator * 1e3:.1f} ms")
     report.row(where, "estimator / engine", f"{ratio:.3f}", "goal <= 1.05")
     report.row(where, "the estimator's own work (input checks, distances)", f"{own * 1e3:.2f} ms",
-               f"{100 * own / m_engine:.2f}% of the engine's time")
+               f"{100 * own / m_engine:.2g}% of the engine's time")
     report.row(where, "identical results", same)
     report.row(where, "fit (index build, input checks)", f"{fit_s:.2f} s")
     return out
