@@ -23,6 +23,8 @@ class Backend:
     name: str  # "cpu" or "cuda"
     simulator: bool  # True when name == "cuda" and kernels run in numba's CUDA simulator
     reason: str  # one line: why this backend (shown by `auto` and by `gputext doctor`)
+    auto: bool = False  # chosen by --device auto: a method may then move the work to another backend
+
 
     @property
     def is_cuda(self) -> bool:
@@ -74,10 +76,16 @@ def resolve(device: str = "auto") -> Backend:
             raise BackendError(f"--device cuda requested but CUDA is not usable: {what}")
         return Backend("cuda", simulator_enabled(), what)
     if usable and not simulator_enabled():
-        return Backend("cuda", False, f"auto chose the GPU: {what}")
+        return Backend("cuda", False, f"auto chose the GPU: {what}", auto=True)
     if simulator_enabled():
-        return Backend("cpu", False, "auto chose the CPU: only the CUDA simulator is active (use --device cuda to run kernels in it)")
-    return Backend("cpu", False, f"auto chose the CPU: {what}")
+        return Backend("cpu", False, "auto chose the CPU: only the CUDA simulator is active (use --device cuda to run "
+                       "kernels in it)", auto=True)
+    return Backend("cpu", False, f"auto chose the CPU: {what}", auto=True)
+
+
+def as_backend(device: "str | Backend" = "auto") -> Backend:
+    """A Backend as it is (decided once, at the CLI or API boundary) or a ``--device`` string resolved."""
+    return device if isinstance(device, Backend) else resolve(device)
 
 
 def device_memory() -> tuple[int, int] | None:

@@ -12,6 +12,7 @@ import sys
 import click
 
 from . import __version__
+from .cli_common import LazyGroup, add_optional_commands
 from .errors import GputextError, Terminated
 
 # (module, attributes): click commands or groups added to `gputext` when their module exists.
@@ -50,7 +51,7 @@ def exit_code_for(exc: BaseException) -> int:
     return 1
 
 
-class GputextGroup(click.Group):
+class GputextGroup(LazyGroup):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
@@ -128,8 +129,6 @@ def doctor():
             click.echo(f"cuda        none: {_one_line(exc)}")
     click.echo(f"auto        {resolve('auto').describe()}")
 
-
-from .cli_common import add_optional_commands  # noqa: E402
 
 add_optional_commands(cli, FAMILIES)
 

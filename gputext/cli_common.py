@@ -57,6 +57,41 @@ def warn_slow_method(method: str, backend: Backend) -> None:
              "slower than --method inverted, with the same results (auto picks inverted here)")
 
 
+class LazyGroup(click.Group):
+    """A click group whose commands are imported only when used (``gputext --help`` and ``gputext
+    corpus info`` import no family's library code, and no numba).
+
+    ``@click.group(cls=LazyGroup)`` then ``add_optional_commands(group, entries)`` with entries
+    [(module, (attribute, ...)), ...]: a command's name is its attribute without trailing
+    underscores, underscores as dashes (``eval_`` -> ``eval``); a module that is not there yet gives
+    no command. Listing the group's commands (its --help) imports nothing but the group.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy: dict = {}  # command name -> (module, attribute)
+
+    def list_commands(self, ctx):
+        return sorted(set(super().list_commands(ctx)) | {n for n, (m, _) in self.lazy.items() if _module_exists(m)})
+
+    def get_command(self, ctx, name):
+        command = super().get_command(ctx, name)
+        if command is None and name in self.lazy and _module_exists(self.lazy[name][0]):
+            import importlib
+            module, attribute = self.lazy[name]
+            command = getattr(importlib.import_module(module), attribute)
+            self.add_command(command, name)
+        return command
+
+
+def _module_exists(module: str) -> bool:
+    import importlib.util
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # the parent package is not there yet
+        return False
+
+
 def add_optional_commands(group: click.Group, entries) -> None:
     """Add commands from modules that exist: ``entries`` is [(module, (attribute, ...)), ...].
 
@@ -64,14 +99,14 @@ def add_optional_commands(group: click.Group, entries) -> None:
     A group that ends up with no commands is not added by its parent.
     """
     import importlib
-    import importlib.util
 
+    if isinstance(group, LazyGroup):  # registered now, imported when used
+        for module, names in entries:
+            for name in names:
+                group.lazy[name.rstrip("_").replace("_", "-")] = (module, name)
+        return
     for module, names in entries:
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:  # the parent package is not there yet
-            found = False
-        if not found:
+        if not _module_exists(module):
             continue
         loaded = importlib.import_module(module)
         for name in names:

@@ -1,7 +1,7 @@
 """`gputext corpus`: build, info, split (gputext.io.commands) and synth (gputext.datasets.commands)."""
 import click
 
-from gputext.cli_common import add_optional_commands
+from gputext.cli_common import LazyGroup, add_optional_commands
 
 # (module, attribute names): commands added to the corpus group when their module exists
 COMMANDS = [
@@ -10,7 +10,7 @@ COMMANDS = [
 ]
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def corpus():
     """Make and inspect corpus files: build from text formats, info, validate, split, synth, export.
 

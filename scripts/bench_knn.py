@@ -22,6 +22,7 @@ is against a device-to-device copy measured in the same run.
 
   python scripts/bench_knn.py --quick                  # small, a minute, any machine
   python scripts/bench_knn.py --sizes 1e5,1e6,1e7      # the GPU host (writes JSON + markdown to --out)
+  python scripts/bench_knn.py --latency --out DIR      # single-query latency at 10^6 (see latency())
 """
 from __future__ import annotations
 
@@ -59,10 +60,15 @@ def parse_args():
     p.add_argument("--check", type=int, default=50, help="queries checked against the float64 reference")
     p.add_argument("--profile", action="store_true", help="cProfile one warm single-query search per size")
     p.add_argument("--quick", action="store_true", help="small sizes: 2e4 docs, 20k terms, queries 1,100")
+    p.add_argument("--latency", action="store_true",
+                   help="single-query latency mode: p50 over --singles warm single queries (ours with pre-marshalled "
+                        "and with numba-dispatched launches, CuPy SpMM + top-k), and the 10,000-query batch")
+    p.add_argument("--singles", type=int, default=300, help="single queries timed in --latency mode")
     p.add_argument("--out", default=os.environ.get("OUT", "out/bench_knn"))
     a = p.parse_args()
     if a.quick:
         a.sizes, a.queries, a.terms, a.cpu_queries, a.repeats = "2e4", "1,100", 20_000, 100, 2
+        a.singles = min(a.singles, 50)
     a.sizes = [int(float(s)) for s in a.sizes.split(",")]
     a.queries = [int(float(s)) for s in a.queries.split(",")]
     a.peers = [s for s in a.peers.split(",") if s]
@@ -238,6 +244,107 @@ def make_data(n_docs, n_queries, a):
     return corpus.X, Q, time.perf_counter() - t
 
 
+def percentiles(values) -> dict:
+    v = np.asarray(values, dtype=np.float64)
+    return {"p50": float(np.percentile(v, 50)), "p90": float(np.percentile(v, 90)), "min": float(v.min()), "n": int(v.size)}
+
+
+class _NoEvent:
+    """Stands in for CUDA events on the CPU backend (no device figure)."""
+
+    def record(self):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, other):
+        return float("nan")
+
+
+def time_singles(call, singles, event_pair):
+    """Host wall and event milliseconds of each call(q) over the single queries (warm-up first)."""
+    for q in singles[:20]:
+        call(q)
+    host, dev = [], []
+    for q in singles:
+        start, end = event_pair()
+        start.record()
+        t = time.perf_counter()
+        call(q)
+        host.append(1e3 * (time.perf_counter() - t))
+        end.record()
+        end.synchronize()
+        dev.append(float(start.elapsed_time(end)) if hasattr(start, "elapsed_time") else
+                   float(__import__("cupy").cuda.get_elapsed_time(start, end)))
+    return host, dev
+
+
+def cupy_single(X, k):
+    """CuPy SpMM + top-k for one query at a time (the peer of the latency goal), index uploaded once."""
+    import cupy as cp
+    import cupyx.scipy.sparse as csp
+    dX = csp.csr_matrix(X)
+
+    def run(q):
+        dQ = cp.asarray(q.toarray().T)
+        S = (dX @ dQ).T
+        part = cp.argpartition(-S, k - 1, axis=1)[:, :k]
+        vals = cp.take_along_axis(S, part, 1)
+        order = cp.argsort(-vals, axis=1)
+        return cp.take_along_axis(part, order, 1).get(), cp.take_along_axis(vals, order, 1).get()
+    return run
+
+
+def latency(a, backend, out: Path) -> None:
+    """Single exact query at the first --sizes corpus (10^6 by default): p50 of host wall and CUDA
+    events over --singles warm single queries, each a different query row, for our engine with
+    pre-marshalled launches (Geometry.fast_launch, the default) and with numba's dispatcher, and for
+    CuPy SpMM + top-k in the same run; then the 10,000-query batch (median of --repeats). Exactness:
+    every single query's result equals the CPU twin's on the first --check queries."""
+    from numba import cuda
+
+    from gputext.engine import Geometry, Index, search_topk
+
+    n_docs = a.sizes[0]
+    n_batch = max(a.queries)
+    X, Qall, gen_s = make_data(n_docs, max(n_batch, a.singles), a)
+    singles = [Qall[i:i + 1] for i in range(a.singles)]
+    index = Index.from_csr(X)
+    report = {"device": backend.reason, "n_docs": n_docs, "nnz": X.nnz, "k": a.k, "singles": a.singles,
+              "generated_s": gen_s, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    numba_events = (lambda: (cuda.event(), cuda.event())) if backend.is_cuda else (lambda: (_NoEvent(), _NoEvent()))
+    for mode, geom in (("fast", Geometry()), ("dispatcher", Geometry(fast_launch=False))):
+        stats = {}
+        host, dev = time_singles(lambda q: search_topk(index, q, a.k, "cosine", backend, geometry=geom, stats=stats),
+                                 singles, numba_events)
+        report[f"gputext_{mode}_host_ms"] = percentiles(host)
+        report[f"gputext_{mode}_events_ms"] = percentiles(dev)
+        report[f"gputext_{mode}_launch"] = stats.get("launch")
+        print(f"gputext single query ({mode}, launch {stats.get('launch')}): p50 {np.median(host):.3f} ms host, "
+              f"{np.median(dev):.3f} ms events", flush=True)
+    same = True
+    for q in singles[: a.check]:
+        g = search_topk(index, q, a.k, "cosine", backend)
+        c = search_topk(index, q, a.k, "cosine", "cpu")
+        same &= bool(np.array_equal(g[0], c[0]) and np.array_equal(np.nan_to_num(g[1]), np.nan_to_num(c[1])))
+    report["singles_equal_cpu_twin"] = same
+    try:
+        import cupy as cp
+        run = cupy_single(X, a.k)
+        host, dev = time_singles(run, singles, lambda: (cp.cuda.Event(), cp.cuda.Event()))
+        report["cupy_spmm_host_ms"] = percentiles(host)
+        report["cupy_spmm_events_ms"] = percentiles(dev)
+        print(f"cupy spmm single query: p50 {np.median(host):.3f} ms host", flush=True)
+    except Exception as exc:  # a peer that cannot run is reported, not fatal
+        report["cupy_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+    Q = Qall[:n_batch]
+    report[f"gputext_{n_batch}_queries_s"] = median_time(lambda: search_topk(index, Q, a.k, "cosine", backend), a.repeats)
+    print(f"gputext {n_batch} queries: {report[f'gputext_{n_batch}_queries_s']:.4f} s (median of {a.repeats})", flush=True)
+    (out / "bench_knn_latency.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+
+
 def main():
     a = parse_args()
     from gputext.backend import resolve
@@ -247,6 +354,10 @@ def main():
     backend = resolve(a.device)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    if a.latency:
+        print(f"# bench_knn --latency on {backend.describe()}", flush=True)
+        latency(a, backend, out)
+        return
     bw = copy_bandwidth() if backend.is_cuda else None
     device_name = backend.reason
     print(f"# bench_knn on {backend.describe()}" + (f"; copy bandwidth {bw / 1e12:.2f} TB/s" if bw else ""), flush=True)

@@ -1,6 +1,6 @@
 """Stream clustering on a real GPU (run on the GPU host: make test-gpu / pytest -m gpu).
 
-The pre-marshalled launch path (stream_launch.py) and numba's dispatcher give the CPU path's
+The pre-marshalled launch path (gputext.device.launch) and numba's dispatcher give the CPU path's
 clusters and similarity bits document by document on a PubMed-shaped stream, for batch sizes 1
 and 32, with device capacity growth; a restored state (load + priming scan) continues the stream
 exactly; the device matrix equals the host centroids.

@@ -1,7 +1,7 @@
 """`gputext cluster`: star (OClustR/DClustR), stream (ELLPACK single pass), eval."""
 import click
 
-from gputext.cli_common import add_optional_commands
+from gputext.cli_common import LazyGroup, add_optional_commands
 
 # (module, attribute names) added to the cluster group when their module exists
 COMMANDS = [
@@ -11,7 +11,7 @@ COMMANDS = [
 ]
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def cluster():
     """Cluster documents: overlapping star clustering, stream clustering, and evaluation.
 

@@ -194,12 +194,13 @@ def build_graph(X, beta: float, device: str | Backend = "auto", batch_size: int 
         raise InputError(f"batch_size must be a positive integer, got {batch_size}")
     bounds = shard_bounds(n, shards if shards is not None else default_shards(n))
     if backend.is_cuda and device_graph and n >= 2:
-        from .graph_cuda import _free_device_memory, build_graph_cuda
+        from ..device.memory import free_deferred
+        from .graph_cuda import build_graph_cuda
 
         t0 = time.perf_counter()
         out = build_graph_cuda(X, beta, bounds, batch_size, quiet, engine_geometry, graph_geometry,
                                relevance_geometry, edge_capacity, backend.simulator)
-        _free_device_memory()  # its device arrays are garbage now: free them (numba defers frees)
+        free_deferred()  # its device arrays are garbage now: free them (numba defers frees)
         if out is not None:
             up_ptr, indptr, indices, weights, degree, weight_sum, count, rel, dstats = out
             if up_ptr is None:
@@ -299,11 +300,12 @@ def addition_rows(old_X, new_X, beta: float, device: str | Backend = "auto", bat
     Xp = canonical_csr(sp.vstack([new_X, old_X], format="csr")) if n_old else new_X
     up = None
     if backend.is_cuda and device_graph and n_new:
-        from .graph_cuda import _free_device_memory, build_graph_cuda
+        from ..device.memory import free_deferred
+        from .graph_cuda import build_graph_cuda
 
         out = build_graph_cuda(Xp, beta, np.array([0, n_new], np.int64), batch_size, quiet, engine_geometry,
                                graph_geometry, None, None, backend.simulator, upper_only=True)
-        _free_device_memory()
+        free_deferred()
         if out is not None:
             up_ptr, _, cols, weights = out[:4]
             up = (up_ptr[:n_new + 1], cols, weights)

@@ -4,7 +4,7 @@ Host driver of the kernels in gputext.kernels.star ("graph on the device"); call
 gputext.cluster.graph.build_graph when the backend is cuda.  Per row shard s (rows [b_s,
 b_{s+1}), an index of the documents from b_s on, as the CPU path) and per batch of queries:
 
-  scoring    the engine's dense fixed-point score rows (gputext.engine.cuda_backend._Batch:
+  scoring    the engine's dense fixed-point score rows (gputext.engine.cuda_backend.QueryBatch:
              upload of the batch's segments, ``accumulate``)
   counting   the engine's ``count_threshold`` (upper-triangle hits per (segment, query) block),
              ``exclusive_scan_device`` of the counts, one 8-byte copy of the total to the host
@@ -39,7 +39,10 @@ import numpy as np
 from numba import cuda
 
 from ..backend import device_memory
-from ..engine.cuda_backend import DeviceShard, _Batch, _blocks, build_shard, copy_back, plan_shards, shard_from_device
+from ..device.launch import blocks as grid_blocks
+from ..device.memory import Workspace, free_deferred, resources
+from ..device.timer import StageTimer
+from ..engine.cuda_backend import DeviceShard, QueryBatch, build_shard, plan_shards, shard_from_device
 from ..engine.index import Index
 from ..engine.search import Geometry
 from ..io.corpus import csr_arrays
@@ -102,41 +105,13 @@ class DeviceGraphGeometry:
         self.small_block = small_block
 
 
-class _Clock:
-    """CUDA-event stage timer: ``mark(stage)`` closes the running interval into ``stage``;
-    event pairs are read once at the end (no sync per mark).  Host seconds kept alongside."""
+def _device_seconds(timer: StageTimer) -> dict[str, float]:
+    """The timer's device stages in seconds, folded (_fold)."""
+    return _fold({stage: ms / 1e3 for stage, ms in timer.device_ms().items()})
 
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.pairs: list[tuple[str, object, object]] = []
-        self.host: dict[str, float] = {}
-        self._event = self._new()
-        self._t = time.perf_counter()
 
-    def _new(self):
-        if not self.enabled:
-            return None
-        ev = cuda.event()
-        ev.record()
-        return ev
-
-    def mark(self, stage: str) -> None:
-        now = time.perf_counter()
-        self.host[stage] = self.host.get(stage, 0.0) + now - self._t
-        self._t = now
-        ev = self._new()
-        if self.enabled:
-            self.pairs.append((stage, self._event, ev))
-        self._event = ev
-
-    def device_seconds(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        if not self.enabled:
-            return out
-        self._event.synchronize()
-        for stage, a, b in self.pairs:
-            out[stage] = out.get(stage, 0.0) + a.elapsed_time(b) / 1e3
-        return _fold(out)
+def _host_seconds(timer: StageTimer) -> dict[str, float]:
+    return {stage: ms / 1e3 for stage, ms in timer.host_ms.items()}
 
 
 def _fold(times: dict[str, float]) -> dict[str, float]:
@@ -146,14 +121,6 @@ def _fold(times: dict[str, float]) -> dict[str, float]:
     for key in [k for k in times if k.startswith("index_")]:
         times["index"] = times.get("index", 0.0) + times[key]
     return times
-
-
-def _free_device_memory() -> None:
-    """Run numba's deferred frees now (large buffers must be gone before the next allocation)."""
-    try:
-        cuda.current_context().deallocations.clear()
-    except Exception:  # the simulator has no deallocation queue
-        pass
 
 
 class _EdgeBuffer:
@@ -188,7 +155,7 @@ class _EdgeBuffer:
             cols[:self.fill].copy_to_device(self.cols[:self.fill])
             weights[:self.fill].copy_to_device(self.weights[:self.fill])
         self.cols, self.weights, self.capacity = cols, weights, cap
-        _free_device_memory()
+        free_deferred()
         self.grows += 1
         return True
 
@@ -200,7 +167,7 @@ class _EdgeBuffer:
         self.spill()
         if extra > self.capacity:  # one batch alone is larger: a buffer of its size
             self.cols = self.weights = None
-            _free_device_memory()
+            free_deferred()
             self.capacity = int(extra)
             self.cols = cuda.device_array(self.capacity, np.int32)
             self.weights = cuda.device_array(self.capacity, np.float32)
@@ -243,7 +210,7 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
     n = X.shape[0]
     code = scoring.COSINE
     min_key = float(beta)
-    clock = _Clock(not simulator)
+    clock = StageTimer(on=True, device=not simulator)
     stats: dict = {"device_graph": True, "spills": 0, "batches": 0}
     d_degree = cuda.to_device(np.zeros(max(n, 1), np.int32))
     d_wsum = cuda.to_device(np.zeros(max(n, 1), np.int64))
@@ -270,7 +237,7 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
                 maxabs = index.term_maxabs
             clock.mark("index_build")
             if acc is not None:
-                shard.buffers = {"acc": acc}
+                shard.work.adopt("acc", acc)
             if corpus is None:
                 Q = X[start:stop]
                 scale, qn = _query_stats(*csr_arrays(Q), maxabs, code)
@@ -278,22 +245,22 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
                 after = np.arange(stop - start, dtype=np.int64)
             clock.mark("index_query_stats")
             n_docs = n - start
-            n_seg = _blocks(n_docs, seg_len)
+            n_seg = grid_blocks(n_docs, seg_len)
             if edges is None:  # score rows for the largest shard's batch, reused by every shard
                 entries = _score_row_entries(n, bounds, batch_size, simulator)
                 shard.buffer("acc", (entries,), np.int64, zeroed=True)
-                acc = shard.buffers["acc"]  # (device array, views): the engine's workspace entry
+                acc = shard.work.array("acc")  # the flat buffer behind the shard's workspace entry
                 cap = edge_capacity or _edge_capacity(simulator)
                 edges = _EdgeBuffer(cap, geom.edge_initial, geom)
                 stats["edge_capacity"] = edges.max_capacity
-            rows = max(1, min(stop - start, 65535, acc[0].size // max(1, n_docs)))
+            rows = max(1, min(stop - start, 65535, acc.size // max(1, n_docs)))
             clock.mark("index")
             for lo in range(0, stop - start, rows):
                 hi = min(stop - start, lo + rows)
                 if corpus is not None:
                     batch = corpus.batch(s, start + lo, start + hi, shard, code, egeom)
                 else:
-                    batch = _Batch(Q, lo, hi, shard, scale, qn, self_doc, code, egeom, after)
+                    batch = QueryBatch(Q, lo, hi, shard, scale, qn, self_doc, code, egeom, after)
                 clock.mark("scoring")
                 d_counts = cuda.device_array((batch.n, n_seg), np.int32)
                 args = (batch.acc, n_docs, batch.qinfo, batch.dn, code, min_key)
@@ -305,19 +272,19 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
                 write_kernel[(n_seg, batch.n), geom.write_block](
                     *args, d_offsets, edges.fill, start + lo, start, edges.cols, edges.weights, d_degree, d_wsum)
                 shard.rows_dirty = False
-                kstar.row_lengths[_blocks(batch.n, geom.small_block), geom.small_block](
+                kstar.row_lengths[grid_blocks(batch.n, geom.small_block), geom.small_block](
                     d_offsets, n_seg, batch.n, start + lo, d_up_len)
                 edges.fill += total
                 stats["batches"] += 1
                 clock.mark("writing")
                 bar.update(hi - lo)
-            acc = shard.buffers["acc"]  # _Batch may have replaced it (it never does: rows fit)
-            shard.buffers = None
+            acc = shard.work.array("acc")  # QueryBatch may have replaced it (it never does: rows fit)
+            shard.work = Workspace()
             batch = args = d_counts = d_offsets = None  # they hold views of the score rows
             shard = index = None
-            _free_device_memory()
+            free_deferred()
     acc = corpus = None
-    _free_device_memory()
+    free_deferred()
     n_edges = edges.fill + sum(len(c) for c in edges.spilled_cols)
     stats["n_upper_edges"] = n_edges
     stats["edge_buffer_grows"] = edges.grows
@@ -337,7 +304,7 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
                 up_col[:n_edges].copy_to_device(edges.cols[:n_edges])
                 up_w[:n_edges].copy_to_device(edges.weights[:n_edges])
             edges.cols = edges.weights = None
-            _free_device_memory()
+            free_deferred()
         mem = device_memory()
         fits = mem is None or mem[0] >= 24 * n_edges + slack
     if not fits:
@@ -354,8 +321,8 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
         clock.mark("transfer")
         up_ptr = np.zeros(n + 1, np.int64)
         np.cumsum(up_len, out=up_ptr[1:])
-        stats["device_seconds"] = clock.device_seconds()
-        stats["host_seconds"] = clock.host
+        stats["device_seconds"] = _device_seconds(clock)
+        stats["host_seconds"] = _host_seconds(clock)
         return up_ptr, None, cols, weights, degree, wsum, None, None, stats
     stats["assembly"] = "device"
     edges = None
@@ -368,7 +335,7 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
         d_cursor = cuda.to_device(np.zeros(n, np.int32))
         tmp_row = cuda.device_array(n_edges, np.int32)
         tmp_w = cuda.device_array(n_edges, np.float32)
-        blocks = max(1, min(geom.split_max_blocks, _blocks(n_edges, geom.split_block)))
+        blocks = max(1, min(geom.split_max_blocks, grid_blocks(n_edges, geom.split_block)))
         kstar.split_upper[blocks, geom.split_block](d_up_ptr, up_col, up_w, n_edges, d_indptr, d_cursor,
                                                     d_idx, d_w, tmp_row, tmp_w)
         up_col = up_w = d_cursor = None
@@ -382,10 +349,10 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
     d_count = cuda.device_array(max(n, 1), np.int32)
     d_rel = cuda.device_array(max(n, 1), np.float64)
     if n:
-        kstar.ais_kernel[_blocks(n, geom.small_block), geom.small_block](d_degree[:n], d_wsum[:n], d_ais[:n])
+        kstar.ais_kernel[grid_blocks(n, geom.small_block), geom.small_block](d_degree[:n], d_wsum[:n], d_ais[:n])
         rg = relevance_geometry or kstar.RelevanceLaunch()
         kernel = kstar.relevance_kernel(int(rg.lanes), int(rg.vertices))
-        blocks = max(1, min(int(rg.max_blocks), _blocks(n, rg.vertices)))
+        blocks = max(1, min(int(rg.max_blocks), grid_blocks(n, rg.vertices)))
         kernel[blocks, (rg.lanes, rg.vertices)](d_indptr, d_idx, d_degree[:n], d_ais[:n], d_count[:n], d_rel[:n])
     clock.mark("relevance")
     host_array = cuda.pinned_array if geom.transfer == "pinned" and not simulator else np.empty
@@ -409,8 +376,8 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
         d_count[:n].copy_to_host(count)
         d_rel[:n].copy_to_host(rel)
     clock.mark("transfer")
-    stats["device_seconds"] = clock.device_seconds()
-    stats["host_seconds"] = _fold(dict(clock.host))
+    stats["device_seconds"] = _device_seconds(clock)
+    stats["host_seconds"] = _fold(_host_seconds(clock))
     return None, indptr, indices, weights, degree, wsum, count, rel, stats
 
 
@@ -467,7 +434,7 @@ class _SuffixIndexes:
 
     def batch(self, s: int, lo: int, hi: int, shard: DeviceShard, code: int, egeom: Geometry):
         """Rows [lo, hi) (global) of shard s scored into the shard's score rows: what the
-        engine's ``_Batch`` does, with the segments made by one parallel pass
+        engine's ``QueryBatch`` does, with the segments made by one parallel pass
         (kstar.batch_segments, from the host's suffix posting lengths) and the batch's weights
         taken from the corpus already on the device.  Returns an object with n, acc, qinfo, dn."""
         from types import SimpleNamespace
@@ -480,12 +447,12 @@ class _SuffixIndexes:
         acc = shard.buffer("acc", (n_q * shard.n_docs,), np.int64, zeroed=True)
         b = egeom.accumulate_block
         if shard.rows_dirty:
-            scoring.zero_int64[min(_blocks(acc.size, b), 65535 * 4), b](acc)
+            shard.zero_rows(acc, b)
         shard.rows_dirty = True
         postings = int(seg_off[-1])
         if postings:
             a, e = int(self.indptr[lo]), int(self.indptr[hi])
-            scoring.accumulate_kernel(b, egeom.accumulate_items)[_blocks(postings, b * egeom.accumulate_items), b](
+            scoring.accumulate_kernel(b, egeom.accumulate_items)[grid_blocks(postings, b * egeom.accumulate_items), b](
                 cuda.to_device(seg_off), cuda.to_device(seg), self.d_data[a:e], qinfo, shard.term_ptr, shard.post_doc,
                 shard.post_w, code, shard.n_docs, acc)
         return SimpleNamespace(n=n_q, acc=acc, qinfo=qinfo, dn=shard.dn(code, egeom.build_block), postings=postings)
@@ -504,7 +471,7 @@ class _SuffixIndexes:
 def _to_host(d_arr, host, geom: DeviceGraphGeometry) -> None:
     """One device array into a host array of its size, as ``geom.transfer`` says."""
     if geom.transfer == "staged":
-        copy_back(d_arr, host, geom.staging_bytes)
+        resources().copy_back(d_arr, host, geom.staging_bytes)
     else:
         d_arr.copy_to_host(host)
 
@@ -525,7 +492,7 @@ class DeviceWeights:
         host = cuda.pinned_array(self.nnz, np.float32) if pinned else np.empty(self.nnz, np.float32)
         _to_host(self.d_w[:self.nnz], host, self.geom)
         self.d_w = None
-        _free_device_memory()
+        free_deferred()
         self.seconds = time.perf_counter() - t
         return host
 

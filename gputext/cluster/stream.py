@@ -39,7 +39,7 @@ import scipy.sparse as sp
 from ..backend import Backend, resolve as resolve_backend
 from ..errors import InputError
 from . import stream_host as H
-from .stream_launch import RawLaunch, RawLaunchUnavailable
+from ..device.launch import RawLaunchUnavailable, raw_launch
 
 CANDIDATES = ("auto", "scan", "index")
 DEFAULT_BATCH = {"cuda": 32, "cpu": 16}
@@ -128,7 +128,7 @@ class _EllScanner:
         self.grows = 0
         self.grow_seconds: list[float] = []  # host time of each capacity growth (allocation + copy launch)
         self.flushed = 0
-        self.raw = None  # stream_launch.DriverCalls: pre-marshalled launches and raw copies (real GPU only)
+        self.raw = None  # gputext.device.launch.DriverCalls: pre-marshalled launches and raw copies (real GPU only)
         self.launch_mode = "cpu"
         if self.cuda:
             from numba import cuda
@@ -148,7 +148,7 @@ class _EllScanner:
             self.launch_mode = "dispatcher"
             if fast_launch and not backend.simulator:
                 try:
-                    from .stream_launch import DriverCalls, device_address, host_address
+                    from ..device.launch import DriverCalls, device_address, host_address
                     self.d_all = cuda.device_array(n_all, np.int32)
                     self.d_ibuf = self.d_all[:self.ibuf_len]
                     self.d_fbuf = self.d_all[self.ibuf_len:].view(np.float32)
@@ -361,14 +361,14 @@ class _EllScanner:
         return self.h_best[:, :n_docs]
 
     def _score_raw(self, n_rows, n_upd, table_size, n_post, n_docs, n_blocks) -> None:
-        """The scoring launch through stream_launch: the two kernels with pre-marshalled
+        """The scoring launch through gputext.device.launch: the two kernels with pre-marshalled
         arguments (marshalled again only after a capacity growth), the (2, max_docs) result
         copied back, one stream synchronisation. The upload was issued by score()."""
         L, R = self._raw_score, self._raw_reduce
         if L is None:
-            L = self._raw_score = RawLaunch(self.score_k, (self.terms, self.weights, 0, self.d_ibuf, self.d_fbuf, 0,
+            L = self._raw_score = raw_launch(self.score_k, (self.terms, self.weights, 0, self.d_ibuf, self.d_fbuf, 0,
                                                            0, 0, 0, self.part_sim, self.part_row), self.stream)
-            R = self._raw_reduce = RawLaunch(self.reduce_k, (self.part_sim, self.part_row, 0, 0, self.d_best),
+            R = self._raw_reduce = raw_launch(self.reduce_k, (self.part_sim, self.part_row, 0, 0, self.d_best),
                                              self.stream)
         L.set(2, n_rows)
         L.set(5, n_upd)
@@ -415,7 +415,7 @@ class StreamClusterer:
     reduce_threads  threads of the final reduction kernel (a power of two).
     capacity        initial number of cluster rows (grows by doubling on host and device).
     fast_launch     on a real GPU, launch the scan through pre-marshalled driver calls
-                    (stream_launch.py) instead of numba's dispatcher (False: the dispatcher; the
+                    (gputext.device.launch) instead of numba's dispatcher (False: the dispatcher; the
                     results are the same, only the host time per launch differs).
     """
 

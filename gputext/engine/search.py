@@ -13,16 +13,21 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ..backend import Backend, resolve
+from ..backend import Backend, as_backend
 from ..errors import InputError
-from ..io.corpus import canonical_csr, csr_arrays
+from ..io.corpus import csr_arrays
 from ..kernels import scoring
-from .index import Index, check_weights
+from ..similarity import METRICS as METRIC_CODES
+from ..similarity import SIMILARITIES, metric_code
+from .index import Index
+from .query import (check_k, check_queries, grouped_query_info, group_ptr, keys_to_scores, metric_codes, min_key_for,
+                    self_docs)
 
-METRICS = tuple(scoring.METRICS)
-SIMILARITIES = ("cosine", "dot")  # larger is better; l2 and l1 are distances
+METRICS = tuple(METRIC_CODES)
 MAX_CUDA_K = 1024  # the top-k selection block has k <= block <= 1024 threads
 MAX_GROUPED_CUDA_K = 512  # the grouped kernel's shared memory (24 B a thread and a position) at block = k
+__all__ = ["METRICS", "SIMILARITIES", "Geometry", "search_topk", "search_threshold", "search_topk_grouped",
+           "keys_to_scores", "min_key_for", "grouped_query_info", "serving_backend"]
 
 
 @dataclass
@@ -48,37 +53,7 @@ class Geometry:
     pipeline_min_rows: int = 1024  # ... of at least this many queries, to overlap copies and kernels
     segment_table_bytes: int = 256 << 20  # largest (term, segment) offset table; beyond: binary search
     packed_upload: bool = True  # grouped selector: index and queries each in one pinned transfer (upload_packed)
-
-
-def _metric_code(metric: str) -> int:
-    try:
-        return scoring.METRICS[metric]
-    except KeyError:
-        raise InputError(f"unknown metric {metric!r}: expected one of {', '.join(METRICS)}") from None
-
-
-def _queries(index: Index, Q) -> sp.csr_matrix:
-    Q = canonical_csr(Q)
-    if Q.shape[1] != index.n_terms:
-        raise InputError(f"queries have {Q.shape[1]} terms but the index has {index.n_terms}: "
-                         "build the queries with --vocab-from the indexed corpus")
-    check_weights(Q.data, "query matrix")
-    return Q
-
-
-def _self_docs(index: Index, n_queries: int, exclude_self) -> np.ndarray:
-    """int64 (n_queries,): the document each query leaves out, or -1."""
-    if exclude_self is None or exclude_self is False:
-        return np.full(n_queries, -1, np.int64)
-    if exclude_self is True:
-        if n_queries != index.n_docs:
-            raise InputError(f"exclude_self needs the queries to be the indexed corpus: expected "
-                             f"{index.n_docs} queries, got {n_queries}")
-        return np.arange(n_queries, dtype=np.int64)
-    docs = np.asarray(exclude_self, dtype=np.int64)
-    if docs.shape != (n_queries,):
-        raise InputError(f"exclude_self array must have one entry per query ({n_queries}), got shape {docs.shape}")
-    return docs
+    fast_launch: bool = True  # top-k: pre-marshalled launches, one driver call each (gputext.device.Launch; real GPU)
 
 
 def _cpu_chunks(n_queries: int) -> int:
@@ -99,32 +74,38 @@ def search_topk(index: Index, Q, k: int, metric: str = "cosine", device: str | B
     leave out (-1 for none). stats: a dict to receive what the run did (backend, shards,
     batch_size, index_bytes and rows_bytes on the device, postings scored, seconds).
     """
-    code = _metric_code(metric)
-    if not isinstance(k, (int, np.integer)) or k < 1:
-        raise InputError(f"k must be a positive integer, got {k!r}")
-    Q = _queries(index, Q)
-    self_doc = _self_docs(index, Q.shape[0], exclude_self)
-    backend = device if isinstance(device, Backend) else resolve(device)
+    code = metric_code(metric)
+    k = check_k(k)
+    Q = check_queries(index, Q)
+    self_doc = self_docs(index, Q.shape[0], exclude_self)
+    backend = serving_backend(as_backend(device), k, MAX_CUDA_K, "the CUDA selector", quiet, stats)
     if stats is not None:
         stats["backend"] = backend.name + (" (simulator)" if backend.simulator else "")
     if Q.shape[0] == 0:
         return np.empty((0, k), np.int32), np.empty((0, k), np.float32)
     if backend.is_cuda:
-        if k > MAX_CUDA_K:
-            raise InputError(f"k = {k} is more than the CUDA selector holds (at most {MAX_CUDA_K}); use --device cpu")
         from .cuda_backend import topk_cuda
-        docs, keys = topk_cuda(index, Q, int(k), code, self_doc, batch_size, quiet, geometry or Geometry(), stats)
+        docs, keys = topk_cuda(index, Q, k, code, self_doc, batch_size, quiet, geometry or Geometry(), stats)
     else:
-        docs, keys = _topk_cpu(index, Q, int(k), code, self_doc, batch_size, quiet)
+        docs, keys = _topk_cpu(index, Q, k, code, self_doc, batch_size, quiet)
     return docs, keys_to_scores(keys, docs, code)
 
 
-def keys_to_scores(keys: np.ndarray, docs: np.ndarray, code: int) -> np.ndarray:
-    """float64 keys (larger is better) -> float32 scores (distances positive), NaN where doc < 0."""
-    scores = keys if code in (scoring.COSINE, scoring.DOT) else -keys
-    scores = scores.astype(np.float32)
-    scores[docs < 0] = np.nan
-    return scores
+def serving_backend(backend: Backend, k: int, limit: int, what: str, quiet: bool, stats: dict | None) -> Backend:
+    """The backend that serves a top-k request: the CUDA selectors hold k <= limit. Above it, when
+    the device was chosen by ``auto``, the CPU twin serves the request (same results) and says so
+    in one line (stderr unless quiet, and stats["fallback"]); an explicit ``cuda`` is an error."""
+    if not backend.is_cuda or k <= limit:
+        return backend
+    if not backend.auto:
+        raise InputError(f"k = {k} is more than {what} holds (at most {limit}); use --device cpu or auto")
+    note = f"k = {k} is more than {what} holds (at most {limit}): running the CPU twin (same results)"
+    if not quiet:
+        import sys
+        print(f"note: {note}", file=sys.stderr)
+    if stats is not None:
+        stats["fallback"] = note
+    return Backend("cpu", False, note)
 
 
 def _batches(n_queries: int, batch_size: int | None, default: int):
@@ -153,13 +134,6 @@ def _topk_cpu(index, Q, k, code, self_doc, batch_size, quiet):
     return out_doc, out_key
 
 
-def min_key_for(threshold: float, code: int) -> float:
-    """Threshold in the user's terms -> key bound (keys are larger-is-better)."""
-    if not np.isfinite(threshold):
-        raise InputError(f"threshold must be a finite number, got {threshold!r}")
-    return float(threshold) if code in (scoring.COSINE, scoring.DOT) else -float(threshold)
-
-
 def search_threshold(index: Index, Q, threshold: float, metric: str = "cosine",
                      device: str | Backend = "auto", exclude_self=False, batch_size: int | None = None,
                      quiet: bool = True, geometry: Geometry | None = None, stats: dict | None = None,
@@ -172,16 +146,16 @@ def search_threshold(index: Index, Q, threshold: float, metric: str = "cosine",
     only documents with index > after[i] (-1: all), e.g. the upper triangle of an all-pairs graph
     (after = the query's own index), which halves what comes back from the device.
     """
-    code = _metric_code(metric)
+    code = metric_code(metric)
     min_key = min_key_for(threshold, code)
-    Q = _queries(index, Q)
-    self_doc = _self_docs(index, Q.shape[0], exclude_self)
+    Q = check_queries(index, Q)
+    self_doc = self_docs(index, Q.shape[0], exclude_self)
     if after is None:
         after = np.full(Q.shape[0], -1, np.int64)
     after = np.asarray(after, dtype=np.int64)
     if after.shape != (Q.shape[0],):
         raise InputError(f"after must have one entry per query ({Q.shape[0]}), got shape {after.shape}")
-    backend = device if isinstance(device, Backend) else resolve(device)
+    backend = as_backend(device)
     if stats is not None:
         stats["backend"] = backend.name + (" (simulator)" if backend.simulator else "")
     if backend.is_cuda:
@@ -231,26 +205,6 @@ def _threshold_cpu(index, Q, min_key, code, self_doc, after, batch_size, quiet):
 # ----------------------------------------------------------------------------- grouped top-k
 
 
-def _group_ptr(index: Index, groups) -> np.ndarray:
-    g = np.asarray(groups)
-    if g.ndim != 1 or g.size < 2 or not np.issubdtype(g.dtype, np.integer):
-        raise InputError(f"groups must be an integer array of group offsets (n_groups+1,), got shape {g.shape} "
-                         f"and dtype {g.dtype}")
-    g = g.astype(np.int64)
-    if g[0] != 0 or g[-1] != index.n_docs or np.any(np.diff(g) < 0):
-        raise InputError(f"groups must be non-decreasing offsets from 0 to the number of indexed documents "
-                         f"({index.n_docs}), got {g[0]} .. {g[-1]}")
-    return np.ascontiguousarray(g)
-
-
-def grouped_query_info(index: Index, Q: sp.csr_matrix, codes: np.ndarray, self_doc: np.ndarray) -> tuple:
-    """Host side, shared by both backends: scale float64 (2, Q) (dot and l1 accumulators), qn
-    float64 (n_metrics, Q), dn float64 (n_metrics, n_docs)."""
-    scale, qn = scoring.query_stats_multi(*csr_arrays(Q), index.term_maxabs, np.asarray(codes, np.int64))
-    dn = np.ascontiguousarray(np.stack([index.norm_terms(int(c)) for c in codes]))
-    return scale, qn, dn
-
-
 def search_topk_grouped(index: Index, Q, k: int, groups, metrics=("cosine",), device: str | Backend = "auto",
                         exclude_self=False, pad: str = "nan", out: np.ndarray | None = None,
                         return_docs: bool = True, batch_size: int | None = None, quiet: bool = True,
@@ -276,18 +230,15 @@ def search_topk_grouped(index: Index, Q, k: int, groups, metrics=("cosine",), de
     unless return_docs). Best first, ties broken by lower document index; values identical on cpu
     and cuda and to search_topk's within a group's documents.
     """
-    codes = np.array([_metric_code(m) for m in ((metrics,) if isinstance(metrics, str) else metrics)], np.int64)
-    if codes.size == 0:
-        raise InputError("metrics must name at least one metric")
-    if not isinstance(k, (int, np.integer)) or k < 1:
-        raise InputError(f"k must be a positive integer, got {k!r}")
+    codes = metric_codes(metrics)
+    k = check_k(k)
     if pad not in ("nan", "last"):
         raise InputError(f"pad must be 'nan' or 'last', got {pad!r}")
-    group_ptr = _group_ptr(index, groups)
-    n_groups = group_ptr.size - 1
-    Q = _queries(index, Q)
+    offsets = group_ptr(index, groups)
+    n_groups = offsets.size - 1
+    Q = check_queries(index, Q)
     n_q = Q.shape[0]
-    self_doc = _self_docs(index, n_q, exclude_self)
+    self_doc = self_docs(index, n_q, exclude_self)
     n_m = codes.size
     if out is None:
         target = np.empty((n_q, n_groups, n_m * k), np.float32)
@@ -298,19 +249,16 @@ def search_topk_grouped(index: Index, Q, k: int, groups, metrics=("cosine",), de
                              f"{getattr(out, 'dtype', type(out))} {getattr(out, 'shape', '')}")
         target = out
     docs = np.empty((n_q, n_groups, n_m, k), np.int64) if return_docs else np.empty((0, 0, 0, 0), np.int64)
-    backend = device if isinstance(device, Backend) else resolve(device)
+    backend = serving_backend(as_backend(device), k, MAX_GROUPED_CUDA_K, "the grouped CUDA selector", quiet, stats)
     if stats is not None:
         stats["backend"] = backend.name + (" (simulator)" if backend.simulator else "")
     if n_q and n_groups:
         if backend.is_cuda:
-            if k > MAX_GROUPED_CUDA_K:
-                raise InputError(f"k = {k} is more than the grouped CUDA selector holds (at most {MAX_GROUPED_CUDA_K}); "
-                                 "use --device cpu")
-            from .cuda_backend import topk_grouped_cuda
-            topk_grouped_cuda(index, Q, int(k), codes, group_ptr, self_doc, pad == "last", target, docs, batch_size,
+            from .grouped_cuda import topk_grouped_cuda
+            topk_grouped_cuda(index, Q, k, codes, offsets, self_doc, pad == "last", target, docs, batch_size,
                               quiet, geometry or Geometry(), stats, host_work)
         else:
-            _topk_grouped_cpu(index, Q, int(k), codes, group_ptr, self_doc, pad == "last", target, docs, batch_size,
+            _topk_grouped_cpu(index, Q, k, codes, offsets, self_doc, pad == "last", target, docs, batch_size,
                               quiet, stats)
             if host_work is not None:
                 host_work()

@@ -1,7 +1,7 @@
 """`gputext knn`: index, search (engine), classify and metafeatures (classify_cli)."""
 import click
 
-from gputext.cli_common import add_optional_commands
+from gputext.cli_common import LazyGroup, add_optional_commands
 
 # (module, attribute names) added to the knn group when their module exists
 COMMANDS = [
@@ -10,7 +10,7 @@ COMMANDS = [
 ]
 
 
-@click.group()
+@click.group(cls=LazyGroup)
 def knn():
     """Exact k-nearest-neighbour search, classification and meta-features.
 

@@ -16,20 +16,11 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from ..device.launch import blocks as grid_blocks, next_pow2
+
 from ..kernels import ranksvm as K
 from .data import RankingData
-from .ops import RankGeometry, _slot_arrays
-
-
-def _next_pow2(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
-
-
-def _blocks(n: int, per_block: int) -> int:
-    return max(1, -(-n // per_block))
+from .geometry import RankGeometry, slot_arrays
 
 
 class CudaRankOps:
@@ -46,7 +37,7 @@ class CudaRankOps:
         if self.dense:
             self.d_X = cuda.to_device(data.dense_matrix())
             self.rm_threads = g.rmatvec_threads or min(1024, max(32, -(-m // 32) * 32))
-            self.n_row_blocks = _blocks(L, g.rows_per_block)
+            self.n_row_blocks = grid_blocks(L, g.rows_per_block)
             self.d_partial = cuda.device_array((m, self.n_row_blocks), np.float64)
             self.k_matvec = K.dense_matvec_kernel(g.matvec_threads, g.tile_cols)
             self.k_reduce = K.column_reduce_kernel(g.reduce_threads)
@@ -65,12 +56,12 @@ class CudaRankOps:
         total = 0
         for t in np.flatnonzero(sizes > g.sort_capacity):
             goff[t] = total
-            total += _next_pow2(int(sizes[t]))
+            total += next_pow2(int(sizes[t]))
         self.d_goff = cuda.to_device(goff)
         self.d_gkeys = cuda.device_array(max(total, 1), np.float64)
         self.d_gidx = cuda.device_array(max(total, 1), np.int32)
         alloc = lambda shape, dtype: cuda.device_array(shape, dtype)  # noqa: E731
-        self.slots = [_slot_arrays(alloc, L, Q, self.n_levels) for _ in range(2)]
+        self.slots = [slot_arrays(alloc, L, Q, self.n_levels) for _ in range(2)]
         self.current, self.trial = 0, 1
         self.d_s = cuda.device_array(L, np.float64)
         self.d_sweights = cuda.device_array((2, L), np.float64)
@@ -95,10 +86,10 @@ class CudaRankOps:
     def _matvec(self, d_v, d_out) -> None:
         g = self.g
         if self.dense:
-            self.k_matvec[_blocks(self.L, g.matvec_threads), g.matvec_threads](self.d_X, d_v, d_out)
+            self.k_matvec[grid_blocks(self.L, g.matvec_threads), g.matvec_threads](self.d_X, d_v, d_out)
         else:
             rows = g.csr_threads // g.csr_group
-            self.k_csr[_blocks(self.L, rows), g.csr_threads](self.d_indptr, self.d_indices, self.d_values, d_v, d_out)
+            self.k_csr[grid_blocks(self.L, rows), g.csr_threads](self.d_indptr, self.d_indices, self.d_values, d_v, d_out)
 
     def _rmatvec(self, d_u) -> np.ndarray:
         g = self.g
@@ -173,10 +164,10 @@ def device_matvec(X, w: np.ndarray, dense: bool, g: RankGeometry) -> np.ndarray:
     d_out = cuda.device_array(n, np.float64)
     if dense:
         d_X = cuda.to_device(np.ascontiguousarray(X.data, dtype=np.float32).reshape(n, m))
-        K.dense_matvec_kernel(g.matvec_threads, g.tile_cols)[_blocks(n, g.matvec_threads), g.matvec_threads](d_X, d_w, d_out)
+        K.dense_matvec_kernel(g.matvec_threads, g.tile_cols)[grid_blocks(n, g.matvec_threads), g.matvec_threads](d_X, d_w, d_out)
     else:
         indptr, indices, data = csr_arrays(X)
         kern = K.csr_matvec_kernel(g.csr_threads, g.csr_group)
-        kern[_blocks(n, g.csr_threads // g.csr_group), g.csr_threads](
+        kern[grid_blocks(n, g.csr_threads // g.csr_group), g.csr_threads](
             cuda.to_device(indptr), cuda.to_device(_nonempty(indices)), cuda.to_device(_nonempty(data)), d_w, d_out)
     return d_out.copy_to_host()

@@ -1,0 +1,150 @@
+"""The package's structure: no import circles, and no module importing another's private names.
+
+Read from the source with ast (nothing is imported): every ``import``/``from ... import`` at any
+level of a module in gputext/, kernels/ (gputext.kernels) and datasets/ (gputext.datasets) is an
+edge; a circle is a strongly connected set of more than one module. ``from .x import _name`` and
+``x._name`` on an imported module are private uses across modules. KNOWN lists the uses that
+other open work removes (issue 15 item 3 and issue 20: the dclus split and the public partial
+reader/appender of gputext.io; issue 15 item 2: kernels/primitives.py); delete a line when its
+use is gone. Anything new fails.
+"""
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"gputext": "gputext", "kernels": "gputext.kernels", "datasets": "gputext.datasets"}
+KNOWN = {  # (importing module, module, name): removed by the work named in the module docstring
+    ("gputext.io.info", "gputext.io.corpus", "_need"),
+    ("gputext.io.info", "gputext.io.corpus", "_open"),
+    ("gputext.io.info", "gputext.io.corpus", "_read_element"),
+    ("gputext.io.info", "gputext.io.corpus", "_where"),
+    ("gputext.io.validate", "gputext.io.corpus", "_open"),
+    ("gputext.io.validate", "gputext.io.corpus", "_read_element"),
+    ("gputext.io.validate", "gputext.io.corpus", "_read_str_array"),
+    ("gputext.io.validate", "gputext.io.corpus", "_where"),
+    ("gputext.io.rows", "gputext.io.corpus", "_open"),
+    ("gputext.io.rows", "gputext.io.corpus", "_read_dataframe"),
+    ("gputext.io.rows", "gputext.io.corpus", "_where"),
+    ("gputext.cluster.stream_io", "gputext.io.corpus", "_open"),
+    ("gputext.cluster.stream_io", "gputext.io.corpus", "_read_dataframe"),
+    ("gputext.kernels.star", "gputext.kernels.scoring", "_block_exclusive_scan"),
+    ("gputext.cluster.dclus", "gputext.io.corpus", "_index_dataset"),
+    ("gputext.cluster.dclus", "gputext.io.corpus", "_open"),
+    ("gputext.cluster.dclus", "gputext.io.corpus", "_read_csr"),
+    ("gputext.cluster.dclus", "gputext.io.corpus", "_read_dataframe"),
+    ("gputext.cluster.dclus", "gputext.io.corpus", "_read_element"),
+    ("gputext.cluster.dclus", "gputext.io.corpus", "_read_str_array"),
+    ("gputext.cluster.dclus", "gputext.io.corpus", "_write_csr"),
+    ("gputext.cluster.dclus", "gputext.io.corpus", "_write_dataframe"),
+    ("gputext.cluster.dclus", "gputext.io.corpus", "_write_dict"),
+    ("gputext.cluster.metrics", "gputext.io.corpus", "_open"),
+    ("gputext.cluster.metrics", "gputext.io.corpus", "_read_element"),
+    ("gputext.cluster.metrics", "gputext.io.corpus", "_read_str_array"),
+}
+
+
+def modules() -> dict:
+    """module name -> (path, is_package) for every .py file of the installed packages."""
+    out = {}
+    for folder, name in PACKAGES.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = [name] + list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            is_pkg = parts[-1] == "__init__"
+            out[".".join(parts[:-1] if is_pkg else parts)] = (path, is_pkg)
+    return out
+
+
+def _target(module: str, is_pkg: bool, node: ast.ImportFrom) -> str:
+    if node.level == 0:
+        return node.module or ""
+    base = module.split(".")[: None if is_pkg else -1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def import_graph():
+    """(edges: module -> set of modules, private: set of (module, module, name))."""
+    mods = modules()
+    edges = {m: set() for m in mods}
+    private = set()
+    for m, (path, is_pkg) in mods.items():
+        tree = ast.parse(path.read_text())
+        aliases = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                target = _target(m, is_pkg, node)
+                for a in node.names:
+                    if f"{target}.{a.name}" in mods:
+                        edges[m].add(f"{target}.{a.name}")
+                        aliases[a.asname or a.name] = f"{target}.{a.name}"
+                    elif target in mods:
+                        edges[m].add(target)
+                        if a.name.startswith("_") and not a.name.startswith("__") and target != m:
+                            private.add((m, target, a.name))
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name in mods:
+                        edges[m].add(a.name)
+                        aliases[a.asname or a.name] = a.name
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and node.attr.startswith("_") and not node.attr.startswith("__") and aliases[node.value.id] != m):
+                private.add((m, aliases[node.value.id], node.attr))
+    return edges, private
+
+
+def circles(edges: dict) -> list[list[str]]:
+    """Strongly connected sets of more than one module (Tarjan, iterative)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, children = work[-1]
+            child = next((w for w in children if w in edges), None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter[0]
+                    counter[0] += 1
+                    stack.append(child)
+                    on.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on:
+                    low[v] = min(low[v], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_circle_finder_finds_a_planted_circle():
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert circles(edges) == [["a", "b", "c"]]
+
+
+def test_no_import_circles():
+    edges, _ = import_graph()
+    assert circles(edges) == []
+
+
+def test_no_private_names_across_modules():
+    _, private = import_graph()
+    new = sorted(private - KNOWN)
+    assert new == [], "private names used across modules (make them public, or keep them in one module): " + \
+        ", ".join(f"{a} uses {b}.{n}" for a, b, n in new)
