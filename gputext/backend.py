@@ -38,11 +38,32 @@ def simulator_enabled() -> bool:
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
 
+_DRIVER_NAMES = ("libcuda.so.1", "libcuda.so", "/usr/lib/wsl/lib/libcuda.so.1", "/usr/lib64/libcuda.so.1",
+                 "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib/aarch64-linux-gnu/libcuda.so.1", "nvcuda.dll")
+
+
+def driver_library_present() -> bool:
+    """Whether a CUDA driver library can be loaded (a dlopen, milliseconds): without one, numba.cuda
+    (about as long to import as numba itself) need not be imported to learn that there is no GPU."""
+    import ctypes
+
+    names = (os.environ["NUMBA_CUDA_DRIVER"],) if os.environ.get("NUMBA_CUDA_DRIVER") else _DRIVER_NAMES
+    for name in names:
+        try:
+            ctypes.CDLL(name)
+            return True
+        except OSError:
+            continue
+    return False
+
+
 @lru_cache(maxsize=1)
 def cuda_status() -> tuple[bool, str]:
     """(usable, one-line description of the GPU or of why there is none)."""
     if simulator_enabled():
         return True, "numba CUDA simulator (NUMBA_ENABLE_CUDASIM=1)"
+    if not driver_library_present():
+        return False, "no CUDA driver or GPU found"
     try:
         import numba
         from numba import cuda

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from ..backend import Backend, resolve
+from ..backend import Backend, as_backend
 from ..errors import InputError
 from ..io.corpus import canonical_csr, csr_arrays
 from ..kernels import star as kstar
@@ -188,7 +188,7 @@ def build_graph(X, beta: float, device: str | Backend = "auto", batch_size: int 
 
     beta = check_beta(beta)
     X = canonical_csr(X)
-    backend = device if isinstance(device, Backend) else resolve(device)
+    backend = as_backend(device)
     n = X.shape[0]
     if batch_size is not None and int(batch_size) < 1:
         raise InputError(f"batch_size must be a positive integer, got {batch_size}")
@@ -295,7 +295,7 @@ def addition_rows(old_X, new_X, beta: float, device: str | Backend = "auto", bat
     beta = check_beta(beta)
     old_X = canonical_csr(old_X)
     new_X = canonical_csr(new_X)
-    backend = device if isinstance(device, Backend) else resolve(device)
+    backend = as_backend(device)
     n_old, n_new = old_X.shape[0], new_X.shape[0]
     Xp = canonical_csr(sp.vstack([new_X, old_X], format="csr")) if n_old else new_X
     up = None

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from ..backend import Backend, resolve
+from ..backend import Backend, as_backend
 from ..errors import InputError
 from ..io.corpus import Categorical, Corpus, check_same_vocabulary
 from .multilabel import codes_to_indicator, multilabel_report, single_label_f1
@@ -55,7 +55,7 @@ def find_neighbours(X_train, X_query, k: int, metric: str = "cosine", method: st
                     device: str | Backend = "auto", exclude_self=False, quiet: bool = True,
                     info: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Exact k nearest training rows of every query row: (indices int32, scores float32) (n_q, k)."""
-    backend = device if isinstance(device, Backend) else resolve(device)
+    backend = as_backend(device)
     X_train = sp.csr_matrix(X_train)
     chosen, reason = choose_method(method, X_train.shape[0], X_train.shape[1], X_train.nnz, backend)
     if info is not None:

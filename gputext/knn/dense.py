@@ -14,7 +14,7 @@ matrix-vector kernel for a few queries, a register-tiled GEMM kernel for many) r
 document approximately; a radix select keeps k' = k + extra candidates per query (per document
 slice); the candidates are rescored in float64 in a fixed canonical order and sorted on the device.
 The host then proves from the float32 rounding-error bound that no other document can enter the
-top k (see ``_certified``); the rare query where it cannot is redone with 4x more candidates, and
+top k (gputext.knn.dense_certificate); the rare query where it cannot is redone with 4x more candidates, and
 in the end with every document scored exactly. The CPU backend scores every document exactly in
 the same canonical order, so CPU and CUDA results are identical (gputext.kernels.dense_knn).
 Scores are float32(float64 value), e.g. cosine = dot / (sqrt(|q|^2) sqrt(|d|^2)), 0 for an all-zero
@@ -22,20 +22,25 @@ row; l2 = sqrt(max(|q|^2 + |d|^2 - 2 q.d, 0)) as the engine defines it.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
-from ..backend import Backend, resolve
+from ..backend import Backend, as_backend
 from ..engine.index import check_weights
 from ..errors import InputError
 from ..progress import progress
+from ..similarity import METRICS as METRIC_CODES
+from ..similarity import metric_code
+from .dense_certificate import BoundInputs as _BoundInputs
+from .dense_certificate import certified as _certified  # noqa: F401 (the reference the tests use, by this name)
+from .dense_certificate import doc_stats as _stats
+from .dense_certificate import zero_rule as _zero_rule
 
-METRICS = ("cosine", "dot", "l2", "l1")
-_CODE = {"cosine": 0, "dot": 1, "l2": 2, "l1": 3}
-_U32 = 2.0 ** -24  # unit roundoff of float32
+METRICS = tuple(METRIC_CODES)
+__all__ = ["METRICS", "DenseGeometry", "DenseIndex", "dense_fits", "search_dense"]
 
 # dense pays on the GPU when the matrix is small or not very sparse; see dense_fits
 DENSE_SMALL_BYTES = 64 << 20
@@ -176,39 +181,10 @@ def _self_docs(exclude_self, n_queries: int, n_docs: int) -> np.ndarray:
 
 
 def _metric(metric: str) -> int:
-    if metric not in _CODE:
-        raise InputError(f"unknown metric {metric!r}: expected one of {', '.join(METRICS)}")
-    return _CODE[metric]
+    return metric_code(metric)
 
 
 # ----------------------------------------------------------------------------- the index
-
-
-@dataclass
-class _DocStats:
-    dd: np.ndarray  # float64 canonical |d|^2
-    rd: np.ndarray  # float32 1/|d| (0 for an all-zero row)
-    half_sqd: np.ndarray  # float32 |d|^2 / 2
-    max_norm: float
-    max_sq: float
-    max_l1: float
-    nonneg: bool
-    min_pos: float
-
-
-def _stats(D: np.ndarray) -> _DocStats:
-    from ..kernels import dense_knn as kd
-
-    dd = np.empty(D.shape[0], np.float64)
-    kd.canonical_sumsq_cpu(D, dd)
-    l1 = np.empty(D.shape[0], np.float64)
-    kd.row_abs_sums_cpu(D, l1)
-    with np.errstate(divide="ignore"):
-        rd = np.where(dd > 0, 1.0 / np.sqrt(dd), 0.0).astype(np.float32)
-    pos = D[D > 0]
-    return _DocStats(dd, rd, (dd / 2).astype(np.float32), float(np.sqrt(dd.max(initial=0.0))),
-                     float(dd.max(initial=0.0)), float(l1.max(initial=0.0)),
-                     bool(D.size == 0 or D.min() >= 0), float(pos.min()) if pos.size else 1.0)
 
 
 class DenseIndex:
@@ -219,21 +195,18 @@ class DenseIndex:
     """
 
     def __init__(self, X, device: str | Backend = "auto", geometry: DenseGeometry | None = None):
-        self.backend = device if isinstance(device, Backend) else resolve(device)
+        self.backend = as_backend(device)
         self.geometry = geometry or DenseGeometry()
         self.X = _as_dense(X, "the document matrix")
         self.n_docs, self.n_terms = self.X.shape
         self.stats = _stats(self.X)
         self._dev = None
-        self._bufs: dict = {}
+        self._work = None  # gputext.device Workspace and PinnedPool of this index (made on first use)
+        self._pinned_pool = None
         self._views: dict = {}
-        self._host: dict = {}
         self._cupy_views: dict = {}
         self._cublas_broken = ""
         self._stage: dict = {}
-        self._stage_cap = 0
-        self._stage_host = self._stage_dev = None
-        self._sms = 0
         self.profile = False  # True: last_run["stages_ms"] gets per-stage CUDA-event times
         self.last_run: dict = {}
 
@@ -250,35 +223,18 @@ class DenseIndex:
 
     def _pinned(self, name: str, shape: tuple, dtype) -> np.ndarray:
         """Page-locked host staging of ``shape`` reused across calls (async copies need it)."""
-        from numba import cuda
-        key = (name, tuple(shape[1:]), np.dtype(dtype).str)
-        buf = self._host.get(key)
-        if buf is None or buf.shape[0] < shape[0]:
-            buf = cuda.pinned_array((max(1, shape[0]),) + tuple(shape[1:]), dtype)
-            self._host = {k_: v for k_, v in self._host.items() if k_[0] != name}
-            self._host[key] = buf
-        return buf[: shape[0]]
+        if self._pinned_pool is None:
+            from ..device.memory import PinnedPool
+            self._pinned_pool = PinnedPool()
+        return self._pinned_pool.get(name, shape, dtype, headroom=0.0)
 
     def _buffer(self, name: str, shape: tuple, dtype):
-        """A device array of ``shape`` reused across calls (numba allocates and frees device memory
-        synchronously, which cost more than the small kernels); its first dimension is a capacity.
-        Views are cached too: slicing a numba device array costs tens of microseconds of Python."""
-        from numba import cuda
-        view_key = (name, tuple(shape), np.dtype(dtype).str)
-        view = self._views.get(view_key)
-        if view is not None:
-            return view
-        key = (name, tuple(shape[1:]), np.dtype(dtype).str)
-        buf = self._bufs.get(key)
-        if buf is None or buf.shape[0] < shape[0]:
-            self._bufs = {k_: v for k_, v in self._bufs.items() if k_[0] != name}
-            self._views = {k_: v for k_, v in self._views.items() if k_[0] != name}
-            self._cupy_views.clear()
-            buf = cuda.device_array((max(1, shape[0]),) + tuple(shape[1:]), dtype)
-            self._bufs[key] = buf
-        view = buf[: shape[0]]
-        self._views[view_key] = view
-        return view
+        """A device array of ``shape`` from this index's workspace (gputext.device.Workspace),
+        reused across calls; its view is cached too."""
+        if self._work is None:
+            from ..device.memory import Workspace
+            self._work = Workspace()
+        return self._work.get(name, shape, dtype)
 
     def _staging(self, n_alloc: int):
         """Host and device views of the packed per-batch query inputs, cached per ``n_alloc``.
@@ -291,28 +247,22 @@ class DenseIndex:
         hit = self._stage.get(n_alloc)
         if hit is not None:
             return hit
-        from numba import cuda
-        n_terms = self.n_terms
         offs = {}
         pos = 0
-        for name, shape, dt in (("Q", (n_alloc, n_terms), np.float32), ("qq", (n_alloc,), np.float64),
+        for name, shape, dt in (("Q", (n_alloc, self.n_terms), np.float32), ("qq", (n_alloc,), np.float64),
                                 ("rq", (n_alloc,), np.float32), ("self", (n_alloc,), np.int64)):
             offs[name] = (pos, shape, np.dtype(dt))
             pos += -(-int(np.prod(shape)) * np.dtype(dt).itemsize // 8) * 8
         nbytes = pos
-        if self._stage_cap < nbytes:
-            self._stage.clear()
-            cap = max(nbytes, 1 << 16)
-            self._stage_host = cuda.pinned_array(cap, np.uint8)
-            self._stage_dev = cuda.device_array(cap, np.uint8)
-            self._stage_cap = cap
+        stage_host = self._pinned("stage", (max(nbytes, 1 << 16),), np.uint8)
+        stage_dev = self._buffer("stage", (max(nbytes, 1 << 16),), np.uint8)
         host, dev = {}, {}
         for name, (o, shape, dt) in offs.items():
             size = int(np.prod(shape)) * dt.itemsize
-            host[name] = self._stage_host[o:o + size].view(dt).reshape(shape)
-            dev[name] = self._stage_dev[o:o + size].view(dt).reshape(shape)
-        hit = (host, dev, self._stage_host[:nbytes], self._stage_dev[:nbytes])
-        self._stage[n_alloc] = hit
+            host[name] = stage_host[o:o + size].view(dt).reshape(shape)
+            dev[name] = stage_dev[o:o + size].view(dt).reshape(shape)
+        hit = (host, dev, stage_host[:nbytes], stage_dev[:nbytes])
+        self._stage = {n_alloc: hit}  # one batch size at a time (a new size may have replaced the buffers)
         return hit
 
     def _upload(self, name: str, array: np.ndarray, stream=0):
@@ -349,6 +299,8 @@ class DenseIndex:
         hit = self._cupy_views.get(id(arr))
         if hit is None or hit[0] is not arr:
             hit = (arr, cp.asarray(arr))
+            if len(self._cupy_views) > 64:  # views of replaced buffers: keep the dict small
+                self._cupy_views.clear()
             self._cupy_views[id(arr)] = hit
         return hit[1]
 
@@ -443,21 +395,25 @@ class DenseIndex:
 
         from ..kernels import dense_knn as kd
 
+        from ..device.memory import resources
+        from ..device.timer import StageTimer
+
         g = self.geometry
         dev = self._device_arrays()
         n_docs, n_terms = self.n_docs, self.n_terms
-        if not self._sms:
-            self._sms = _multiprocessors()
-        sms = self._sms
+        sms = resources().multiprocessors
         by_keys = max(1, g.keys_bytes // (4 * n_docs))
         by_rows = max(1, g.query_bytes // max(1, 4 * n_terms))
         batch = max(1, min(Q.shape[0], by_keys, by_rows))
         stream = cuda.default_stream()
-        prof = _Profile(self.profile)
-        self.last_run["stages_ms"] = prof.totals
+        # per-stage milliseconds when profiling: CUDA events on the default stream around each stage,
+        # synchronised at each stage's end (a stage's figure is its GPU time plus the host work that
+        # fed it); 'certificate' and 'prepare' are host wall time
+        prof = StageTimer(on=self.profile, sync=True)
+        stages = self.last_run["stages_ms"] = {}
         if prof.on and t_enter is not None:
             import time
-            prof.totals["prepare"] = (time.perf_counter() - t_enter) * 1e3  # validation, outputs (host)
+            stages["prepare"] = (time.perf_counter() - t_enter) * 1e3  # validation, outputs (host)
         is_l1 = code == 3
         use_cublas = not is_l1 and _want_cublas(g.key_backend)
         with progress(Q.shape[0] if Q.shape[0] > batch else 0, "dense search (cuda)", quiet) as bar:
@@ -468,7 +424,7 @@ class DenseIndex:
                 # its rows: no multiplications by zero padding rows
                 qpp = min(g.queries_per_pass, nb)
                 n_alloc = -(-nb // qpp) * qpp
-                prof.mark()
+                prof.restart()
                 # host side of the batch, packed into one pinned buffer (rows, canonical |q|^2,
                 # 1/|q|, left-out documents) and sent up in one asynchronous copy
                 host, devv, hbytes, dbytes = self._staging(n_alloc)
@@ -490,7 +446,7 @@ class DenseIndex:
                     sdh[nb:] = -1
                 dbytes.copy_to_device(hbytes, stream=stream)
                 q_dev, qq_dev, rq_dev, sd_dev = devv["Q"], devv["qq"], devv["rq"], devv["self"]
-                prof.stage("upload")
+                prof.mark("upload")
                 keys = self._buffer("keys", (n_alloc, n_docs), np.float32)
                 if use_cublas and self._cublas_keys_or_note(dev, q_dev, nb, rq_dev, code, keys):
                     chain = kd.chain_length("gemm", n_terms)
@@ -518,11 +474,14 @@ class DenseIndex:
                     self.last_run["kernel"] = "gemm"
                 if prof.on and self.last_run["kernel"] != "cublas":
                     self.last_run.setdefault("launches", {})["keys"] = keys_launch
-                prof.stage("keys")
+                prof.mark("keys")
                 bound = _BoundInputs(code, chain, Qh[:nb], qq[:nb], self.stats, n_terms)
                 self._select_rescore(keys, q_dev, qq_dev, sd_dev, nb, k, code, bound, sms,
                                      out_idx[lo:hi], out_score[lo:hi], self_doc[lo:hi], stream, prof)
                 bar.update(nb)
+        if prof.on:
+            stages.update(prof.device_ms())
+            stages.update({name: ms for name, ms in prof.host_ms.items() if name == "certificate"})
 
     def _select_rescore(self, keys, q_dev, qq_dev, sd_dev, nb, k, code, bound, sms, out_idx, out_score, self_doc,
                         stream, prof):
@@ -569,23 +528,23 @@ class DenseIndex:
             cand_thr = self._buffer("cand_thr", (n_rows, n_slices), np.int64)
             res = self._buffer("res", (n_rows, width_res), np.float64)
             final_idx = self._buffer("final_idx", (n_rows, kprime), np.int32)
-            prof.mark()
+            prof.restart()
             sel_launch = (select, (min(n_rows, 65535), n_slices), g.select_threads,
                           (key_bits, rows_dev, kprime, sd_dev, cand_idx, cand_key, cand_count, cand_complete, cand_thr))
             fin_launch = (finish, min(n_rows, 65535), g.finish_threads,
                           (dev["X"], q_dev, rows_dev, cand_idx, cand_key, cand_count, cand_complete, cand_thr, kprime,
                            qq_dev, dev["dd"], code, k, res, final_idx))
             _launch(sel_launch)
-            prof.stage("select")
+            prof.mark("select")
             _launch(fin_launch)
-            prof.stage("merge_rescore_sort")
+            prof.mark("merge_rescore_sort")
             if prof.on:  # kept for replays (scripts/gpu_knn_classify.py times each kernel alone)
                 self.last_run.setdefault("launches", {}).update(select=sel_launch, finish=fin_launch,
                                                                  select_slices=n_slices, kprime=kprime)
             res_h = self._pinned("res", (n_rows, width_res), np.float64)
             res.copy_to_host(res_h, stream=stream)
             stream.synchronize()
-            prof.stage("copy_to_host")
+            prof.mark("copy_to_host")
             # certificate and unpacking of the proved rows in one compiled call (the NumPy form,
             # _certified, is the reference it is tested against)
             status = np.empty(n_rows, np.int8)
@@ -649,26 +608,27 @@ def _launch(spec):
     kern[grid, block](*args)
 
 
-_CUPY_FINISH: dict = {}
-
-
 def _cupy_finish():
     """CuPy's fused finish kernels, or None when CuPy cannot be used (missing, or TF32 on)."""
     import os
     if os.environ.get("CUPY_TF32", "0") not in ("", "0"):
         return None
-    if "k" not in _CUPY_FINISH:
-        try:
-            import cupy as cp
-            _CUPY_FINISH["k"] = {
-                "cos": cp.ElementwiseKernel("float32 rq, float32 rd", "float32 y", "y = y * rq * rd + 0.0f",
-                                            "gputext_dense_finish_cos"),
-                "l2": cp.ElementwiseKernel("float32 half", "float32 y", "y = y - half + 0.0f", "gputext_dense_finish_l2"),
-                "dot": lambda y: cp.add(y, cp.float32(0.0), out=y),
-            }
-        except Exception:
-            _CUPY_FINISH["k"] = None
-    return _CUPY_FINISH["k"]
+    return _cupy_finish_kernels()
+
+
+@functools.lru_cache(maxsize=1)
+def _cupy_finish_kernels():
+    """The kernels, made once per process (None when CuPy does not import or cannot compile)."""
+    try:
+        import cupy as cp
+        return {
+            "cos": cp.ElementwiseKernel("float32 rq, float32 rd", "float32 y", "y = y * rq * rd + 0.0f",
+                                        "gputext_dense_finish_cos"),
+            "l2": cp.ElementwiseKernel("float32 half", "float32 y", "y = y - half + 0.0f", "gputext_dense_finish_l2"),
+            "dot": lambda y: cp.add(y, cp.float32(0.0), out=y),
+        }
+    except Exception:
+        return None
 
 
 def _want_cublas(key_backend: str) -> bool:
@@ -681,148 +641,6 @@ def _want_cublas(key_backend: str) -> bool:
     if simulator_enabled():
         return False
     return _cupy_finish() is not None
-
-
-class _Profile:
-    """Per-stage milliseconds of the CUDA path when DenseIndex.profile is True (else no-ops):
-    CUDA events on the default stream around each stage, synchronised at each stage's end, so a
-    stage's figure is its GPU time plus the host work (launch, copies) that fed it; 'certificate'
-    is host wall time."""
-
-    def __init__(self, on: bool):
-        self.on = bool(on)
-        self.totals: dict = {}
-        self._ev = None
-        self._t = 0.0
-
-    def mark(self):
-        if self.on:
-            from numba import cuda
-            import time
-            self._ev = cuda.event()
-            self._ev.record()
-            self._t = time.perf_counter()
-
-    def stage(self, name: str):
-        if self.on:
-            from numba import cuda
-            import time
-            ev = cuda.event()
-            ev.record()
-            ev.synchronize()
-            self.totals[name] = self.totals.get(name, 0.0) + self._ev.elapsed_time(ev)
-            self._ev = ev
-            self._t = time.perf_counter()
-
-    def host(self, name: str):
-        if self.on:
-            import time
-            now = time.perf_counter()
-            self.totals[name] = self.totals.get(name, 0.0) + (now - self._t) * 1e3
-            self._t = now
-
-
-def _multiprocessors() -> int:
-    try:
-        from numba import cuda
-        return int(getattr(cuda.get_current_device(), "MULTIPROCESSOR_COUNT", 1) or 1)
-    except Exception:
-        return 1
-
-
-@dataclass
-class _BoundInputs:
-    """What the certificate needs about one batch: the float32 error bound per query."""
-
-    code: int
-    chain: int
-    Qb: np.ndarray
-    qq: np.ndarray
-    docs: _DocStats
-    n_terms: int
-    gamma: float = field(init=False)
-    tiny: float = field(init=False)
-    nonneg: np.ndarray = field(init=False)
-    nq: np.ndarray = field(init=False)
-
-    def __post_init__(self):
-        self.gamma = (self.chain + 8) * _U32 * 1.01
-        self.tiny = self.n_terms * 2.0 ** -140
-        self.nq = np.sqrt(self.qq)
-        if self.Qb.shape[0]:
-            q_min = self.Qb.min(axis=1)
-            q_minpos = np.where(self.Qb > 0, self.Qb, np.inf).min(axis=1)
-        else:
-            q_min = q_minpos = np.zeros(0)
-        safe = np.minimum(q_minpos, np.float64(np.inf)) * self.docs.min_pos >= 2.0 ** -100
-        self.nonneg = (q_min >= 0) & self.docs.nonneg & (safe | ~np.isfinite(q_minpos))
-
-
-def _certified(code, b: _BoundInputs, rows, idx, score, all_complete, thr_ord, k, cand_idx_fn, n_docs, self_doc):
-    """True per row when no document outside the rescored candidates can enter the top k.
-
-    all_complete: no document was left out. Else every left-out document has float32 key <= thr
-    (thr_ord: its ordered form, the largest key a left-out document can have, from the device). The
-    float32 key differs from the exact value by at most gamma = (chain + 8) u (relative to the
-    score for non-negative data, else to |q| |d|), giving a bound U on any left-out document's exact
-    score; the row is certified when its k-th float64 score is strictly better than U. For
-    non-negative data with thr = 0, every left-out document scores exactly 0, so the row is
-    certified when the k-th result scores above 0 or every left-out document has a higher index
-    than the k-th result (checked on the final candidate list, copied only then).
-    """
-    from ..kernels.dense_knn import ordered_to_float32
-
-    n = rows.size
-    ok = np.asarray(all_complete, bool).copy()
-    if ok.all():
-        return ok
-    thr = np.where(ok, -np.inf, ordered_to_float32(thr_ord).astype(np.float64))
-    s_k = score[:, k - 1]  # float64 from the finish kernel (NaN when fewer than k candidates)
-    q = rows
-    gamma = b.gamma
-    nonneg = b.nonneg[q]
-    tiny = b.n_terms * 2.0 ** -140
-    with np.errstate(invalid="ignore"):
-        if code in (0, 1):
-            scale = np.ones(n) if code == 0 else b.nq[q] * b.docs.max_norm
-            U = np.where(nonneg & (thr > 0), thr / (1 - gamma), thr + gamma * scale) + tiny
-            U = U + np.abs(U) * 1e-12
-            ok |= s_k > U
-            zero = (~ok) & nonneg & (thr == 0)
-            if zero.any():
-                zr = np.nonzero(zero)[0]
-                ok[zr] = _zero_rule(q, zr, idx[:, k - 1], s_k, cand_idx_fn(), n_docs, self_doc)
-        elif code == 2:
-            E = gamma * (b.nq[q] * b.docs.max_norm + 0.5 * b.docs.max_sq) + tiny
-            slack = 1e-12 * (b.qq[q] + b.docs.max_sq + 2 * b.nq[q] * b.docs.max_norm)
-            L = np.sqrt(np.maximum(0.0, b.qq[q] - 2 * (thr + E) - slack))
-            ok |= s_k < L
-        else:
-            L = (-thr) / (1 + gamma)
-            L = L - np.abs(L) * 1e-12 - tiny
-            ok |= s_k < L
-    return ok
-
-
-def _zero_rule(rows, which, idx_k, s_k, cand, n_docs, self_doc) -> np.ndarray:
-    """Certificate for non-negative data when every left-out document has key 0 (so exact score
-    0): result row r (of ``which``) is proved when its k-th score s_k[r] is above 0, or when every
-    left-out document has a higher index than its k-th result idx_k[r] (ties at 0 go to the lower
-    index). cand (n_rows, >= k') int32: the rescored candidates (-1 padding); rows[r] is the batch
-    row of result row r, self_doc its left-out document."""
-    out = np.zeros(len(which), bool)
-    for i, r in enumerate(which):
-        if s_k[r] > 0:
-            out[i] = True
-            continue
-        listed = np.zeros(n_docs + 1, bool)
-        c = cand[r]
-        listed[c[c >= 0]] = True
-        if self_doc[rows[r]] >= 0:
-            listed[self_doc[rows[r]]] = True
-        first_out = int(np.argmin(listed))  # n_docs when every document is listed
-        out[i] = idx_k[r] < first_out
-    return out
 
 
 def search_dense(X, Q, k: int, metric: str = "cosine", device: str | Backend = "auto", exclude_self=False,

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from ..backend import Backend, resolve
+from ..backend import Backend, as_backend
 from ..errors import InputError
 from ..io.corpus import canonical_csr
 from ..progress import progress
@@ -129,7 +129,7 @@ def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: in
     if X_queries.shape[1] != X_train.shape[1]:
         raise InputError(f"queries have {X_queries.shape[1]} terms, the training corpus {X_train.shape[1]}: "
                          "build them with --vocab-from the training corpus")
-    backend = device if isinstance(device, Backend) else resolve(device)
+    backend = as_backend(device)
     n_train = X_train.shape[0]
     Q = _vstack(X_train, X_queries) if train_rows else X_queries
     lead = n_train if train_rows else 0  # Q's first `lead` rows are the training documents

@@ -13,8 +13,9 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from ..backend import Backend, resolve
+from ..backend import Backend, as_backend
 from ..engine import Index, search_topk
+from ..engine.search import MAX_CUDA_K
 from ..errors import InputError
 from ..io.corpus import Corpus, check_same_vocabulary, read_corpus
 
@@ -26,9 +27,12 @@ def load_index(path: str) -> Index:
     return Index.load(path)
 
 
-def choose_method(method: str, index: Index, backend: Backend) -> tuple[str, str]:
+def choose_method(method: str, index: Index, backend: Backend, k: int = 1) -> tuple[str, str]:
     """(method, reason): on the GPU, auto takes dense when gputext.knn.dense says the dense matrix
-    fits and pays; on the CPU it takes the inverted index."""
+    fits and pays, or when k is more than the inverted index's CUDA selector holds (the dense
+    method serves any k) and the matrix fits; on the CPU it takes the inverted index. What each
+    method serves: inverted, any k and metric (on CUDA k <= engine.search.MAX_CUDA_K, else its CPU
+    twin runs: engine.search.serving_backend); dense, any k and metric where the matrix fits."""
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}: expected one of {', '.join(METHODS)}")
     if method == "inverted":
@@ -46,11 +50,15 @@ def choose_method(method: str, index: Index, backend: Backend) -> tuple[str, str
     from ..backend import device_memory
     mem = device_memory() if backend.is_cuda else None
     fits, reason = dense.dense_fits(index.n_docs, index.n_terms, mem[0] if mem else None, nnz=index.nnz)
+    if not fits and k > MAX_CUDA_K and mem is not None:
+        room, _ = dense.dense_fits(index.n_docs, index.n_terms, mem[0], nnz=None)  # fits at all (density aside)
+        if room:
+            return "dense", f"dense: k = {k} is more than the inverted index's CUDA selector holds ({MAX_CUDA_K})"
     return ("dense" if fits else "inverted"), reason
 
 
 def search_corpora(index: Index, queries: Corpus, k: int, metric: str = "cosine", method: str = "auto",
-                   device: str = "auto", exclude_self: bool = False, batch_size: int | None = None,
+                   device: str | Backend = "auto", exclude_self: bool = False, batch_size: int | None = None,
                    quiet: bool = True) -> tuple[np.ndarray, np.ndarray, dict]:
     """Validate and search; returns (indices int32 (n_q, k), scores float32 (n_q, k), run info)."""
     if index.corpus is not None:
@@ -64,8 +72,8 @@ def search_corpora(index: Index, queries: Corpus, k: int, metric: str = "cosine"
     if exclude_self and queries.n_docs != index.n_docs:
         raise InputError(f"--exclude-self needs the queries to be the indexed corpus: expected {index.n_docs} "
                          f"queries, got {queries.n_docs}")
-    backend = resolve(device)
-    chosen, reason = choose_method(method, index, backend)
+    backend = as_backend(device)
+    chosen, reason = choose_method(method, index, backend, k)
     stats: dict = {"method": chosen, "method_reason": reason}
     t0 = time.perf_counter()
     if chosen == "dense":
@@ -89,7 +97,7 @@ def result_corpus(queries: Corpus, indices: np.ndarray, scores: np.ndarray, para
 
 
 def search_files(index_path: str, queries_path: str | None, k: int, metric: str = "cosine", method: str = "auto",
-                 device: str = "auto", exclude_self: bool = False, batch_size: int | None = None,
+                 device: str | Backend = "auto", exclude_self: bool = False, batch_size: int | None = None,
                  quiet: bool = True) -> Corpus:
     """Search files and return the result corpus (not yet written)."""
     index = load_index(index_path)

@@ -74,7 +74,7 @@ def search(index_path, queries_path, k, metric, method, exclude_self, batch_size
     check_paths([("--index", index_path), ("--queries", queries_path)], [("-o", output)])
     backend = pick_backend(device, quiet)
     warn_slow_method(method, backend)
-    result = search_files(index_path, queries_path, k, metric, method, backend.name, exclude_self, batch_size, quiet)
+    result = search_files(index_path, queries_path, k, metric, method, backend, exclude_self, batch_size, quiet)
     from ..io.export import read_doc_ids, table_format, write_neighbour_table
     if table_format(output):  # nn.csv / .jsonl / .parquet: one row per query (gputext.io.export)
         write_neighbour_table(result, output, read_doc_ids(index_path))

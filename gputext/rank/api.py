@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import Backend, resolve
+from ..backend import Backend, as_backend
 from ..errors import InputError
 from ..io.corpus import Corpus, canonical_csr
 from ..progress import info
@@ -24,7 +24,7 @@ SELECT_BY = ("ndcg@10", "pairwise-accuracy")
 
 
 def _backend(device) -> Backend:
-    return device if isinstance(device, Backend) else resolve(device)
+    return as_backend(device)
 
 
 def progress_printer(quiet: bool, prefix: str = ""):
