@@ -12,6 +12,11 @@ On numba's CUDA simulator, and on a numba-cuda whose internals differ (the marsh
 private numba API), ``Launch`` keeps the argument list and calls the dispatcher instead: same
 results, the dispatcher's cost. ``Launch.mode`` says which ("raw" or "dispatcher").
 
+CUDA graphs are not used (a decision, to revisit with a measurement): the sequences that repeat
+(one query's accumulate, select and merges) change grid sizes and argument shapes on every call
+(the accumulate grid follows the query's postings), so a graph would be re-instantiated or
+updated per call, and a raw launch already costs one driver call (a few microseconds).
+
 ``DriverCalls`` are the asynchronous copies, event records and stream synchronisation on raw
 addresses (pinned host buffers and device arrays), for paths that count microseconds.
 

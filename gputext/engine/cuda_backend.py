@@ -1,7 +1,7 @@
 """The engine on a CUDA device: index shards built on the device, batches of queries scored
 into dense fixed-point score rows, then a selector (gputext.kernels.scoring for the kernels).
 
-Memory plan (reported in ``stats``): an index shard takes 8 bytes a posting (doc int32 + weight
+Memory plan (reported in the SearchReport): an index shard takes 8 bytes a posting (doc int32 + weight
 float32) + 8 a term + 16 a document, and 16 bytes a posting while it is being built (the CSR rows
 are on the device then); a batch takes 8 bytes per (query, document) of score rows. Shards get
 up to 45% of the free device memory and score rows 30%, so a corpus larger than the device is
@@ -28,6 +28,7 @@ from ..io.corpus import csr_arrays
 from ..kernels import scan, scoring
 from ..progress import progress
 from .index import Index
+from .report import SearchReport
 
 INDEX_SHARE = 0.45
 ROWS_SHARE = 0.30
@@ -137,25 +138,25 @@ def plan_shards(index: Index) -> list[tuple[int, int]]:
     return ranges
 
 
-def device_shards(index: Index, geom, stats: dict):
+def device_shards(index: Index, geom, report: SearchReport):
     """Yield device shards; a single shard is kept on the Index for later searches."""
     cached = index.device_cache.get("shard")
     if cached is not None:
-        stats["shards"] = 1
-        stats["index_bytes"] = cached.nbytes
+        report.shards = 1
+        report.index_bytes = cached.nbytes
         yield cached
         return
     ranges = plan_shards(index)
-    stats["shards"] = len(ranges)
+    report.shards = len(ranges)
     if len(ranges) == 1:
         cached = build_shard(index.X, 0, index.n_docs, geom)
         index.device_cache["shard"] = cached
-        stats["index_bytes"] = cached.nbytes
+        report.index_bytes = cached.nbytes
         yield cached
         return
     for lo, hi in ranges:
         shard = build_shard(index.X, lo, hi, geom)
-        stats["index_bytes"] = max(stats.get("index_bytes", 0), shard.nbytes)
+        report.index_bytes = max(report.index_bytes or 0, shard.nbytes)
         yield shard
         del shard
 
@@ -357,34 +358,33 @@ def topk_plan(shard: DeviceShard, k: int, code: int, geom, rows: int) -> TopkPla
     return plan
 
 
-def topk_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geom, stats: dict | None = None):
+def topk_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geom, report: SearchReport):
     """Host driver of the GPU top-k pipeline; returns (docs int32 (n_q, k), keys float64 (n_q, k))."""
-    stats = {} if stats is None else stats
     t0 = time.perf_counter()
     arrays = csr_arrays(Q)
     scale, qn = scoring.query_stats(*arrays, index.term_maxabs, code)
     block, items, _ = scoring.topk_geometry(k, geom.select_block, geom.select_items)
     n_q = Q.shape[0]
     parts = []
-    for shard in device_shards(index, geom, stats):
+    report.postings = 0
+    for shard in device_shards(index, geom, report):
         n_seg = blocks(shard.n_docs, block * items)
         rows = batch_rows(shard, n_q, batch_size, 24 * n_seg * k)
-        stats["batch_size"] = rows
-        stats["rows_bytes"] = 8 * rows * shard.n_docs + 12 * rows * n_seg * k
+        report.batch_size = rows
+        report.rows_bytes = 8 * rows * shard.n_docs + 12 * rows * n_seg * k
         plan = topk_plan(shard, k, code, geom, rows)
-        stats["launch"] = "raw" if plan.raw else "dispatcher"
+        report.launch = "raw" if plan.raw else "dispatcher"
         docs = np.empty((n_q, k), np.int32)
         keys = np.empty((n_q, k), np.float64)
         batches = range(0, n_q, rows)
         with progress(len(batches) if len(batches) > 1 else 0, "scoring (cuda)", quiet) as bar:
             for lo in batches:
                 hi = min(n_q, lo + rows)
-                stats["postings"] = stats.get("postings", 0) + plan.run(arrays, lo, hi, scale, qn, self_doc, docs,
-                                                                        keys)
+                report.postings += plan.run(arrays, lo, hi, scale, qn, self_doc, docs, keys)
                 bar.update(1)
         shard.release()
         parts.append((docs, keys))
-    stats["seconds"] = time.perf_counter() - t0
+    report.seconds = time.perf_counter() - t0
     if len(parts) == 1:
         return parts[0]
     return merge_shard_results(parts, k)
@@ -401,12 +401,11 @@ def merge_shard_results(parts, k):
     return np.take_along_axis(docs, order, 1), np.take_along_axis(keys, order, 1)
 
 
-def threshold_cuda(index: Index, Q, min_key, code, self_doc, batch_size, quiet, geom, stats: dict | None = None,
+def threshold_cuda(index: Index, Q, min_key, code, self_doc, batch_size, quiet, geom, report: SearchReport,
                    after=None):
     """Host driver of the GPU threshold pipeline; returns CSR parts (indptr int64, docs int32, keys float64)."""
     from numba import cuda
 
-    stats = {} if stats is None else stats
     arrays = csr_arrays(Q)
     scale, qn = scoring.query_stats(*arrays, index.term_maxabs, code)
     block = geom.select_block or 256
@@ -416,10 +415,10 @@ def threshold_cuda(index: Index, Q, min_key, code, self_doc, batch_size, quiet, 
     rows_parts: list[np.ndarray] = []
     docs_parts: list[np.ndarray] = []
     keys_parts: list[np.ndarray] = []
-    for shard in device_shards(index, geom, stats):
+    for shard in device_shards(index, geom, report):
         n_seg = blocks(shard.n_docs, block * items)
         per_batch = batch_rows(shard, n_q, batch_size, 4 * n_seg)
-        stats["batch_size"] = per_batch
+        report.batch_size = per_batch
         batches = range(0, n_q, per_batch)
         with progress(len(batches) if len(batches) > 1 else 0, "scoring (cuda)", quiet) as bar:
             for lo in batches:
@@ -445,7 +444,7 @@ def threshold_cuda(index: Index, Q, min_key, code, self_doc, batch_size, quiet, 
     rows = np.concatenate(rows_parts) if rows_parts else np.empty(0, np.int64)
     docs = (np.concatenate(docs_parts) if docs_parts else np.empty(0)).astype(np.int32)
     keys = np.concatenate(keys_parts) if keys_parts else np.empty(0, np.float64)
-    if stats["shards"] > 1:  # each shard's hits are in order; interleave them by (query, document)
+    if report.shards > 1:  # each shard's hits are in order; interleave them by (query, document)
         order = np.lexsort((docs, rows))
         rows, docs, keys = rows[order], docs[order], keys[order]
     indptr = np.zeros(n_q + 1, np.int64)

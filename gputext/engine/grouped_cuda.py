@@ -23,6 +23,7 @@ from ..progress import progress
 from .cuda_backend import ROWS_SHARE, SIM_BATCH
 from .index import Index
 from .query import grouped_query_info
+from .report import SearchReport
 
 
 @dataclass
@@ -212,16 +213,15 @@ class _GroupedRun:
 
 
 def topk_grouped_cuda(index: Index, Q, k, codes, group_ptr, self_doc, pad_last, out, docs, batch_size, quiet, geom,
-                      stats: dict | None = None, host_work=None):
+                      report: SearchReport, host_work=None):
     """Host driver of the grouped GPU pipeline (module docstring); fills ``out`` (and ``docs``
     when it has rows) in place. host_work: called once after the first batch's launches, while
-    the device computes. stats["stages"] (ms): host_prep, index_upload (first call on an Index),
+    the device computes. report.stages (ms): host_prep, index_upload (first call on an Index),
     query_upload (CUDA events), kernels (CUDA events, all batches), copy_back and host_work (host
     wall time, overlapped with kernels)."""
     from numba import cuda
 
     res = resources()
-    stats = {} if stats is None else stats
     t0 = time.perf_counter()
     n_q, n_groups, width = out.shape
     n_m = codes.size
@@ -233,8 +233,8 @@ def topk_grouped_cuda(index: Index, Q, k, codes, group_ptr, self_doc, pad_last, 
     # twice (two batches in flight: one being copied back while the next is computed)
     per_query = 24 * run.n_seg * n_m * k + 2 * (4 * n_groups * width + (8 * n_groups * n_m * k if want_docs else 0))
     rows = grouped_rows(n_q, per_query, batch_size, geom)
-    stats.update(batch_size=rows, segments=run.n_seg, geometry=(run.block, run.items), merge_levels=len(run.plan),
-                 index_bytes=run.dev.nbytes, rows_bytes=rows * per_query)
+    report.batch_size, report.segments, report.geometry = rows, run.n_seg, (run.block, run.items)
+    report.merge_levels, report.index_bytes, report.rows_bytes = len(run.plan), run.dev.nbytes, rows * per_query
     compute = res.stream("grouped_compute")  # kernels; the copy stream waits for a batch's event
     copy = res.stream("grouped_copy")
     kernel_events = []  # (start, end) of each batch's kernels on the compute stream
@@ -282,6 +282,6 @@ def topk_grouped_cuda(index: Index, Q, k, codes, group_ptr, self_doc, pad_last, 
     stages["copy_back_ms"] = 1e3 * spent["copy"]  # host wall time, overlapped with the next batch's kernels
     if host_work is not None:
         stages["host_work_ms"] = 1e3 * spent["host_work"]  # overlapped with the first batch's kernels
-    stats["stages"] = stages
+    report.stages = stages
     res.workspace.release(larger_than=1 << 30)
-    stats["seconds"] = time.perf_counter() - t0
+    report.seconds = time.perf_counter() - t0

@@ -20,6 +20,7 @@ from ..kernels import scoring
 from ..similarity import METRICS as METRIC_CODES
 from ..similarity import SIMILARITIES, metric_code
 from .index import Index
+from .report import SearchReport
 from .query import (check_k, check_queries, grouped_query_info, group_ptr, keys_to_scores, metric_codes, min_key_for,
                     self_docs)
 
@@ -78,23 +79,30 @@ def search_topk(index: Index, Q, k: int, metric: str = "cosine", device: str | B
     k = check_k(k)
     Q = check_queries(index, Q)
     self_doc = self_docs(index, Q.shape[0], exclude_self)
-    backend = serving_backend(as_backend(device), k, MAX_CUDA_K, "the CUDA selector", quiet, stats)
-    if stats is not None:
-        stats["backend"] = backend.name + (" (simulator)" if backend.simulator else "")
+    report = SearchReport()
+    backend = serving_backend(as_backend(device), k, MAX_CUDA_K, "the CUDA selector", quiet, report)
     if Q.shape[0] == 0:
+        report.into(stats)
         return np.empty((0, k), np.int32), np.empty((0, k), np.float32)
     if backend.is_cuda:
         from .cuda_backend import topk_cuda
-        docs, keys = topk_cuda(index, Q, k, code, self_doc, batch_size, quiet, geometry or Geometry(), stats)
+        docs, keys = topk_cuda(index, Q, k, code, self_doc, batch_size, quiet, geometry or Geometry(), report)
     else:
         docs, keys = _topk_cpu(index, Q, k, code, self_doc, batch_size, quiet)
+    report.into(stats)
     return docs, keys_to_scores(keys, docs, code)
 
 
-def serving_backend(backend: Backend, k: int, limit: int, what: str, quiet: bool, stats: dict | None) -> Backend:
+def backend_label(backend: Backend) -> str:
+    return backend.name + (" (simulator)" if backend.simulator else "")
+
+
+def serving_backend(backend: Backend, k: int, limit: int, what: str, quiet: bool, report: SearchReport) -> Backend:
     """The backend that serves a top-k request: the CUDA selectors hold k <= limit. Above it, when
     the device was chosen by ``auto``, the CPU twin serves the request (same results) and says so
-    in one line (stderr unless quiet, and stats["fallback"]); an explicit ``cuda`` is an error."""
+    in one line (stderr unless quiet, and report.fallback); an explicit ``cuda`` is an error. Sets
+    report.backend to the backend that serves."""
+    report.backend = backend_label(backend)
     if not backend.is_cuda or k <= limit:
         return backend
     if not backend.auto:
@@ -103,8 +111,8 @@ def serving_backend(backend: Backend, k: int, limit: int, what: str, quiet: bool
     if not quiet:
         import sys
         print(f"note: {note}", file=sys.stderr)
-    if stats is not None:
-        stats["fallback"] = note
+    report.fallback = note
+    report.backend = "cpu"
     return Backend("cpu", False, note)
 
 
@@ -155,15 +163,16 @@ def search_threshold(index: Index, Q, threshold: float, metric: str = "cosine",
     after = np.asarray(after, dtype=np.int64)
     if after.shape != (Q.shape[0],):
         raise InputError(f"after must have one entry per query ({Q.shape[0]}), got shape {after.shape}")
+    report = SearchReport()
     backend = as_backend(device)
-    if stats is not None:
-        stats["backend"] = backend.name + (" (simulator)" if backend.simulator else "")
+    report.backend = backend_label(backend)
     if backend.is_cuda:
         from .cuda_backend import threshold_cuda
         indptr, docs, keys = threshold_cuda(index, Q, min_key, code, self_doc, batch_size, quiet,
-                                            geometry or Geometry(), stats, after)
+                                            geometry or Geometry(), report, after)
     else:
         indptr, docs, keys = _threshold_cpu(index, Q, min_key, code, self_doc, after, batch_size, quiet)
+    report.into(stats)
     scores = keys_to_scores(keys, docs, code)
     out = sp.csr_matrix((scores, docs, indptr), shape=(Q.shape[0], index.n_docs))
     out.has_sorted_indices = True
@@ -249,26 +258,26 @@ def search_topk_grouped(index: Index, Q, k: int, groups, metrics=("cosine",), de
                              f"{getattr(out, 'dtype', type(out))} {getattr(out, 'shape', '')}")
         target = out
     docs = np.empty((n_q, n_groups, n_m, k), np.int64) if return_docs else np.empty((0, 0, 0, 0), np.int64)
-    backend = serving_backend(as_backend(device), k, MAX_GROUPED_CUDA_K, "the grouped CUDA selector", quiet, stats)
-    if stats is not None:
-        stats["backend"] = backend.name + (" (simulator)" if backend.simulator else "")
+    report = SearchReport()
+    backend = serving_backend(as_backend(device), k, MAX_GROUPED_CUDA_K, "the grouped CUDA selector", quiet, report)
     if n_q and n_groups:
         if backend.is_cuda:
             from .grouped_cuda import topk_grouped_cuda
             topk_grouped_cuda(index, Q, k, codes, offsets, self_doc, pad == "last", target, docs, batch_size,
-                              quiet, geometry or Geometry(), stats, host_work)
+                              quiet, geometry or Geometry(), report, host_work)
         else:
             _topk_grouped_cpu(index, Q, k, codes, offsets, self_doc, pad == "last", target, docs, batch_size,
-                              quiet, stats)
+                              quiet, report)
             if host_work is not None:
                 host_work()
     elif host_work is not None:
         host_work()
+    report.into(stats)
     scores = target if out is not None else target.reshape(n_q, n_groups, n_m, k)
     return scores, (docs if return_docs else None)
 
 
-def _topk_grouped_cpu(index, Q, k, codes, group_ptr, self_doc, pad_last, out, docs, batch_size, quiet, stats):
+def _topk_grouped_cpu(index, Q, k, codes, group_ptr, self_doc, pad_last, out, docs, batch_size, quiet, report):
     import time
 
     from ..progress import progress
@@ -288,7 +297,4 @@ def _topk_grouped_cpu(index, Q, k, codes, group_ptr, self_doc, pad_last, out, do
                                      p.post_w, dn, group_ptr, codes, k, int(pad_last), _cpu_chunks(hi - lo),
                                      out[lo:hi], docs[lo:hi] if want else docs)
             bar.update(1)
-    if stats is not None:
-        stats.setdefault("stages", {})
-        stats["stages"]["host_prep_ms"] = 1e3 * (t1 - t0)
-        stats["stages"]["score_select_ms"] = 1e3 * (time.perf_counter() - t1)
+    report.stages = {"host_prep_ms": 1e3 * (t1 - t0), "score_select_ms": 1e3 * (time.perf_counter() - t1)}
