@@ -6,13 +6,15 @@ edge; a circle is a strongly connected set of more than one module. ``from .x im
 ``x._name`` on an imported module are private uses across modules. KNOWN lists the uses that
 other open work removes (issue 15 item 3 and issue 20: the dclus split and the public partial
 reader/appender of gputext.io; issue 15 item 2: kernels/primitives.py); delete a line when its
-use is gone. Anything new fails.
+use is gone. KNOWN_CIRCLES likewise (issue 16's AnnData interop: gputext.io.corpus calls the
+converters of gputext.io.anndata, which read and write through gputext.io.corpus). Anything new fails.
 """
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"gputext": "gputext", "kernels": "gputext.kernels", "datasets": "gputext.datasets"}
+KNOWN_CIRCLES = [["gputext.io.anndata", "gputext.io.corpus"]]
 KNOWN = {  # (importing module, module, name): removed by the work named in the module docstring
     ("gputext.io.info", "gputext.io.corpus", "_need"),
     ("gputext.io.info", "gputext.io.corpus", "_open"),
@@ -140,7 +142,7 @@ def test_circle_finder_finds_a_planted_circle():
 
 def test_no_import_circles():
     edges, _ = import_graph()
-    assert circles(edges) == []
+    assert [c for c in circles(edges) if c not in KNOWN_CIRCLES] == []
 
 
 def test_no_private_names_across_modules():
