@@ -1,17 +1,17 @@
-"""The one table of similarity metrics: names, the integer codes kernels take, and their sense.
+"""Metric names for host code: checked once with ``metric_code``, with their sense.
 
+The table itself (names, the integer codes kernels take, which are similarities) is the
+project's one table, gputext.kernels.metrics (a plain module: importing it imports no numba).
 cosine and dot are similarities (larger is better); l2 and l1 are distances (smaller is better).
-Every family (the engine, dense kNN, classification, meta-features, clustering) takes metric
-names from here and turns them into codes with ``metric_code``; the kernels use the same codes
-(gputext.kernels.scoring.COSINE ... L1 and gputext.kernels.dense_knn).
 """
 from __future__ import annotations
 
 from .errors import InputError
+from .kernels.metrics import COSINE, DOT, L1, L2, LARGER_IS_BETTER
+from .kernels.metrics import METRIC_CODE as METRICS
 
-COSINE, DOT, L2, L1 = 0, 1, 2, 3
-METRICS = {"cosine": COSINE, "dot": DOT, "l2": L2, "l1": L1}
-SIMILARITIES = ("cosine", "dot")  # larger is better; l2 and l1 are distances
+SIMILARITIES = tuple(name for name, larger in LARGER_IS_BETTER.items() if larger)  # ("cosine", "dot")
+__all__ = ["COSINE", "DOT", "L1", "L2", "METRICS", "SIMILARITIES", "metric_code", "is_similarity"]
 
 
 def metric_code(metric: str, allowed=None) -> int:

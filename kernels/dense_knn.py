@@ -49,10 +49,9 @@ import numba
 import numpy as np
 from numba import cuda, float32, float64, int32, int64, uint32, uint64
 
-from ..similarity import METRICS as METRIC_CODE  # the project's one table of metric codes
-
 EXACT_LANES = 32
-METRICS = tuple(METRIC_CODE)
+METRICS = ("cosine", "dot", "l2", "l1")
+METRIC_CODE = {"cosine": 0, "dot": 1, "l2": 2, "l1": 3}
 LARGER_IS_BETTER = {"cosine": True, "dot": True, "l2": False, "l1": False}
 
 _SIGN = 2147483648  # 2**31

@@ -41,9 +41,10 @@ import numba
 import numpy as np
 from numba import cuda, prange
 
-from ..similarity import COSINE, DOT, L1, L2, METRICS  # noqa: F401 (the project's one table of metric codes)
 from ._factory import kernel_cache
 
+COSINE, DOT, L2, L1 = 0, 1, 2, 3
+METRICS = {"cosine": COSINE, "dot": DOT, "l2": L2, "l1": L1}
 NEG_INF = -np.inf
 
 
