@@ -4,7 +4,7 @@
 Clusters --base documents of a synthetic preset (scripts/gpu_dclus.py's corpora, e.g.
 ``reu-50k:newtopics``), writes them uncompressed, then runs ``dclus.update`` adding --add documents
 in place, --repeats times from a fresh copy, with a wall-clock timer around each named step
-(``dclus.update``'s own stage timers and the functions it calls: PCC assignment, row loading, the
+(``dclus.update``'s own stage timers and the functions its stages call: PCC assignment, row loading, the
 symmetric transpose, relevance, DClustR's lists, the ordered cover, the improvement, ...).  It
 also times the relevance of the update's local graph on the device (upload + kernel + copy back)
 against the host twin, and the scoring's device stages (graph_cuda's clock).  Medians are printed
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib
 import json
 import os
 import shutil
@@ -27,9 +28,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-WRAPPED = ["addition_rows", "assign_pcc", "_add_owner_stats", "components_of_pccs", "load_pcc_rows",
-           "symmetric_from_owner", "compute_relevance", "dclustr_lists", "_covered_by", "candidate_order",
-           "cover_candidates", "degree_order", "improve_centers", "membership_matrix", "append_update"]
+# (module of gputext.cluster.dclus that calls it, name): the stage functions and what they call
+WRAPPED = [("score", "addition_rows"), ("pccs", "assign_pcc"), ("pccs", "add_owner_stats"),
+           ("pccs", "components_of_pccs"), ("local", "load_pcc_rows"), ("local", "symmetric_from_owner"),
+           ("cover", "compute_relevance"), ("cover", "dclustr_lists"), ("cover", "covered_by"),
+           ("cover", "candidate_order"), ("cover", "cover_candidates"), ("cover", "degree_order"),
+           ("cover", "improve_centers"), ("cover", "membership_matrix"), ("update", "append_update")]
 
 
 def main():
@@ -52,8 +56,9 @@ def main():
 
     backend = resolve(a.device)
     times = collections.defaultdict(float)
-    for name in WRAPPED:
-        f = getattr(dclus, name)
+    for module, name in WRAPPED:
+        owner = importlib.import_module(f"gputext.cluster.dclus.{module}")
+        f = getattr(owner, name)
 
         def timed(*args, _f=f, _n=name, **kw):
             t = time.perf_counter()
@@ -61,7 +66,7 @@ def main():
                 return _f(*args, **kw)
             finally:
                 times[_n] += time.perf_counter() - t
-        setattr(dclus, name, timed)
+        setattr(owner, name, timed)
     scoring_stats = []
     build = graph_cuda.build_graph_cuda
 
@@ -72,12 +77,14 @@ def main():
         return out
     graph_cuda.build_graph_cuda = build_logged
     local_graphs = []
-    dclustr_graph = dclus.dclustr_graph
+    stage_update = importlib.import_module("gputext.cluster.dclus.update")
+    local_graph = stage_update.local_graph
 
-    def keep_local(graph, *args, **kw):
-        local_graphs.append(graph)
-        return dclustr_graph(graph, *args, **kw)
-    dclus.dclustr_graph = keep_local
+    def keep_local(*args, **kw):
+        out = local_graph(*args, **kw)
+        local_graphs.append(out.graph)
+        return out
+    stage_update.local_graph = keep_local
 
     whole = corpus(a.base + a.add, a.preset, n_base=a.base)
     base, add = whole.take(list(range(a.base))), whole.take(list(range(a.base, a.base + a.add)))

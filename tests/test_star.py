@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from gputext.cli import cli
 from gputext.cluster import dclus
 from gputext.cluster.graph import build_graph, graph_from_edges, shard_bounds
-from gputext.cluster import star
+from gputext.cluster import star_host as star  # the compiled cover and improvement loops
 from gputext.cluster.star import cluster_star, compute_relevance, oclustr_graph
 from gputext.errors import InputError
 from gputext.io import Corpus, Categorical, read_corpus, write_corpus

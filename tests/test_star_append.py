@@ -143,7 +143,7 @@ def test_failure_during_the_append_leaves_the_old_contents(tmp_path, monkeypatch
         if name == fail_at:
             raise RuntimeError(f"injected at {name}")
 
-    monkeypatch.setattr(dclus, "_step", step)
+    monkeypatch.setattr(dclus.write, "_step", step)
     with pytest.raises(RuntimeError, match="injected"):
         dclus.update(path, add1, path, device="cpu")
     assert fail_at in seen

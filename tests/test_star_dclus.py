@@ -195,7 +195,7 @@ def test_stored_graph_is_chunk_size_independent_and_append_only(tmp_path, monkey
     old, new, _ = split_corpus(X, 65)
     cluster_file(old, 0.3, str(tmp_path / "old.h5"))
     dclus.update(str(tmp_path / "old.h5"), new, str(tmp_path / "big.h5"), device="cpu")
-    monkeypatch.setattr(dclus, "CHUNK_ENTRIES", 7)
+    monkeypatch.setattr(dclus.store, "CHUNK_ENTRIES", 7)
     cluster_file(old, 0.3, str(tmp_path / "old7.h5"))
     dclus.update(str(tmp_path / "old7.h5"), new, str(tmp_path / "small.h5"), device="cpu")
     keys = ("order", "pcc_indptr", "adj_indptr", "adj_indices", "adj_weights", "links", "pcc_of_doc", "degree",
@@ -356,9 +356,9 @@ def test_owner_rows_of_ordered_engine_output_equal_the_sorting_path():
         o_old, o_new = (np.array([p[i] for p in no], np.int32) for i in (0, 1))
         a, b = (np.array([p[i] for p in nn], np.int32) for i in (0, 1))
         w_no, w_nn = rng.random(len(no)).astype(np.float32), rng.random(len(nn)).astype(np.float32)
-        ptr, idx, val = dclus._new_owner_rows(n_old, n_new, (o_old, o_new, w_no), (a, b, w_nn))
+        ptr, idx, val = dclus.score.new_owner_rows(n_old, n_new, (o_old, o_new, w_no), (a, b, w_nn))
         p1, p2 = rng.permutation(len(no)), rng.permutation(len(nn))
-        ptr2, idx2, val2 = dclus._new_owner_rows(n_old, n_new, (o_old[p1], o_new[p1], w_no[p1]), (b[p2], a[p2], w_nn[p2]))
+        ptr2, idx2, val2 = dclus.score.new_owner_rows(n_old, n_new, (o_old[p1], o_new[p1], w_no[p1]), (b[p2], a[p2], w_nn[p2]))
         assert np.array_equal(ptr, ptr2) and np.array_equal(idx, idx2) and np.array_equal(val, val2)
         for r in range(n_new):  # row r: old neighbours, then later new ones, ascending
             v = n_old + r
@@ -399,7 +399,7 @@ def test_coalesced_reads_do_not_change_the_update(tmp_path, monkeypatch):
     cluster_file(old, 0.3, str(tmp_path / "old.h5"))
     outs = []
     for gap in (0, 5, 1 << 30):
-        monkeypatch.setattr(dclus, "READ_GAP", gap)
+        monkeypatch.setattr(dclus.store, "READ_GAP", gap)
         out = str(tmp_path / f"gap{gap}.h5")
         rep = dclus.update(str(tmp_path / "old.h5"), new, out, device="cpu")
         outs.append((out, rep))
@@ -490,12 +490,12 @@ def test_assign_pcc_by_distinct_old_pccs_equals_the_entry_walk():
             pcc_of = np.concatenate([pcc_of_old, np.full(n_new, -1, np.int32)])
             parent = np.empty(n_pcc + n_new, np.int32)
             parent[:n_pcc] = np.arange(n_pcc, dtype=np.int32)
-            dclus._union_links(parent, links)
+            dclus.host.union_links(parent, links)
             if reduced:
                 out = dclus.assign_pcc(ptr, idx, pcc_of, n_old, n_pcc, parent)
             else:
-                out = dclus._assign_pcc(ptr, idx, pcc_of, n_old, n_pcc, parent, np.empty(0, np.int32),
-                                        np.zeros(n_new, np.int64), np.zeros(n_new, np.int64), False)
+                out = dclus.host.assign_pcc_rows(ptr, idx, pcc_of, n_old, n_pcc, parent, np.empty(0, np.int32),
+                                                 np.zeros(n_new, np.int64), np.zeros(n_new, np.int64), False)
             outs.append((out[0], out[1], pcc_of))
         assert outs[0][0] == outs[1][0]
         assert np.array_equal(outs[0][1], outs[1][1]) and np.array_equal(outs[0][2], outs[1][2])

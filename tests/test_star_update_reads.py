@@ -162,12 +162,12 @@ def test_duplicate_ids_are_refused_with_hashes_and_after_a_collision(tmp_path, m
     real = dclus.id_hashes
     with h5py.File(base, "a") as f:
         f[dclus.GRAPH_KEY]["doc_id_hash"][...] = np.zeros(len(old.doc_ids), np.uint64)
-    monkeypatch.setattr(dclus, "id_hashes", lambda ids: np.zeros(len(ids), np.uint64))
+    monkeypatch.setattr(dclus.read, "id_hashes", lambda ids: np.zeros(len(ids), np.uint64))
     with pytest.raises(InputError, match="already exist"):
         dclus.update(base, dup_path, base, device="cpu")
     r = dclus.update(base, paths["add1"], base, device="cpu")
     assert r.decoded["old_ids"]
-    monkeypatch.setattr(dclus, "id_hashes", real)
+    monkeypatch.setattr(dclus.read, "id_hashes", real)
     with h5py.File(base, "a") as f:
         g = f[dclus.GRAPH_KEY]
         assert not np.any(g["doc_id_hash"][()])

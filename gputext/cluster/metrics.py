@@ -37,11 +37,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 import scipy.sparse as sp
 
 from ..errors import FormatError, InputError
+from .metrics_host import bcubed_groups, conditional_entropies, same_rows, sort_rows
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -100,121 +100,6 @@ def _drop_empty_columns(M: sp.csr_matrix) -> sp.csr_matrix:
 
 # ----------------------------------------------------------------------------- FBcubed
 
-@numba.njit(cache=True)
-def _row_cmp(ptr, idx, a, b):
-    la, lb = ptr[a + 1] - ptr[a], ptr[b + 1] - ptr[b]
-    for t in range(min(la, lb)):
-        x, y = idx[ptr[a] + t], idx[ptr[b] + t]
-        if x != y:
-            return -1 if x < y else 1
-    if la != lb:
-        return -1 if la < lb else 1
-    return 0
-
-
-@numba.njit(cache=True)
-def _sort_rows(ptr, idx):
-    """Item order grouping identical rows (merge sort with a lexicographic row comparison)."""
-    n = ptr.shape[0] - 1
-    order = np.arange(n)
-    tmp = np.empty(n, np.int64)
-    width = 1
-    while width < n:
-        for lo in range(0, n, 2 * width):
-            mid = min(lo + width, n)
-            hi = min(lo + 2 * width, n)
-            i, j, k = lo, mid, lo
-            while i < mid and j < hi:
-                if _row_cmp(ptr, idx, order[j], order[i]) < 0:
-                    tmp[k] = order[j]
-                    j += 1
-                else:
-                    tmp[k] = order[i]
-                    i += 1
-                k += 1
-            while i < mid:
-                tmp[k] = order[i]
-                i += 1
-                k += 1
-            while j < hi:
-                tmp[k] = order[j]
-                j += 1
-                k += 1
-        order, tmp = tmp, order
-        width *= 2
-    return order
-
-
-@numba.njit(cache=True)
-def _intersect(idx_a, a0, a1, idx_b, b0, b1):
-    c = 0
-    while a0 < a1 and b0 < b1:
-        if idx_a[a0] == idx_b[b0]:
-            c += 1
-            a0 += 1
-            b0 += 1
-        elif idx_a[a0] < idx_b[b0]:
-            a0 += 1
-        else:
-            b0 += 1
-    return c
-
-
-@numba.njit(cache=True)
-def _bcubed_groups(weight, c_ptr, c_idx, l_ptr, l_idx, cg_ptr, cg_idx, lg_ptr, lg_idx):
-    """Per group g: precision and recall of its items (see module docstring).
-
-    weight int64 (G,); c_ptr/c_idx: clusters of each group (sorted); l_ptr/l_idx: categories;
-    cg_ptr/cg_idx: groups of each cluster; lg_ptr/lg_idx: groups of each category.
-    """
-    G = weight.shape[0]
-    prec = np.zeros(G)
-    rec = np.zeros(G)
-    shared = np.zeros(G, np.int64)
-    touched = np.empty(G, np.int64)
-    seen = np.zeros(G, np.bool_)
-    for g in range(G):
-        n_t = 0
-        for p in range(c_ptr[g], c_ptr[g + 1]):
-            c = c_idx[p]
-            for q in range(cg_ptr[c], cg_ptr[c + 1]):
-                h = cg_idx[q]
-                if shared[h] == 0:
-                    touched[n_t] = h
-                    n_t += 1
-                shared[h] += 1
-        p_num = 0.0
-        p_den = 0.0
-        r_num = 0.0
-        for t in range(n_t):
-            h = touched[t]
-            a = shared[h]
-            b = _intersect(l_idx, l_ptr[g], l_ptr[g + 1], l_idx, l_ptr[h], l_ptr[h + 1])
-            m = min(a, b)
-            p_num += weight[h] * (m / a)
-            p_den += weight[h]
-            if b > 0:
-                r_num += weight[h] * (m / b)
-            shared[h] = 0
-        # recall denominator: items sharing at least one category with g
-        r_den = 0.0
-        n_s = 0
-        for p in range(l_ptr[g], l_ptr[g + 1]):
-            lab = l_idx[p]
-            for q in range(lg_ptr[lab], lg_ptr[lab + 1]):
-                h = lg_idx[q]
-                if not seen[h]:
-                    seen[h] = True
-                    touched[n_s] = h
-                    n_s += 1
-                    r_den += weight[h]
-        for t in range(n_s):
-            seen[touched[t]] = False
-        prec[g] = p_num / p_den
-        rec[g] = r_num / r_den
-    return prec, rec
-
-
 def _groups(P: sp.csr_matrix, T: sp.csr_matrix):
     """Groups of items with identical (cluster set, category set)."""
     n, k = P.shape
@@ -222,7 +107,7 @@ def _groups(P: sp.csr_matrix, T: sp.csr_matrix):
     S.sort_indices()
     ptr = S.indptr.astype(np.int64)
     idx = S.indices.astype(np.int64)
-    order = _sort_rows(ptr, idx)
+    order = sort_rows(ptr, idx)
     if n == 0:
         return np.zeros(0, np.int64), order
     # boundaries where consecutive rows differ
@@ -232,15 +117,9 @@ def _groups(P: sp.csr_matrix, T: sp.csr_matrix):
     return starts, order
 
 
-@numba.njit(cache=True)
-def _same_rows_nb(ptr, idx, a, b, out):
-    for i in range(a.shape[0]):
-        out[i] = _row_cmp(ptr, idx, a[i], b[i]) == 0
-
-
 def _same_rows(ptr, idx, a, b):
     out = np.empty(len(a), np.bool_)
-    _same_rows_nb(ptr, idx, a, b, out)
+    same_rows(ptr, idx, a, b, out)
     return out
 
 
@@ -266,7 +145,7 @@ def fbcubed(pred, truth) -> dict:
     Lg = Tg.tocsc()
     Cg.sort_indices()
     Lg.sort_indices()
-    prec, rec = _bcubed_groups(weight, Pg.indptr.astype(np.int64), Pg.indices.astype(np.int64),
+    prec, rec = bcubed_groups(weight, Pg.indptr.astype(np.int64), Pg.indices.astype(np.int64),
                                Tg.indptr.astype(np.int64), Tg.indices.astype(np.int64),
                                Cg.indptr.astype(np.int64), Cg.indices.astype(np.int64),
                                Lg.indptr.astype(np.int64), Lg.indices.astype(np.int64))
@@ -277,60 +156,6 @@ def fbcubed(pred, truth) -> dict:
 
 
 # ----------------------------------------------------------------------------- overlapping NMI
-
-@numba.njit(cache=True)
-def _h(p):
-    if p <= 0.0:
-        return 0.0
-    return -p * math.log2(p)
-
-
-@numba.njit(cache=True)
-def _cond(a, b, c, n):
-    """(accepted, H(X_k | Y_l)) for |X_k| = a, |Y_l| = b, |X_k & Y_l| = c over n items."""
-    p11 = c / n
-    p10 = (a - c) / n
-    p01 = (b - c) / n
-    p00 = (n - a - b + c) / n
-    h11, h10, h01, h00 = _h(p11), _h(p10), _h(p01), _h(p00)
-    accepted = h11 + h00 > h01 + h10
-    hy = _h(b / n) + _h((n - b) / n)
-    return accepted, h11 + h10 + h01 + h00 - hy
-
-
-@numba.njit(cache=True)
-def _conditional_entropies(n, size_x, size_y, ov_ptr, ov_idx, ov_val, y_sizes, y_size_count, y_size_class):
-    """H(X_k | Y) for every k: the smallest accepted H(X_k | Y_l), else H(X_k).
-
-    ov_*: CSR (K rows) of nonzero overlaps with the clusters of Y; y_sizes: the distinct sizes of
-    Y's clusters, y_size_count: how many clusters have each, y_size_class: class of each Y cluster.
-    """
-    K = size_x.shape[0]
-    out = np.empty(K)
-    used = np.zeros(y_sizes.shape[0], np.int64)
-    for k in range(K):
-        a = size_x[k]
-        hx = _h(a / n) + _h((n - a) / n)
-        best = hx
-        found = False
-        for p in range(ov_ptr[k], ov_ptr[k + 1]):
-            l = ov_idx[p]
-            ok, hc = _cond(a, size_y[l], ov_val[p], n)
-            used[y_size_class[l]] += 1
-            if ok and (not found or hc < best):
-                best = hc
-                found = True
-        for s in range(y_sizes.shape[0]):
-            if used[s] < y_size_count[s]:  # some cluster of this size is disjoint from X_k
-                ok, hc = _cond(a, y_sizes[s], 0, n)
-                if ok and (not found or hc < best):
-                    best = hc
-                    found = True
-        for p in range(ov_ptr[k], ov_ptr[k + 1]):
-            used[y_size_class[ov_idx[p]]] = 0
-        out[k] = best
-    return out
-
 
 def _entropies(sizes: np.ndarray, n: int) -> np.ndarray:
     p = sizes / n
@@ -345,7 +170,7 @@ def _cond_all(n, X: sp.csc_matrix, Y: sp.csc_matrix) -> np.ndarray:
     O = (X.T.tocsr().astype(np.int64) @ Y.tocsr().astype(np.int64)).tocsr()
     O.sort_indices()
     sizes, cls, counts = np.unique(size_y, return_inverse=True, return_counts=True)
-    return _conditional_entropies(n, size_x, size_y, O.indptr.astype(np.int64), O.indices.astype(np.int64),
+    return conditional_entropies(n, size_x, size_y, O.indptr.astype(np.int64), O.indices.astype(np.int64),
                                   O.data.astype(np.int64), sizes.astype(np.int64), counts.astype(np.int64),
                                   cls.astype(np.int64))
 
@@ -482,33 +307,34 @@ def load_clustering(path: str, key: str = "auto", prefer=("clusters", "cluster",
     key: "auto" takes the first of ``prefer`` present; or one of clusters (/obsm/clusters),
     cluster (/obs/cluster), labels (/obsm/labels), label (/obs/label, categorical).
     """
-    from ..io import corpus as cio
+    from ..io.corpus import Categorical
+    from ..io.partial import present_keys, read_elements
 
     if key != "auto" and key not in KEYS:
         raise InputError(f"unknown clustering key {key!r}: expected auto or one of {', '.join(KEYS)}")
-    with cio._open(path) as f:
-        if "obs" not in f or "obs/_index" not in f:
-            raise FormatError(f"{path}: /obs/_index is missing (not a gputext corpus or result file)")
-        doc_ids = cio._read_str_array(f["obs/_index"])
-        n = len(doc_ids)
-        present = [k for k in KEYS if KEY_PATHS[k] in f]
-        if key == "auto":
-            chosen = next((k for k in prefer if k in present), None)
-            if chosen is None:
-                raise InputError(f"{path} has no clustering or labels: expected one of "
-                                 f"{', '.join('/' + KEY_PATHS[k] for k in prefer)}")
-        else:
-            if key not in present:
-                raise InputError(f"{path}: /{KEY_PATHS[key]} is missing (found: {', '.join(present) or 'none'})")
-            chosen = key
-        value = cio._read_element(f, KEY_PATHS[chosen])
+    found = present_keys(path, ["obs", "obs/_index"] + [KEY_PATHS[k] for k in KEYS])
+    if "obs" not in found or "obs/_index" not in found:
+        raise FormatError(f"{path}: /obs/_index is missing (not a gputext corpus or result file)")
+    present = [k for k in KEYS if KEY_PATHS[k] in found]
+    if key == "auto":
+        chosen = next((k for k in prefer if k in present), None)
+        if chosen is None:
+            raise InputError(f"{path} has no clustering or labels: expected one of "
+                             f"{', '.join('/' + KEY_PATHS[k] for k in prefer)}")
+    else:
+        if key not in present:
+            raise InputError(f"{path}: /{KEY_PATHS[key]} is missing (found: {', '.join(present) or 'none'})")
+        chosen = key
+    elements = read_elements(path, ["obs/_index", KEY_PATHS[chosen]])
+    doc_ids, value = elements["obs/_index"], elements[KEY_PATHS[chosen]]
+    n = len(doc_ids)
     labels = None
     if chosen in ("clusters", "labels"):
         if not sp.issparse(value):
             raise FormatError(f"{path}: /{KEY_PATHS[chosen]} should be a CSR matrix")
         M = as_membership(value)
     else:
-        codes = value.codes if isinstance(value, cio.Categorical) else np.asarray(value)
+        codes = value.codes if isinstance(value, Categorical) else np.asarray(value)
         if codes.ndim != 1 or codes.dtype.kind not in "iu":
             raise FormatError(f"{path}: /{KEY_PATHS[chosen]} should hold integer codes, got {codes.dtype}")
         labels = codes.astype(np.int64)

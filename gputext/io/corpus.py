@@ -33,6 +33,7 @@ import scipy.sparse as sp
 from .. import __version__
 from ..errors import FormatError, InputError
 from .atomic import atomic_output, checkpoint
+from .commit import committed_length, has_pending, read_committed, settle_path
 
 FORMAT_VERSION = "1"
 STR_DTYPE = h5py.string_dtype("utf-8")
@@ -452,6 +453,10 @@ def _open(path: str) -> h5py.File:
         source, label = path, path
     try:
         f = h5py.File(source, "r")
+        if source is path and has_pending(f):  # an in-place update killed while committing: complete it
+            f.close()
+            settle_path(path)
+            f = h5py.File(source, "r")
     except OSError as exc:
         raise FormatError(f"{label}: not a readable HDF5 file (truncated, or another format): {str(exc).splitlines()[0]}") from None
     f.gputext_label = label  # type: ignore[attr-defined]
@@ -513,7 +518,7 @@ def _read_str_array(ds: h5py.Dataset) -> np.ndarray:
     """A string dataset as an object array of str (UTF-8, undecodable bytes replaced).  The usual
     case (1-d, h5py's bytes objects) decodes a plain list, about 15% faster than per-element
     isinstance checks on the array; h5py's own read of the variable-length strings is the rest."""
-    values = ds[()]
+    values = read_committed(ds)
     if values.dtype.kind in "SO":
         items = values.tolist() if values.ndim == 1 else list(values)
         try:
@@ -549,9 +554,9 @@ def _read_csr(f, key: str, n_rows: int | None = None, n_cols: int | None = None,
     shape = tuple(int(s) for s in g.attrs["shape"])
     if len(shape) != 2 or min(shape) < 0:
         raise FormatError(f"{_where(f, key)} attribute shape={shape} is not a 2-d shape")
-    data = g["data"][()]
-    indices = g["indices"][()]
-    indptr = g["indptr"][()]
+    data = read_committed(g["data"])
+    indices = read_committed(g["indices"])
+    indptr = read_committed(g["indptr"])
     if validate:
         _validate_csr(f, key, shape, data, indices, indptr)
     if n_rows is not None and shape[0] != n_rows:
@@ -651,7 +656,7 @@ def _index_dataset(f, key: str, n_rows: int) -> h5py.Dataset:
     if isinstance(index_key, bytes):
         index_key = index_key.decode()
     ds = _need(f, f"{key}/{index_key}", h5py.Dataset)
-    n_index = ds.shape[0] if ds.ndim else 0
+    n_index = committed_length(ds) if ds.ndim else 0
     if n_index != n_rows:
         raise FormatError(f"{_where(f, key + '/' + index_key)} has {n_index} entries, expected {n_rows}")
     return ds
@@ -713,7 +718,7 @@ def corpus_shape(path: str) -> tuple[int, int, int]:
     with _open(path) as f:
         g = _need(f, "X", h5py.Group)
         shape = tuple(int(s) for s in g.attrs["shape"])
-        return shape[0], shape[1], int(_need(f, "X/indptr", h5py.Dataset)[-1])
+        return shape[0], shape[1], int(_need(f, "X/indptr", h5py.Dataset)[committed_length(f["X/indptr"]) - 1])
 
 
 def read_rows(path: str, start: int, stop: int) -> sp.csr_matrix:
@@ -752,3 +757,19 @@ def vocabulary_error(a_terms: int, b_terms: int, a_name: str = "index", b_name: 
     return InputError(
         f"the {b_name} corpus has a different vocabulary ({b_terms} terms) from the {a_name} corpus "
         f"({a_terms} terms): build it with `gputext corpus build ... --vocab-from` the {a_name} corpus")
+
+
+# ----------------------------------------------------------------------------- element-level building blocks
+
+# Public names of the element readers and writers above, for the io package's partial reader
+# (partial.py) and in-place appender (append.py); other packages use those two modules instead.
+open_file = _open
+read_csr_group = _read_csr
+validate_csr = _validate_csr
+read_dataframe = _read_dataframe
+read_element = _read_element
+index_dataset = _index_dataset
+read_str_array = _read_str_array
+write_csr_group = _write_csr
+write_dataframe = _write_dataframe
+write_dict = _write_dict

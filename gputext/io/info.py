@@ -21,6 +21,7 @@ import h5py
 import numpy as np
 
 from ..errors import FormatError
+from .commit import committed_length, read_committed
 from .corpus import Categorical, _need, _open, _read_element, _where, damaged_file_errors
 
 
@@ -55,14 +56,14 @@ def _read_info(f: h5py.File, path: str) -> dict:
     if len(shape) != 2:
         raise FormatError(f"{_where(f, 'X')} attribute shape={shape} is not a 2-d shape")
     n_docs, n_terms = shape
-    indptr = g["indptr"][()]
+    indptr = read_committed(g["indptr"])  # an in-place update's uncommitted tail is not part of the file
     if indptr.ndim != 1 or len(indptr) != n_docs + 1:
         raise FormatError(f"{_where(f, 'X/indptr')} has length {len(indptr)}, expected n_docs + 1 = {n_docs + 1}")
     if len(indptr) and (indptr[0] != 0 or np.any(np.diff(indptr) < 0)):
         raise FormatError(f"{_where(f, 'X/indptr')} is not non-decreasing from 0")
     nnz = int(indptr[-1]) if len(indptr) else 0
     for part in ("data", "indices"):
-        if g[part].shape != (nnz,):
+        if g[part].ndim != 1 or committed_length(g[part]) != nnz:
             raise FormatError(f"{_where(f, 'X/' + part)} has {g[part].shape[0]} entries, indptr[-1] says {nnz}")
     obs = _need(f, "obs", h5py.Group)
     _need(f, "var", h5py.Group)
