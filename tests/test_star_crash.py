@@ -9,9 +9,10 @@ import signal
 import subprocess
 import sys
 
-import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from gputext.cli import cli
 from gputext.cluster import dclus, metrics
 from gputext.errors import InputError
 from gputext.io import read_corpus, write_corpus
@@ -62,6 +63,8 @@ def test_kill_during_in_place_update_leaves_old_or_new_result(tmp_path, files, p
     r = subprocess.run(cmd, env={**os.environ, CRASH_ENV: point, "PYTHONPATH": ROOT}, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr[-2000:])
+    v = CliRunner().invoke(cli, ["corpus", "validate", work])
+    assert v.exit_code == 0, v.output
     assert contents(work) == (old if state == "old" else new)  # the readers see one whole result
     nxt, ref = ("add1", paths["new"]) if state == "old" else ("add2", paths["new2"])
     dclus.update(work, paths[nxt], work, device="cpu")  # and the next update succeeds

@@ -34,7 +34,6 @@ Decisions (the definitions leave them open):
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np

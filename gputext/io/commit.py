@@ -44,7 +44,14 @@ def read_record(f: h5py.File) -> dict | None:
         return None
     if isinstance(raw, bytes):
         raw = raw.decode()
-    record = json.loads(str(raw))
+    try:
+        record = json.loads(str(raw))
+        if not isinstance(record, dict):
+            raise ValueError("not an object")
+    except ValueError:
+        from ..errors import FormatError
+        raise FormatError(f"{f.filename}: the root attribute {RECORD_ATTR} is not a commit record (JSON object): "
+                          f"{str(raw)[:60]!r}") from None
     record.setdefault("lengths", {})
     record.setdefault("pending", [])
     return record

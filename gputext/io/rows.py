@@ -17,6 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import FormatError
+from .commit import committed_length, read_committed
 from .corpus import Categorical, _open, _read_dataframe, _where, damaged_file_errors, entry_problems, indptr_problems
 
 
@@ -83,8 +84,9 @@ class CorpusRows:
                 raise FormatError(problem)
             g = self._f["X"]
             self.n_docs, self.n_terms = (int(s) for s in np.ravel(g.attrs["shape"]))
-            self.indptr = g["indptr"][()].astype(np.int64, copy=False)
-            stored = (g["data"].shape[0], g["indices"].shape[0])
+            # committed entries only: an in-place update killed mid-append leaves tails (gputext.io.commit)
+            self.indptr = read_committed(g["indptr"]).astype(np.int64, copy=False)
+            stored = (committed_length(g["data"]), committed_length(g["indices"]))
             problem = next(indptr_problems(_where(self._f, "X"), self.n_docs, self.indptr, stored), None)
             if problem is not None:
                 raise FormatError(problem)

@@ -23,6 +23,7 @@ import h5py
 import numpy as np
 
 from ..errors import FormatError, InputError
+from .commit import committed_length
 from .corpus import (DAMAGE, TERMS_DIGEST_ATTR, Categorical, _open, _read_element, _read_str_array, _where,
                      csr_problems, damaged_file_errors, duplicates, terms_digest)
 from .rows import CorpusRows, csr_header_problems
@@ -71,8 +72,8 @@ def _frame_problems(f, key: str, n_rows: int, what: str, problems: list) -> None
     ds = g.get(index_key)
     if not isinstance(ds, h5py.Dataset):
         problems.append(f"{_where(f, key + '/' + index_key)} is missing (the {what})")
-    elif (ds.shape[0] if ds.ndim else 0) != n_rows:
-        problems.append(f"{_where(f, key + '/' + index_key)} has {ds.shape[0] if ds.ndim else 0} entries, "
+    elif (committed_length(ds) if ds.ndim else 0) != n_rows:
+        problems.append(f"{_where(f, key + '/' + index_key)} has {committed_length(ds) if ds.ndim else 0} entries, "
                         f"expected {n_rows}")
     else:
         values = _read_str_array(ds)
