@@ -5,8 +5,11 @@
 - KNeighborsClassifier on the corpora `corpus build` makes equals `knn classify` (micro-F1 to the bit).
 - cross_val_score(Pipeline([TfidfVectorizer(), KNeighborsClassifier()])) on the same train/test
   split runs; scikit-learn's tf-idf is not gputext's (idf = ln(N/df) + 1 against ln(N/df)), so its
-  micro-F1 is close to the CLI's, not equal (docs/python.md gives both figures).
+  micro-F1 is close to the CLI's, not equal (docs/python.md gives both figures). CI (CI=true)
+  skips this one for time; it runs by hand.
 """
+import os
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -41,16 +44,11 @@ def test_cosine_neighbours_equal_sklearn_brute_force(ng20):
     assert untied.mean() > 0.5 and np.array_equal(ind[untied, :-1], ref_i[untied, :-1])  # (the 10th may tie the 11th)
 
 
-def test_classifier_equals_cli_and_tfidf_pipeline_runs(ng20):
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.model_selection import PredefinedSplit, cross_val_score
-    from sklearn.pipeline import Pipeline
+def test_classifier_equals_knn_classify_cli(ng20):
     from gputext import KNeighborsClassifier
     from gputext.cli import cli
     from gputext.io import read_corpus
-    from gputext.io.readers import read_tab
-    from gputext.io.tokenize import TOKEN_PATTERN, load_stopwords
-    d, folder, train, test = ng20
+    d, _, train, test = ng20
     r = CliRunner().invoke(cli, ["knn", "classify", "--train", str(d / "train.h5"), "--test", str(d / "test.h5"),
                                  "-k", "30", "--device", "cpu", "-q", "-o", str(d / "pred.h5")])
     assert r.exit_code == 0, r.output
@@ -62,6 +60,21 @@ def test_classifier_equals_cli_and_tfidf_pipeline_runs(ng20):
     np.testing.assert_array_equal(clf.predict(test.X), predicted)
     assert clf.score(test.X, y_test) == cli_f1
 
+
+@pytest.mark.skipif(bool(os.environ.get("CI")), reason="tokenising 18,821 documents with TfidfVectorizer and a "
+                    "second kNN over its vocabulary: ~10 CPU seconds CI's budget does without (run by hand; "
+                    "2026-11-25 on the 2-core VM: micro-F1 0.7776 against the CLI's 0.7825)")
+def test_tfidf_pipeline_under_cross_val_score_is_close_to_the_cli(ng20):
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.model_selection import PredefinedSplit, cross_val_score
+    from sklearn.pipeline import Pipeline
+    from gputext import KNeighborsClassifier
+    from gputext.io.readers import read_tab
+    from gputext.io.tokenize import TOKEN_PATTERN, load_stopwords
+    _, folder, train, test = ng20
+    cli_f1 = float(np.mean(KNeighborsClassifier(n_neighbors=30, device="cpu")
+                           .fit(train.X, train.labels.values().astype(str)).predict(test.X)
+                           == test.labels.values().astype(str)))  # equals knn classify's (test above)
     tr, te = read_tab(str(folder / "20newsgroups-train.tab")), read_tab(str(folder / "20newsgroups-test.tab"))
     texts = tr.texts + te.texts
     labels = [lab[0] for lab in tr.labels + te.labels]
