@@ -26,28 +26,25 @@ is against a device-to-device copy measured in the same run.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import statistics
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
-import warnings
-
-import numpy as np
-import scipy.sparse as sp
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (puts the checkout first on sys.path)
+import numpy as np  # noqa: E402
 
 warnings.filterwarnings("ignore")
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(1, os.path.join(harness.ROOT, "tests"))  # engine_reference
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = harness.parser(__doc__, quick="small sizes: 2e4 docs, 20k terms, queries 1,100",
+                       out=os.environ.get("OUT") or "out/bench_knn")
     p.add_argument("--sizes", default="1e5,1e6", help="corpus sizes (documents), comma-separated")
     p.add_argument("--queries", default="1,100,10000", help="query batch sizes")
     p.add_argument("--k", type=int, default=30)
@@ -56,15 +53,12 @@ def parse_args():
     p.add_argument("--peers", default="cupy_spmm,cupy_spgemm,torch_spmm,sklearn,cpu")
     p.add_argument("--cpu-queries", type=int, default=200, help="queries timed on the CPU peers")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--check", type=int, default=50, help="queries checked against the float64 reference")
     p.add_argument("--profile", action="store_true", help="cProfile one warm single-query search per size")
-    p.add_argument("--quick", action="store_true", help="small sizes: 2e4 docs, 20k terms, queries 1,100")
     p.add_argument("--latency", action="store_true",
                    help="single-query latency mode: p50 over --singles warm single queries (ours with pre-marshalled "
                         "and with numba-dispatched launches, CuPy SpMM + top-k), and the 10,000-query batch")
     p.add_argument("--singles", type=int, default=300, help="single queries timed in --latency mode")
-    p.add_argument("--out", default=os.environ.get("OUT", "out/bench_knn"))
     a = p.parse_args()
     if a.quick:
         a.sizes, a.queries, a.terms, a.cpu_queries, a.repeats = "2e4", "1,100", 20_000, 100, 2
@@ -76,13 +70,8 @@ def parse_args():
 
 
 def median_time(fn, repeats):
-    fn()  # warm-up: compilation, handles, caches
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    """Median host seconds of a synchronous call (it returns host arrays) after one warm-up."""
+    return harness.wall_runs(fn, repeats)[0]
 
 
 class PeakMemory:
@@ -117,68 +106,47 @@ class PeakMemory:
             self._thread.join()
 
 
-def copy_bandwidth():
-    """Device-to-device copy bandwidth (bytes read + written per second), via CuPy."""
-    try:
-        import cupy as cp
-    except Exception:
-        return None
-    a = cp.ones(1 << 29, dtype=cp.float32)  # 2 GiB
-    b = cp.empty_like(a)
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    times = []
-    for _ in range(6):
-        start.record()
-        cp.copyto(b, a)
-        end.record()
-        end.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
-    del a, b
-    return 2 * (1 << 31) / statistics.median(times[1:])
-
-
 # ------------------------------------------------------------------------------------ peers
+# Each returns a synchronous call that answers the k best (indices, scores) of every query.
 
-def peer_cupy_spmm(X, Q, k):
+def _blocks_topk(Q, n_docs, k, scores_of, xp, host):
+    """Top-k of score blocks of at most 2 GB (``scores_of(lo, hi)``: queries lo..hi against every
+    document, on the device), by argpartition + sort of the k (xp: the array library)."""
+    step = max(1, min(Q.shape[0], int(2e9 // (4 * n_docs))))
+    out_i, out_s = [], []
+    for lo in range(0, Q.shape[0], step):
+        S = scores_of(lo, lo + step)
+        part = xp.argpartition(-S, k - 1, axis=1)[:, :k]
+        vals = xp.take_along_axis(S, part, 1)
+        order = xp.argsort(-vals, axis=1)
+        out_i.append(host(xp.take_along_axis(part, order, 1)))
+        out_s.append(host(xp.take_along_axis(vals, order, 1)))
+    return np.vstack(out_i), np.vstack(out_s)
+
+
+@harness.peer("knn.cupy_spmm", needs=("cupy",), gpu=True)
+def peer_cupy_spmm(index, X, Q, k):
+    """cuSPARSE SpMM of the index (CSR) against a dense block of queries, then top-k (CuPy)."""
     import cupy as cp
     import cupyx.scipy.sparse as csp
     dX = csp.csr_matrix(X)
-    step = max(1, min(Q.shape[0], int(2e9 // (4 * X.shape[0]))))
-
-    def run():
-        out_i, out_s = [], []
-        for lo in range(0, Q.shape[0], step):
-            dQ = cp.asarray(Q[lo:lo + step].toarray().T)  # (terms, b) dense
-            S = (dX @ dQ).T  # (b, docs)
-            part = cp.argpartition(-S, k - 1, axis=1)[:, :k]
-            vals = cp.take_along_axis(S, part, 1)
-            order = cp.argsort(-vals, axis=1)
-            out_i.append(cp.take_along_axis(part, order, 1).get())
-            out_s.append(cp.take_along_axis(vals, order, 1).get())
-        return np.vstack(out_i), np.vstack(out_s)
-    return run
+    return lambda: _blocks_topk(Q, X.shape[0], k, lambda lo, hi: (dX @ cp.asarray(Q[lo:hi].toarray().T)).T, cp,
+                                cp.asnumpy)
 
 
-def peer_cupy_spgemm(X, Q, k):
+@harness.peer("knn.cupy_spgemm", needs=("cupy",), gpu=True)
+def peer_cupy_spgemm(index, X, Q, k):
+    """cuSPARSE SpGEMM of queries (CSR) x index^T (CSR), densified, then top-k (CuPy)."""
     import cupy as cp
     import cupyx.scipy.sparse as csp
     dXT = csp.csr_matrix(X.T.tocsr())
-    step = max(1, min(Q.shape[0], int(2e9 // (4 * X.shape[0]))))
-
-    def run():
-        out_i, out_s = [], []
-        for lo in range(0, Q.shape[0], step):
-            S = (csp.csr_matrix(Q[lo:lo + step]) @ dXT).toarray()
-            part = cp.argpartition(-S, k - 1, axis=1)[:, :k]
-            vals = cp.take_along_axis(S, part, 1)
-            order = cp.argsort(-vals, axis=1)
-            out_i.append(cp.take_along_axis(part, order, 1).get())
-            out_s.append(cp.take_along_axis(vals, order, 1).get())
-        return np.vstack(out_i), np.vstack(out_s)
-    return run
+    return lambda: _blocks_topk(Q, X.shape[0], k, lambda lo, hi: (csp.csr_matrix(Q[lo:hi]) @ dXT).toarray(), cp,
+                                cp.asnumpy)
 
 
-def peer_torch_spmm(X, Q, k):
+@harness.peer("knn.torch_spmm", needs=("torch",), gpu=True)
+def peer_torch_spmm(index, X, Q, k):
+    """PyTorch sparse CSR x dense, then torch.topk."""
     import torch
     dev = torch.device("cuda")
     dX = torch.sparse_csr_tensor(torch.from_numpy(X.indptr.astype(np.int64)), torch.from_numpy(X.indices.astype(np.int64)),
@@ -198,7 +166,16 @@ def peer_torch_spmm(X, Q, k):
     return run
 
 
-def peer_sklearn(X, Q, k):
+@harness.peer("knn.cpu")
+def peer_cpu(index, X, Q, k):
+    """our CPU twin (numba parallel), the engine's search_topk on the CPU."""
+    from gputext.engine import search_topk
+    return lambda: search_topk(index, Q, k, "cosine", "cpu")
+
+
+@harness.peer("knn.sklearn", needs=("sklearn",))
+def peer_sklearn(index, X, Q, k):
+    """scikit-learn NearestNeighbors(metric="cosine", algorithm="brute", n_jobs=-1) on the CPU."""
     from sklearn.neighbors import NearestNeighbors
     nn = NearestNeighbors(n_neighbors=k, metric="cosine", algorithm="brute", n_jobs=-1).fit(X)
 
@@ -285,15 +262,8 @@ def cupy_single(X, k):
     import cupy as cp
     import cupyx.scipy.sparse as csp
     dX = csp.csr_matrix(X)
-
-    def run(q):
-        dQ = cp.asarray(q.toarray().T)
-        S = (dX @ dQ).T
-        part = cp.argpartition(-S, k - 1, axis=1)[:, :k]
-        vals = cp.take_along_axis(S, part, 1)
-        order = cp.argsort(-vals, axis=1)
-        return cp.take_along_axis(part, order, 1).get(), cp.take_along_axis(vals, order, 1).get()
-    return run
+    return lambda q: _blocks_topk(q, X.shape[0], k, lambda lo, hi: (dX @ cp.asarray(q[lo:hi].toarray().T)).T, cp,
+                                  cp.asnumpy)
 
 
 def latency(a, backend, out: Path) -> None:
@@ -341,7 +311,7 @@ def latency(a, backend, out: Path) -> None:
     Q = Qall[:n_batch]
     report[f"gputext_{n_batch}_queries_s"] = median_time(lambda: search_topk(index, Q, a.k, "cosine", backend), a.repeats)
     print(f"gputext {n_batch} queries: {report[f'gputext_{n_batch}_queries_s']:.4f} s (median of {a.repeats})", flush=True)
-    (out / "bench_knn_latency.json").write_text(json.dumps(report, indent=1))
+    harness.write_json(str(out / "bench_knn_latency.json"), {**report, "env": harness.probe(backend)})
     print(json.dumps(report, indent=1))
 
 
@@ -358,14 +328,15 @@ def main():
         print(f"# bench_knn --latency on {backend.describe()}", flush=True)
         latency(a, backend, out)
         return
-    bw = copy_bandwidth() if backend.is_cuda else None
+    env = harness.probe(backend, copy_bytes=1 << 31)  # 2 GiB copy on a real GPU
+    bw = env.get("copy_bytes_per_s")
     device_name = backend.reason
-    print(f"# bench_knn on {backend.describe()}" + (f"; copy bandwidth {bw / 1e12:.2f} TB/s" if bw else ""), flush=True)
+    harness.log(f"bench_knn on {backend.describe()}" + (f"; copy bandwidth {bw / 1e12:.2f} TB/s" if bw else ""))
     rows = []
     for n_docs in a.sizes:
         X, Qall, gen_s = make_data(n_docs, max(a.queries), a)
         nnz = X.nnz
-        print(f"## {n_docs} docs, {a.terms} terms, {nnz} nonzeros ({nnz / n_docs:.1f} a doc); generated in {gen_s:.1f} s", flush=True)
+        harness.log(f"{n_docs} docs, {a.terms} terms, {nnz} nonzeros ({nnz / n_docs:.1f} a doc); generated in {gen_s:.1f} s")
         index = Index.from_csr(X)
         t = time.perf_counter()
         if backend.is_cuda:
@@ -412,23 +383,26 @@ def main():
             if n_q == 1 and a.profile:
                 profile_one_query(index, Q, a.k, backend, out / f"profile_{n_docs}.txt")
             for peer in a.peers:
+                cpu_side = peer in ("cpu", "sklearn")  # timed on a subset, reported as queries/s
+                m = min(n_q, a.cpu_queries) if cpu_side else n_q
+                made = harness.run_peers([peer], index, X, Q[:m], a.k, has_gpu=backend.is_cuda, prefix="knn.")
+                if peer not in made:  # a GPU peer without a GPU
+                    continue
                 try:
-                    if peer == "cpu" or peer == "sklearn":
-                        m = min(n_q, a.cpu_queries)
-                        fn = (lambda: search_topk(index, Q[:m], a.k, "cosine", "cpu")) if peer == "cpu" else peer_sklearn(X, Q[:m], a.k)
+                    fn = made[peer]
+                    if not callable(fn):
+                        raise RuntimeError(fn.get("error") or fn["skipped"])
+                    if cpu_side:
                         s = median_time(fn, 1 if m > 20 else a.repeats)
                         row[f"{peer}_valid"] = peer_agrees(fn, gs, a.check)
                         row[f"{peer}_qps"] = m / s
                         row[f"{peer}_s_est"] = n_q / row[f"{peer}_qps"]
                     else:
-                        if not backend.is_cuda:
-                            continue
-                        fn = {"cupy_spmm": peer_cupy_spmm, "cupy_spgemm": peer_cupy_spgemm, "torch_spmm": peer_torch_spmm}[peer](X, Q, a.k)
                         row[f"{peer}_s"] = median_time(fn, 1 if n_q >= 10000 else a.repeats)
                         row[f"{peer}_valid"] = peer_agrees(fn, gs, a.check)
                 except Exception as exc:  # a peer that cannot run at this size is reported, not fatal
                     row[f"{peer}_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
-                    print(f"  {peer}: {row[f'{peer}_error']}", flush=True)
+                    harness.log(f"  {peer}: {row[f'{peer}_error']}")
             peer_times = {p: row.get(f"{p}_s", row.get(f"{p}_s_est")) for p in a.peers if row.get(f"{p}_valid")}
             peer_times = {p: t for p, t in peer_times.items() if t}
             if peer_times:
@@ -436,11 +410,10 @@ def main():
                 row["fastest_peer"] = fastest
                 row["speedup_vs_fastest_peer"] = peer_times[fastest] / row["gputext_s"]
             rows.append(row)
-            print(json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
-            (out / "bench_knn.json").write_text(json.dumps(rows, indent=1))
-    table = markdown(rows, a.peers)
-    (out / "bench_knn.md").write_text(table)
-    print(table)
+            harness.log(json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()}))
+            harness.write_json(os.path.join(a.out, "bench_knn.json"), rows)  # after every row: a cut-short round keeps them
+    harness.write_json(os.path.join(a.out, "bench_knn_env.json"), env)
+    harness.Report(a.out, rows).write("bench_knn.json", markdown(rows, a.peers), md_name="bench_knn.md")
 
 
 def markdown(rows, peers):

@@ -157,3 +157,13 @@ def test_gpu_stream_device_path_in_the_simulator(tmp_path):
     assert row["passes_identical"] and row["timed_pass"]["n"] == 4 and row["dispatcher_pass"]["n"] == 4
     assert set(row["cupy"]) & {"skipped", "error", "per_doc_ms"}
     assert json.loads((tmp_path / "gpu_stream.json").read_text())["latency"]["rows"][0]["clusters"] == 40
+
+
+def test_bench_knn_cpu_smoke(tmp_path):
+    """bench_knn.py --quick on the CPU: the engine against the CPU peers (scikit-learn, our twin),
+    exact against the float64 reference; the GPU peers are left out without a GPU."""
+    res = run_script("bench_knn", "--quick", "--device", "cpu", "--out", str(tmp_path))
+    rows = json.loads((tmp_path / "bench_knn.json").read_text())
+    assert [r["n_queries"] for r in rows] == [1, 100] and all(r["equals_float64_reference"] for r in rows)
+    assert all(r["cpu_valid"] and r["sklearn_valid"] for r in rows) and "cupy_spmm_s" not in rows[0]
+    assert "| 2e+04 | 100 |" in res.stdout
