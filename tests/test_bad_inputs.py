@@ -52,6 +52,8 @@ CASES = [
     # 1. an output that is an input (paths, symlinks, hard links), 7. outputs checked before any work
     C("corpus build", SAME, "{x.tab} -o {x.tab}", 2, "-o {x.tab} is the same file as INPUT"),
     C("corpus build", SAME, "{x.tab} --vocab-from {train.h5} -o {train.h5}", 2, "is the same file as --vocab-from"),
+    C("corpus build", "output inside the input folder", "{news} --format dir -o {news}/out.h5", 2,
+      "lies inside the input folder INPUT news"),
     C("corpus split", SAME, "{sp/train.h5} -o {sp}", 2, "is the same file as CORPUS"),
     C("corpus synth", SAME, "--preset demo --n-docs 10 --idf-from {train.h5} -o {train.h5}", 2,
       "is the same file as --idf-from"),
@@ -141,6 +143,7 @@ CASES = [
     C("corpus validate", "several problems", "{multi.h5}", 2, "1 of 1 file(s) are not valid"),
     C("corpus validate", "CSC-encoded /X (h5ad)", "{csc.h5ad}", 2, "not valid"),
     C("corpus validate", "newer format version", "{ver99.h5}", 2, "not valid"),
+    C("corpus validate", "standard input", "-", 2, "save standard input to a file first"),
 ]
 
 
@@ -217,6 +220,8 @@ def build_workspace(root: Path) -> None:
                                     '{"id": "x", "text": "another doc"}\n')
     (root / "latin.tab").write_bytes((header + "a\tle caf\xe9 est bon\nb\tun autre caf\xe9\n").encode("latin-1"))
     (root / "one.tsv").write_text("a\tthe only document here\n")
+    (root / "news" / "sport").mkdir(parents=True)
+    (root / "news" / "sport" / "1").write_text("the match was won late")
     (root / "x.tab").write_text("label\ttext\nd\tstring\nclass\t\na\tthe first document\nb\tanother one here\n")
     src = root / "train.h5"
     n = train.n_docs

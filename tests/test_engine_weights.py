@@ -39,6 +39,14 @@ def test_weight_bound_in_the_dense_kernels():
         search_dense(_matrix(None), _matrix(3e38, 1), 3, device="cpu")
 
 
+@pytest.mark.gpu
+def test_weight_bound_on_a_real_gpu():
+    _refuses("cuda")
+    indices, _ = search_topk(Index.from_csr(_matrix(MAX_ABS_WEIGHT / 2)), _matrix(None, 1), 3, device="cuda")
+    cpu, _ = search_topk(Index.from_csr(_matrix(MAX_ABS_WEIGHT / 2)), _matrix(None, 1), 3, device="cpu")
+    assert np.array_equal(indices, cpu)
+
+
 @pytest.mark.cudasim
 def test_weight_bound_on_the_device_path():
     """Refused before any kernel runs (searching below the bound in the simulator is

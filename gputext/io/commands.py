@@ -140,6 +140,8 @@ def validate(files, quiet):
     """
     from .validate import corpus_problems, corpus_summary
 
+    if "-" in files:
+        raise InputError("corpus validate reads files (it opens each twice): save standard input to a file first")
     bad = 0
     for path in files:
         problems = corpus_problems(path)
