@@ -30,28 +30,23 @@ Prints a markdown table last and writes gpu_dclus.json into --out (default $OUT 
 """
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
 import os
-import platform
 import shutil
-import statistics
 import sys
 import tempfile
 import time
 import warnings
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (puts the checkout first on sys.path)
+import numpy as np  # noqa: E402
 
 warnings.filterwarnings("ignore")
+log = harness.log
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="small sizes (under a minute)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--out", default=os.environ.get("OUT", "out"))
+    p = harness.parser(__doc__)
     p.add_argument("--beta", type=float, default=0.25)
     p.add_argument("--presets", default="reu-50k,reu-50k-tfidf",  # PRESET:newtopics, 20ng+r52: see corpus()
                    help="synthetic corpus shapes (gputext corpus synth presets; PRESET:newtopics), or 20ng+r52[:tf|tfidf] "
@@ -71,23 +66,14 @@ def parse_args():
     return args
 
 
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
 def median(xs):
-    xs = [x for x in xs if x is not None]
-    return float(statistics.median(xs)) if xs else None
+    """Median of the values that are not None (None when there are none)."""
+    return harness.median(x for x in xs if x is not None)
 
 
 def device_info(backend):
-    import numba
-    info = {"backend": backend.describe(), "host": platform.node(), "cpu_threads": numba.get_num_threads(), "gpu": None}
-    if backend.is_cuda and not backend.simulator:
-        from numba import cuda
-        dev = cuda.get_current_device()
-        info["gpu"] = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-    return info
+    env = harness.probe(backend)
+    return {**env, "cpu_threads": env["numba_threads"], "gpu": env.get("gpu")}
 
 
 NEW_TOPICS = ":newtopics"
@@ -246,15 +232,7 @@ def relevance_events(graph, repeats=5):
     cnt = cuda.device_array(graph.n, np.int32)
     rel = cuda.device_array(graph.n, np.float64)
     blocks = max(1, min(65536, (graph.n + 7) // 8))
-    times = []
-    for _ in range(repeats + 1):
-        start, stop = cuda.event(), cuda.event()
-        start.record()
-        kernel[blocks, (32, 8)](*d, cnt, rel)
-        stop.record()
-        stop.synchronize()
-        times.append(cuda.event_elapsed_time(start, stop) / 1e3)
-    return median(times[1:])
+    return harness.gpu_ms(lambda: kernel[blocks, (32, 8)](*d, cnt, rel), repeats, warmup=1) / 1e3
 
 
 UPDATE_STAGES = ("read", "scoring", "pcc", "load_rows", "local_graph", "relevance", "cover", "improve", "membership",
@@ -274,10 +252,21 @@ def update_stages(stats):
     return out
 
 
+def write_additions(whole, n_base, n_add, tmp):
+    """The n_add documents after the first n_base of ``whole`` and the union of both, written
+    uncompressed into tmp: (add, union, add_path, union_path)."""
+    from gputext.io import write_corpus
+    add, union = whole.take(np.arange(n_base, n_base + n_add)), whole.take(np.arange(n_base + n_add))
+    add_path, union_path = os.path.join(tmp, f"add{n_add}.h5"), os.path.join(tmp, f"union{n_add}.h5")
+    write_corpus(add, add_path, compression=None)
+    write_corpus(union, union_path, compression=None)
+    return add, union, add_path, union_path
+
+
 def run(args, preset, backend, cpu, tmp):
     from gputext.cluster import dclus
     from gputext.cluster.star import cluster_star
-    from gputext.io import read_corpus, write_corpus
+    from gputext.io import read_corpus
 
     rows = []
     total = args.base + max(args.adds)
@@ -294,11 +283,7 @@ def run(args, preset, backend, cpu, tmp):
     log(f"base: {base_info}")
     del res
     for n_add in args.adds:
-        add = whole.take(np.arange(args.base, args.base + n_add))
-        union = whole.take(np.arange(args.base + n_add))
-        add_path, union_path = os.path.join(tmp, f"add{n_add}.h5"), os.path.join(tmp, f"union{n_add}.h5")
-        write_corpus(add, add_path, compression=None)
-        write_corpus(union, union_path, compression=None)
+        _, _, add_path, union_path = write_additions(whole, args.base, n_add, tmp)
         upd_path, full_path = os.path.join(tmp, "updated.h5"), os.path.join(tmp, "full.h5")
         inplace_path, new_path = os.path.join(tmp, "inplace.h5"), os.path.join(tmp, "newfile.h5")
         upd_runs, full_runs, copy_runs, new_runs = [], [], [], []
@@ -489,9 +474,9 @@ def main():
     backend = resolve(args.device)
     cpu = resolve("cpu")
     t_start = time.perf_counter()
-    results = {"script": "scripts/gpu_dclus.py", "argv": sys.argv[1:],
-               "date": datetime.datetime.now().isoformat(timespec="seconds"), "quick": args.quick, "beta": args.beta,
-               "presets": args.presets, "env": device_info(backend),
+    env = device_info(backend)
+    results = {"script": "scripts/gpu_dclus.py", "argv": sys.argv[1:], "date": env["date"], "quick": args.quick,
+               "beta": args.beta, "presets": args.presets, "env": env,
                "graph_format": getattr(dclus, "GRAPH_FORMAT_VERSION", 1)}
     log(f"device: {results['env']}")
     # warm-up: compile every kernel and jitted helper of both paths
@@ -509,13 +494,7 @@ def main():
         results["base"].append(base_info)
         results["update"] += rows
     results["seconds"] = time.perf_counter() - t_start
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "gpu_dclus.json")
-    with open(path, "w") as fh:
-        json.dump(results, fh, indent=2, default=lambda o: o.item() if hasattr(o, "item") else str(o))
-    log(f"wrote {path} ({results['seconds']:.0f} s)")
-    print(markdown(results))
-
+    harness.Report(args.out, results).write("gpu_dclus.json", markdown(results), indent=2)
 
 if __name__ == "__main__":
     main()

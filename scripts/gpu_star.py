@@ -248,7 +248,9 @@ def update_benchmark(args, backend, tmp, preset):
     """Cluster update_base documents, add N, compare with a full recluster of the union."""
     from gputext.cluster import dclus, metrics
     from gputext.cluster.star import cluster_star
-    from gputext.io import read_corpus, write_corpus
+    from gpu_dclus import write_additions
+
+    from gputext.io import read_corpus
     out = []
     total = args.update_base + max(args.adds)
     whole = reu_corpus(total, seed=2, preset=preset.replace("70k", "50k"))
@@ -259,11 +261,7 @@ def update_benchmark(args, backend, tmp, preset):
     dclus.write_result(base, res, base_path, args.beta, backend.name, compression=None)
     log(f"update: base of {args.update_base} clustered and written in {time.perf_counter() - t:.2f} s")
     for n_add in args.adds:
-        add = whole.take(np.arange(args.update_base, args.update_base + n_add))
-        union = whole.take(np.arange(args.update_base + n_add))
-        add_path, union_path = os.path.join(tmp, f"add{n_add}.h5"), os.path.join(tmp, f"union{n_add}.h5")
-        write_corpus(add, add_path, compression=None)
-        write_corpus(union, union_path, compression=None)
+        _, union, add_path, union_path = write_additions(whole, args.update_base, n_add, tmp)
         upd_runs, full_runs = [], []
         for rep in range(max(1, args.repeats - 1)):
             t0 = time.perf_counter()

@@ -15,18 +15,16 @@ as one markdown table and written to profile_dclus.json in --out.
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import importlib
-import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (puts the checkout first on sys.path)
 
 # (module of gputext.cluster.dclus that calls it, name): the stage functions and what they call
 WRAPPED = [("score", "addition_rows"), ("pccs", "assign_pcc"), ("pccs", "add_owner_stats"),
@@ -37,14 +35,12 @@ WRAPPED = [("score", "addition_rows"), ("pccs", "assign_pcc"), ("pccs", "add_own
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = harness.parser(__doc__, quick=None)
     p.add_argument("--preset", default="reu-50k:newtopics")
     p.add_argument("--base", type=int, default=50000)
     p.add_argument("--add", type=int, default=10000)
     p.add_argument("--beta", type=float, default=0.25)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--out", default=os.environ.get("OUT", "out"))
     a = p.parse_args()
 
     from gpu_dclus import corpus
@@ -112,22 +108,17 @@ def main():
                 row[f"scoring {k}"] = v
         if rep:
             runs.append(row)
-        print(f"run {rep}: total {r.stats['seconds_total']:.3f} s", file=sys.stderr, flush=True)
+        harness.log(f"run {rep}: total {r.stats['seconds_total']:.3f} s")
     shutil.rmtree(tmp)
     keys = list(runs[0])
-    med = {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}
+    med = {k: harness.median(r.get(k, 0.0) for r in runs) for k in keys}
     facts = {"preset": a.preset, "base": a.base, "add": a.add, "beta": a.beta, "backend": backend.describe(),
              "affected_vertices": r.stats["affected_vertices"], "affected_entries": r.stats["affected_entries"],
-             "date": time.strftime("%Y-%m-%d %H:%M")}
-    print(f"### DClustR update profile: {a.preset} {a.base:,} + {a.add:,}, beta {a.beta}, {facts['backend']}, "
-          f"{facts['affected_vertices']:,} vertices / {facts['affected_entries']:,} entries in touched components")
-    print("\n| step | median s |\n| --- | ---: |")
-    for k in keys:
-        print(f"| {k} | {med[k]:.4f} |")
-    os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "profile_dclus.json"), "w") as f:
-        json.dump({"facts": facts, "median": med, "runs": runs}, f, indent=1)
-
+             "date": time.strftime("%Y-%m-%d %H:%M"), "env": harness.probe(backend)}
+    harness.Report(a.out, {"facts": facts, "median": med, "runs": runs}).write("profile_dclus.json", (
+        f"### DClustR update profile: {a.preset} {a.base:,} + {a.add:,}, beta {a.beta}, {facts['backend']}, "
+        f"{facts['affected_vertices']:,} vertices / {facts['affected_entries']:,} entries in touched components\n\n"
+        + harness.md_table(["step", "median s"], [[k, f"{med[k]:.4f}"] for k in keys], "lr")))
 
 if __name__ == "__main__":
     main()

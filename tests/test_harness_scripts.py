@@ -167,3 +167,12 @@ def test_bench_knn_cpu_smoke(tmp_path):
     assert [r["n_queries"] for r in rows] == [1, 100] and all(r["equals_float64_reference"] for r in rows)
     assert all(r["cpu_valid"] and r["sklearn_valid"] for r in rows) and "cupy_spmm_s" not in rows[0]
     assert "| 2e+04 | 100 |" in res.stdout
+
+
+def test_gpu_dclus_cpu_smoke(tmp_path):
+    """gpu_dclus.py's round on the CPU twin: 600 documents, 200 added (in place, copy, new file)."""
+    res = run_script("gpu_dclus", "--quick", "--device", "cpu", "--presets", "reu-50k", "--base", "600", "--adds", "200",
+                     "--repeats", "1", "--out", str(tmp_path))
+    row = json.loads((tmp_path / "gpu_dclus.json").read_text())["update"][0]
+    assert row["graph_equals_union"] and row["inplace_equals_new_file"] and row["n_add"] == 200
+    assert "| reu-50k | 200 |" in res.stdout
