@@ -68,6 +68,7 @@ def old_output(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("how,min_bytes,code,line", [
     (signal.SIGINT, 0, 130, "interrupted"),            # as soon as the temporary file exists
     (signal.SIGTERM, 1 << 20, 143, "terminated"),      # mid-write
+    (signal.SIGKILL, 0, -9, None),                     # at the start of the write, and ...
     (signal.SIGKILL, 1 << 20, -9, None),               # mid-write: the temporary file stays behind ...
 ])
 def test_signal_during_write_keeps_the_old_output(old_output: Path, how, min_bytes, code, line):
