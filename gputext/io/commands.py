@@ -144,7 +144,7 @@ def validate(files, quiet):
         raise InputError("corpus validate reads files (it opens each twice): save standard input to a file first")
     bad = 0
     for path in files:
-        problems = corpus_problems(path)
+        problems = corpus_problems(path, quiet)
         if problems:
             bad += 1
             for line in problems:

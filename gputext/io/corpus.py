@@ -636,7 +636,11 @@ def _read_element(f, key: str):
         if enc == "csr_matrix":
             return _read_csr(f, key)
         if enc == "categorical":
-            return Categorical(np.asarray(obj["codes"][()], dtype=np.int32), _read_str_array(obj["categories"]))
+            codes = _need(f, f"{key}/codes", h5py.Dataset)[()]
+            if np.ndim(codes) != 1 or codes.dtype.kind not in "iu":
+                raise FormatError(f"{_where(f, key + '/codes')} has dtype {codes.dtype} and {np.ndim(codes)} "
+                                  "dimension(s), expected 1-d integers")
+            return Categorical(codes.astype(np.int32), _read_str_array(_need(f, f"{key}/categories", h5py.Dataset)))
         return {k: _read_element(f, f"{key}/{k}") for k in obj.keys()}
     value = obj[()]
     if enc == "string" or isinstance(value, bytes):

@@ -23,22 +23,24 @@ import h5py
 import numpy as np
 
 from ..errors import FormatError, InputError
+from ..progress import progress
 from .commit import committed_length
 from .corpus import (DAMAGE, TERMS_DIGEST_ATTR, Categorical, _open, _read_element, _read_str_array, _where,
                      csr_problems, damaged_file_errors, duplicates, terms_digest)
 from .rows import CorpusRows, csr_header_problems
 
 CHUNK_NNZ = 1 << 24  # entries checked at a time (about 130 MB of data + indices)
+PROGRESS_MIN_NNZ = 1 << 26  # smaller files are checked in a few seconds: no progress bar
 
 
-def _x_problems(path: str, problems: list) -> tuple[int, int, int] | None:
+def _x_problems(path: str, problems: list, quiet: bool) -> tuple[int, int, int] | None:
     """Check /X chunk by chunk; returns (n_docs, n_terms, nnz) when the header is readable."""
     try:
         rows = CorpusRows(path)
     except FormatError as exc:
         problems.append(str(exc))
         return None
-    with rows:
+    with rows, progress(rows.nnz, f"validating {path}", quiet or rows.nnz < PROGRESS_MIN_NNZ) as bar:
         start = 0
         while start < rows.n_docs:
             stop = int(np.searchsorted(rows.indptr, rows.indptr[start] + CHUNK_NNZ, side="right")) - 1
@@ -50,6 +52,7 @@ def _x_problems(path: str, problems: list) -> tuple[int, int, int] | None:
             if found:
                 problems.extend(found)
                 break
+            bar.update(int(rows.indptr[stop] - rows.indptr[start]))
             start = stop
         return rows.n_docs, rows.n_terms, rows.nnz
 
@@ -123,17 +126,18 @@ def _obsm_problems(f, n_docs: int, problems: list) -> None:
             problems.append(f"{_where(f, full)} has {rows} rows, expected n_docs = {n_docs}")
 
 
-def corpus_problems(path: str) -> list[str]:
-    """Every problem of the corpus file at ``path`` (module docstring); [] when it is valid."""
+def corpus_problems(path: str, quiet: bool = True) -> list[str]:
+    """Every problem of the corpus file at ``path`` (module docstring); [] when it is valid.
+    ``quiet`` False: a progress bar over /X's entries for files of more than 2^26 of them."""
     problems: list[str] = []
     try:
         with damaged_file_errors(path):
-            return _problems(path, problems)
+            return _problems(path, problems, quiet)
     except (FormatError, InputError, OSError) as exc:
         return problems + [" ".join(str(exc).split())]
 
 
-def _problems(path: str, problems: list) -> list[str]:
+def _problems(path: str, problems: list, quiet: bool) -> list[str]:
     f = _open(path)
     with f:
         fmt = f.attrs.get("gputext-format")
@@ -146,7 +150,7 @@ def _problems(path: str, problems: list) -> list[str]:
         if fmt is not None and fmt != "corpus":
             return [f"{_where(f, '')} has gputext-format {fmt!r}, expected 'corpus'"]
         label = f.gputext_label  # type: ignore[attr-defined]
-    shape = _x_problems(path, problems)
+    shape = _x_problems(path, problems, quiet)
     if shape is None:
         return problems
     n_docs, n_terms, _ = shape
