@@ -37,6 +37,7 @@ class Case:
     code: int          # expected exit code
     message: str       # a fragment of the one-line message (stderr) or of a warning for exit 0
     process: bool = False  # run as a real process (needs a closed stdout, ...)
+    matrix: str = ""       # the argument pattern of a READERS x classes case (rendered as a matrix)
 
     @property
     def id(self) -> str:
@@ -147,6 +148,42 @@ CASES = [
 ]
 
 
+# Every command that reads a corpus file x every class of damaged corpus file: {IN} is the file.
+# FILE_CLASSES apply to every reader; X_CLASSES only where the command uses /X (n/a elsewhere).
+FILE_CLASSES = [("missing file", "nothere.h5", "no such file"), ("empty file", "empty.h5", "file is empty"),
+                ("not HDF5", "text.h5", "not a readable HDF5 file"),
+                ("truncated HDF5", "trunc.h5", "not a readable HDF5 file"),
+                ("newer format version", "ver99.h5", "gputext-format-version '99' is newer")]
+X_CLASSES = [("CSC-encoded /X", "csc.h5ad", "encoding-type 'csc_matrix', expected 'csr_matrix'"),
+             ("indptr wrong length", "ptr_len.h5", "/X/indptr has length 5"),
+             ("NaN data", "nan.h5", "NaN or infinite")]
+READERS = [  # (command, arguments, uses /X)
+    ("corpus info", "{IN}", True), ("corpus validate", "{IN}", True), ("corpus split", "{IN} -o spx", True),
+    ("corpus build", "{x.tab} --vocab-from {IN} -o o.h5", True), ("corpus export", "{IN} --to csv -o o.csv", True),
+    ("corpus synth", "--n-docs 10 --idf-from {IN} -o o.h5", False), ("knn index", "{IN} -o o.h5", True),
+    ("knn search", "--index {IN} --queries {test.h5} -k 2 -o o.h5 --device cpu", True),
+    ("knn search", "--index {train.h5} --queries {IN} -k 2 -o o.h5 --device cpu", True),
+    ("knn classify", "--train {IN} --test {test.h5} -k 2 --device cpu", True),
+    ("knn classify", "--train {train.h5} --test {IN} -k 2 --device cpu", True),
+    ("knn metafeatures", "--train {IN} --test {test.h5} -k 2 -o o.h5 --device cpu", True),
+    ("cluster star", "{IN} -o o.h5 --device cpu", True), ("cluster stream", "{IN} -o o.h5 --device cpu", True),
+    ("cluster eval", "{IN} --truth {train.h5}", False), ("cluster eval", "{clusters.h5} --truth {IN}", False),
+    ("rank train", "{IN} -o m.h5 --device cpu", True)]
+# where the right outcome is not "refused": corpus info describes (validate judges), validate lists
+OUTCOME = {("corpus info", "NaN data"): (0, "")}
+VALIDATE_MESSAGE = "are not valid corpus files"
+
+
+def _matrix_cases() -> list[Case]:
+    cases = []
+    for command, args, uses_x in READERS:
+        for klass, name, message in FILE_CLASSES + (X_CLASSES if uses_x else []):
+            code, text = OUTCOME.get((command, klass), (2, VALIDATE_MESSAGE if command == "corpus validate" else message))
+            cases.append(Case(command, klass, tuple(args.replace("{IN}", "{" + name + "}").split()), code, text,
+                              matrix=args))
+    return cases
+
+
 # ----------------------------------------------------------------------------- the workspace
 
 
@@ -201,7 +238,9 @@ def build_workspace(root: Path) -> None:
     write_corpus(train, str(root / "train.h5"))
     write_corpus(test, str(root / "test.h5"))
     write_corpus(train, str(root / "sp" / "train.h5"))
-    write_corpus(train, str(root / "clusters.h5"))
+    clusters = _corpus(seed=0)
+    clusters.obs["cluster"] = np.arange(clusters.n_docs, dtype=np.int32) % 4
+    write_corpus(clusters, str(root / "clusters.h5"))
     write_corpus(_corpus(labels=False, ltr=True), str(root / "ltr.h5"))
     write_corpus(train, str(root / "model.h5"))  # only its path matters to the cases that name it
     os.symlink("train.h5", root / "link.h5")
@@ -235,6 +274,10 @@ def build_workspace(root: Path) -> None:
     _corrupt(src, root / "nan.h5", lambda f: f["X/data"].__setitem__(0, np.nan))
     _corrupt(src, root / "ver99.h5", lambda f: f.attrs.__setitem__("gputext-format-version", "99"))
     _corrupt(src, root / "multi.h5", _multi)
+    (root / "empty.h5").write_bytes(b"")
+    (root / "text.h5").write_text("this is not an HDF5 file\n")
+    raw = (root / "train.h5").read_bytes()
+    (root / "trunc.h5").write_bytes(raw[:len(raw) // 2])
 
 
 @pytest.fixture(scope="module")
@@ -279,7 +322,10 @@ def _closed_stdout(argv, root: Path):
     return proc.returncode, "", proc.stderr
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+ALL_CASES = CASES + _matrix_cases()
+
+
+@pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c.id)
 def test_bad_input(case: Case, workspace: Path):
     before = digests(workspace)
     try:
@@ -309,13 +355,33 @@ def check_case(case: Case, workspace: Path, before: dict) -> None:
 # ----------------------------------------------------------------------------- the doc table
 
 
-def render_table(cases=CASES) -> str:
+def render_matrix(cases) -> list[str]:
+    classes = [k for k, _, _ in FILE_CLASSES + X_CLASSES]
+    lines = ["## Every corpus reader x every damaged corpus file", "",
+             "Rows: a command and the argument that names the damaged file `IN`. Cells: the exit code (`-`: the",
+             "command does not read /X there, so /X damage does not concern it). Messages below the table.", "",
+             "| command | " + " | ".join(classes) + " |", "| --- |" + " --- |" * len(classes)]
+    for command, args, _ in READERS:
+        row = {c.klass: c for c in cases if c.matrix == args and c.command == command}
+        cells = [str(row[k].code) if k in row else "-" for k in classes]
+        lines.append(f"| `{command} {fill(args, None)}` | " + " | ".join(cells) + " |")
+    lines += ["", "| damaged file | the one line (exit 2) contains |", "| --- | --- |"]
+    lines += [f"| {k} (`{name}`) | {m} |" for k, name, m in FILE_CLASSES + X_CLASSES]
+    lines += [f"| `corpus validate`, any | {VALIDATE_MESSAGE} (each problem listed on stdout first) |",
+              "| `corpus info`, NaN data | exit 0: info describes a file, `corpus validate` judges it |", ""]
+    return lines
+
+
+def render_table(cases=ALL_CASES) -> str:
     lines = ["# Bad inputs: what every command does with them", "",
-             "Generated from `tests/test_bad_inputs.py` (its CASES table, which the tests run: exit code, the",
-             "one-line message on stderr, every input file byte-for-byte unchanged). Do not edit by hand;",
-             "regenerate with `GPUTEXT_WRITE_DOCS=1 .venv/bin/python -m pytest tests/test_bad_inputs.py -k doc`.",
-             "Exit codes: 0 done (a warning may be printed), 2 refused with one line naming the input.", "",
-             "| command | bad input | example | exit | message contains |", "| --- | --- | --- | --- | --- |"]
+             "Generated from `tests/test_bad_inputs.py` (its CASES and READERS tables, which the tests run: exit",
+             "code, the one-line message on stderr, every input file byte-for-byte unchanged). Do not edit by",
+             "hand; regenerate with `GPUTEXT_WRITE_DOCS=1 .venv/bin/python -m pytest tests/test_bad_inputs.py -k doc`.",
+             "Exit codes: 0 done (a warning may be printed), 2 refused with one line naming the input.", ""]
+    lines += render_matrix([c for c in cases if c.matrix])
+    lines += ["## Every command x every other bad-input class", "",
+              "| command | bad input | example | exit | message contains |", "| --- | --- | --- | --- | --- |"]
+    cases = [c for c in cases if not c.matrix]
     for case in sorted(cases, key=lambda c: (c.command, c.klass)):
         args = " ".join(fill(a, None) for a in case.argv).replace("|", "\\|")
         message = fill(case.message, None).replace("|", "\\|")

@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import FormatError
 from .commit import committed_length, read_committed
 from .corpus import Categorical, _need, _open, _read_element, _where, damaged_file_errors
+from .rows import csr_header_problems
 
 
 def device_bytes(n_docs: int, n_terms: int, nnz: int) -> dict:
@@ -47,15 +48,11 @@ def _read_info(f: h5py.File, path: str) -> dict:
     if f.attrs.get("gputext-format") is None and f.attrs.get("encoding-type") is None:
         raise FormatError(f"{_where(f, '')} has neither gputext-format nor anndata encoding-type attributes: "
                           "not a gputext corpus")
-    g = _need(f, "X", h5py.Group)
-    for part in ("data", "indices", "indptr"):
-        _need(f, f"X/{part}", h5py.Dataset)
-    if "shape" not in g.attrs:
-        raise FormatError(f"{_where(f, 'X')} has no 'shape' attribute")
-    shape = tuple(int(s) for s in g.attrs["shape"])
-    if len(shape) != 2:
-        raise FormatError(f"{_where(f, 'X')} attribute shape={shape} is not a 2-d shape")
-    n_docs, n_terms = shape
+    problem = next(csr_header_problems(f), None)  # the readers' header checks (a CSC /X named as such)
+    if problem is not None:
+        raise FormatError(problem)
+    g = f["X"]
+    n_docs, n_terms = (int(s) for s in np.ravel(g.attrs["shape"]))
     indptr = read_committed(g["indptr"])  # an in-place update's uncommitted tail is not part of the file
     if indptr.ndim != 1 or len(indptr) != n_docs + 1:
         raise FormatError(f"{_where(f, 'X/indptr')} has length {len(indptr)}, expected n_docs + 1 = {n_docs + 1}")
