@@ -90,12 +90,18 @@ def cli():
 
 
 @cli.command()
-def doctor():
+@click.option("--scheduler", metavar="ADDRESS|local:N",
+              help="Also connect to this Dask scheduler (or start local:N) and list its workers and devices.")
+def doctor(scheduler):
     """Print versions, the CUDA device and driver (or why there is none), and what --device auto picks.
+
+    Also the versions of Dask, distributed and dask-cuda (the --scheduler extras), and with
+    --scheduler the workers of that cluster: address, memory limit, numba threads and GPUs.
 
     \b
     Example:
       gputext doctor
+      gputext doctor --scheduler tcp://head:8786
     """
     import numba
     import numpy
@@ -128,6 +134,16 @@ def doctor():
         except Exception as exc:
             click.echo(f"cuda        none: {_one_line(exc)}")
     click.echo(f"auto        {resolve('auto').describe()}")
+    from .distributed.client import versions
+    dask_versions = versions()
+    click.echo("dask        " + ", ".join(f"{name} {v}" for name, v in dask_versions.items()))
+    if scheduler:
+        from .distributed.client import connect, describe_cluster
+        with connect(scheduler, quiet=True) as client:
+            lines = describe_cluster(client)
+            click.echo(f"scheduler   {client.scheduler.address}: {len(lines)} worker(s); dashboard {client.dashboard_link}")
+            for line in lines:
+                click.echo(f"  worker    {line}")
 
 
 add_optional_commands(cli, FAMILIES)

@@ -178,7 +178,7 @@ def oclustr_graph(graph: StarGraph, device: str | Backend = "cpu", geometry: Rel
 
 def cluster_star(X, beta: float = 0.25, device: str | Backend = "auto", batch_size: int | None = None,
                  shards: int | None = None, quiet: bool = True, geometry: RelevanceGeometry | None = None,
-                 engine_geometry=None, graph_geometry=None) -> StarResult:
+                 engine_geometry=None, graph_geometry=None, client=None) -> StarResult:
     """OClustR / CUDA-OClus on the rows of X (CSR (n_docs, n_terms), or a gputext Corpus).
 
     beta: cosine threshold in [1e-4, 1].  device: "auto" | "cpu" | "cuda" or a Backend: the graph
@@ -187,10 +187,24 @@ def cluster_star(X, beta: float = 0.25, device: str | Backend = "auto", batch_si
     once (gputext.cluster.graph_cuda; ``graph_geometry`` its launch geometry); seconds_graph then
     includes that transfer and seconds_relevance is ~0 (graph_device_seconds has the stages).
     Returns a StarResult whose stats include the seconds of each stage.
+    client: a dask.distributed Client: the graph is scored on its workers (X may then also be the
+    path of a corpus file they read; gputext.distributed.star), the relevance, cover and
+    improvement run here on the CPU; the same clusters.
     """
     from ..io.corpus import Corpus
 
     beta = check_beta(beta)
+    if client is not None:
+        from ..distributed.star import build_graph_distributed
+        t0 = time.perf_counter()
+        graph = build_graph_distributed(X.X if isinstance(X, Corpus) else X, beta, client, getattr(device, "name", device),
+                                        batch_size, shards, quiet)
+        t1 = time.perf_counter()
+        result = oclustr_graph(graph, "cpu", geometry)
+        result.stats.update({"beta": beta, "backend": "dask", "seconds_graph": t1 - t0,
+                             "seconds_total": time.perf_counter() - t0,
+                             **{f"graph_{k}": v for k, v in graph.stats.items()}})
+        return result
     if isinstance(X, Corpus):
         X = X.X
     if not sp.issparse(X):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from gputext.cli_common import FiniteFloat, check_paths, corpus_path, device_option, output_option, pick_backend, quiet_option
+from gputext.distributed.options import device_for, scheduler_client, scheduler_option
 from gputext.errors import InputError
 from gputext.progress import info
 
@@ -26,8 +27,9 @@ DEFAULT_BETA = 0.25
               help="Row shards of the upper-triangle graph build (default: one per 16,384 documents, at most 8).")
 @click.option("--no-compression", is_flag=True, help="Write the output without gzip (faster, larger).")
 @device_option
+@scheduler_option
 @quiet_option
-def star(corpus, beta, update_path, add_path, output, batch_size, shards, no_compression, device, quiet):
+def star(corpus, beta, update_path, add_path, output, batch_size, shards, no_compression, device, scheduler, quiet):
     """Overlapping star clustering (OClustR / CUDA-OClus) and its incremental update (DClustR).
 
     From scratch: reads CORPUS.h5, builds the graph of all document pairs with cosine >= beta
@@ -42,7 +44,9 @@ def star(corpus, beta, update_path, add_path, output, batch_size, shards, no_com
     and writes the clusters of the union to -o (reports how many components it touched).
 
     The graph (engine) and the relevance run on --device (GPU if usable, else the CPU twin);
-    cover and improvement run on the host. Progress and a summary go to stderr.
+    cover and improvement run on the host. Progress and a summary go to stderr. With --scheduler
+    the graph is scored on a Dask cluster's workers (they read CORPUS), the rest here; same
+    clusters (docs/distributed.md). --update runs in this process.
 
     \b
     Example:
@@ -66,6 +70,8 @@ def star(corpus, beta, update_path, add_path, output, batch_size, shards, no_com
             raise InputError("--update CLUSTERS.h5 and --add NEW.h5 go together")
         if corpus:
             raise InputError(f"give either CORPUS ({corpus}) or --update/--add, not both")
+        if scheduler:
+            raise InputError("--update runs in one process: drop --scheduler")
         backend = pick_backend(device, quiet)
         # the path: the update reads the added corpus selectively (its terms only when the stored
         # vocabulary digests differ)
@@ -79,11 +85,14 @@ def star(corpus, beta, update_path, add_path, output, batch_size, shards, no_com
     from gputext.cluster.star import cluster_star
 
     data = read_corpus(corpus)
-    backend = pick_backend(device, quiet)
-    result = cluster_star(data.X, beta, backend, batch_size=batch_size, shards=shards, quiet=quiet)
-    dclus.write_result(data, result, output, beta, backend.name, compression=compression)
+    backend = device_for(device, scheduler, quiet)
+    with scheduler_client(scheduler, quiet) as client:
+        source = corpus if client is not None and corpus != "-" else data.X  # workers read the file
+        result = cluster_star(source, beta, backend, batch_size=batch_size, shards=shards, quiet=quiet, client=client)
+    backend_name = getattr(backend, "name", "dask")
+    dclus.write_result(data, result, output, beta, backend_name, compression=compression)
     s = result.stats
     info(f"star: {data.n_docs} documents, {s['n_edges']} edges (beta {beta}), {result.n_clusters} clusters "
-         f"({s['n_isolated']} isolated documents) in {s['seconds_total']:.2f} s on {backend.name} "
+         f"({s['n_isolated']} isolated documents) in {s['seconds_total']:.2f} s on {backend_name} "
          f"(graph {s['seconds_graph']:.2f} s, relevance {s['seconds_relevance']:.3f} s, cover {s['seconds_cover']:.3f} s)",
          quiet)

@@ -5,6 +5,9 @@ documents through it; they differ only in the selector (top-k, threshold; argmax
 See docs/ENGINE_API.md and gputext.kernels.scoring for the method.
 """
 from .index import Index, Postings
-from .search import METRICS, Geometry, search_threshold, search_topk, search_topk_grouped
+from .merge import merge_topk
+from .search import (METRICS, Geometry, keys_to_scores, search_threshold, search_topk, search_topk_grouped,
+                     search_topk_keys)
 
-__all__ = ["Index", "Postings", "METRICS", "Geometry", "search_threshold", "search_topk", "search_topk_grouped"]
+__all__ = ["Index", "Postings", "METRICS", "Geometry", "search_threshold", "search_topk", "search_topk_grouped",
+           "search_topk_keys", "merge_topk", "keys_to_scores"]

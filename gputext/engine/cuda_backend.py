@@ -28,6 +28,7 @@ from ..io.corpus import csr_arrays
 from ..kernels import scan, scoring
 from ..progress import progress
 from .index import Index
+from .merge import merge_topk
 from .report import SearchReport
 
 INDEX_SHARE = 0.45
@@ -387,18 +388,7 @@ def topk_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geom, repor
     report.seconds = time.perf_counter() - t0
     if len(parts) == 1:
         return parts[0]
-    return merge_shard_results(parts, k)
-
-
-def merge_shard_results(parts, k):
-    """Exact merge of per-shard top-k lists: (key desc, doc asc), empty slots (doc -1) last."""
-    docs = np.concatenate([d for d, _ in parts], axis=1)
-    keys = np.concatenate([kk for _, kk in parts], axis=1)
-    missing = docs < 0
-    sort_keys = np.where(missing, np.inf, -keys)
-    sort_docs = np.where(missing, np.iinfo(np.int64).max, docs.astype(np.int64))
-    order = np.lexsort((sort_docs, sort_keys), axis=1)[:, :k]
-    return np.take_along_axis(docs, order, 1), np.take_along_axis(keys, order, 1)
+    return merge_topk(parts, k)
 
 
 def threshold_cuda(index: Index, Q, min_key, code, self_doc, batch_size, quiet, geom, report: SearchReport,

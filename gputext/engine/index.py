@@ -8,6 +8,7 @@ CPU postings in an index file, which is also a valid corpus file (its /X is the 
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import h5py
@@ -68,6 +69,7 @@ class Index:
         self._norm_terms: dict[int, np.ndarray] = {}
         self._maxabs: np.ndarray | None = None
         self.device_cache: dict = {}  # the CUDA backend keeps its device shards here
+        self._scale_maxabs: np.ndarray | None = None  # with_term_maxabs
 
     @classmethod
     def from_csr(cls, X) -> "Index":
@@ -99,12 +101,28 @@ class Index:
     @property
     def term_maxabs(self) -> np.ndarray:
         """float32 (n_terms,): largest |weight| of each term (sets each query's fixed-point scale)."""
+        if self._scale_maxabs is not None:
+            return self._scale_maxabs
         if self._postings is not None:
             return self._postings.term_maxabs
         if self._maxabs is None:
             _, indices, data = csr_arrays(self.X)
             self._maxabs = scoring.term_maxabs_cpu(indices, data, self.n_terms)
         return self._maxabs
+
+    def with_term_maxabs(self, term_maxabs: np.ndarray) -> "Index":
+        """A view of this index (same matrix, postings, norms and device cache) whose queries take
+        their fixed-point scale from ``term_maxabs`` float32 (n_terms,) instead of this matrix's
+        own term maxima. For a shard (a row range) of a larger corpus pass the whole corpus's
+        maxima (each >= the shard's): every document then gets the float64 key, bit for bit, that
+        the whole corpus's index gives it, so shards' lists merge exactly (gputext.distributed)."""
+        m = np.ascontiguousarray(term_maxabs, dtype=np.float32)
+        if m.shape != (self.n_terms,):
+            raise InputError(f"term_maxabs must have one entry per term ({self.n_terms}), got shape {m.shape}")
+        view = copy.copy(self)  # shallow: shares the norm caches and the device cache
+        view.cpu = self.cpu  # postings built through a view are built (once) on this index
+        view._scale_maxabs = m
+        return view
 
     def norm_terms(self, metric: int) -> np.ndarray:
         """float64 (n_docs,): each document's norm term for the metric (kernels.scoring.norm_terms)."""

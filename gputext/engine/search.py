@@ -27,8 +27,8 @@ from .query import (check_k, check_queries, grouped_query_info, group_ptr, keys_
 METRICS = tuple(METRIC_CODES)
 MAX_CUDA_K = 1024  # the top-k selection block has k <= block <= 1024 threads
 MAX_GROUPED_CUDA_K = 512  # the grouped kernel's shared memory (24 B a thread and a position) at block = k
-__all__ = ["METRICS", "SIMILARITIES", "Geometry", "search_topk", "search_threshold", "search_topk_grouped",
-           "keys_to_scores", "min_key_for", "grouped_query_info", "serving_backend"]
+__all__ = ["METRICS", "SIMILARITIES", "Geometry", "search_topk", "search_topk_keys", "search_threshold",
+           "search_topk_grouped", "keys_to_scores", "min_key_for", "grouped_query_info", "serving_backend"]
 
 
 @dataclass
@@ -75,6 +75,19 @@ def search_topk(index: Index, Q, k: int, metric: str = "cosine", device: str | B
     leave out (-1 for none). stats: a dict to receive what the run did (backend, shards,
     batch_size, index_bytes and rows_bytes on the device, postings scored, seconds).
     """
+    docs, keys = search_topk_keys(index, Q, k, metric, device, exclude_self, batch_size, quiet, geometry, stats)
+    return docs, keys_to_scores(keys, docs, metric_code(metric))
+
+
+def search_topk_keys(index: Index, Q, k: int, metric: str = "cosine", device: str | Backend = "auto",
+                     exclude_self=False, batch_size: int | None = None, quiet: bool = True,
+                     geometry: Geometry | None = None, stats: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """search_topk before the scores are rounded: (indices int32 (n_queries, k), keys float64
+    (n_queries, k)), keys larger-is-better (kernels.scoring: similarity, or minus the distance),
+    -inf where indices == -1. The selection order is (key descending, index ascending), so lists
+    of disjoint row ranges of one corpus merge exactly (merge_topk; the ranges' indexes made with
+    Index.with_term_maxabs of the whole corpus). keys_to_scores(keys, indices, code) gives the
+    scores search_topk returns."""
     code = metric_code(metric)
     k = check_k(k)
     Q = check_queries(index, Q)
@@ -83,14 +96,14 @@ def search_topk(index: Index, Q, k: int, metric: str = "cosine", device: str | B
     backend = serving_backend(as_backend(device), k, MAX_CUDA_K, "the CUDA selector", quiet, report)
     if Q.shape[0] == 0:
         report.into(stats)
-        return np.empty((0, k), np.int32), np.empty((0, k), np.float32)
+        return np.empty((0, k), np.int32), np.empty((0, k), np.float64)
     if backend.is_cuda:
         from .cuda_backend import topk_cuda
         docs, keys = topk_cuda(index, Q, k, code, self_doc, batch_size, quiet, geometry or Geometry(), report)
     else:
         docs, keys = _topk_cpu(index, Q, k, code, self_doc, batch_size, quiet)
     report.into(stats)
-    return docs, keys_to_scores(keys, docs, code)
+    return docs, keys
 
 
 def backend_label(backend: Backend) -> str:

@@ -53,8 +53,15 @@ def choose_method(method: str, n_docs: int, n_terms: int, nnz: int, backend: Bac
 
 def find_neighbours(X_train, X_query, k: int, metric: str = "cosine", method: str = "auto",
                     device: str | Backend = "auto", exclude_self=False, quiet: bool = True,
-                    info: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Exact k nearest training rows of every query row: (indices int32, scores float32) (n_q, k)."""
+                    info: dict | None = None, client=None) -> tuple[np.ndarray, np.ndarray]:
+    """Exact k nearest training rows of every query row: (indices int32, scores float32) (n_q, k).
+    client: a dask.distributed Client: the training rows are scattered over its workers and
+    searched there (gputext.distributed; the inverted method, identical results)."""
+    if client is not None:
+        from ..distributed.knn import neighbours
+        if info is not None:
+            info.update(method="inverted", method_reason="Dask cluster", backend="dask")
+        return neighbours(X_train, X_query, k, metric, device, exclude_self, quiet, client)
     backend = as_backend(device)
     X_train = sp.csr_matrix(X_train)
     chosen, reason = choose_method(method, X_train.shape[0], X_train.shape[1], X_train.nnz, backend)
@@ -203,9 +210,9 @@ class ClassifyResult:
 
 def knn_classify(train: Corpus, test: Corpus, k: int = 30, metric: str = "cosine", method: str = "auto",
                  device: str | Backend = "auto", multilabel: bool = False, top_r: int | None = None,
-                 threshold: float | None = None, quiet: bool = True) -> ClassifyResult:
+                 threshold: float | None = None, quiet: bool = True, client=None) -> ClassifyResult:
     """kNN vote (or category ranking with ``multilabel``) of every test document; metrics when the
-    test corpus is labelled."""
+    test corpus is labelled. client: a dask.distributed Client to search on (find_neighbours)."""
     check_same_vocabulary(train, test, "training", "test")
     if metric not in VOTE_METRICS:
         raise InputError(f"--metric {metric!r}: classification weighs neighbours by similarity, expected one of "
@@ -226,7 +233,8 @@ def knn_classify(train: Corpus, test: Corpus, k: int = 30, metric: str = "cosine
         raise InputError("the training corpus has no labelled document")
     if k > rows.size:
         raise InputError(f"Expected k <= {rows.size} (the number of labelled training documents), got k = {k}")
-    idx, sc = find_neighbours(train.X[rows], test.X, int(k), metric, method, device, quiet=quiet, info=res.info)
+    idx, sc = find_neighbours(train.X[rows], test.X, int(k), metric, method, device, quiet=quiet, info=res.info,
+                              client=client)
     res.seconds["neighbours"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     if multilabel:

@@ -7,7 +7,8 @@ import click
 import numpy as np
 import scipy.sparse as sp
 
-from ..cli_common import FiniteFloat, check_paths, warn_slow_method, corpus_path, device_option, pick_backend, quiet_option
+from ..cli_common import FiniteFloat, check_paths, warn_slow_method, corpus_path, device_option, quiet_option
+from ..distributed.options import device_for, scheduler_client, scheduler_option
 from ..errors import InputError
 from ..progress import heartbeat, info
 
@@ -107,9 +108,10 @@ def _flat(d: dict) -> dict:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
               help="Write predictions (HDF5; - is stdout). Not with --folds.")
 @device_option
+@scheduler_option
 @quiet_option
 def classify(train_path, test_path, k, model, features, multilabel, top_r, threshold, metric, method, folds, C,
-             C_grid, seed, jobs, output, device, quiet):
+             C_grid, seed, jobs, output, device, scheduler, quiet):
     """Classify TEST with kNN (vote or multi-label category ranking) or an SVM on kNN meta-features.
 
     Reads the labelled training corpus and the test corpus (same vocabulary). Writes, with -o, a
@@ -118,7 +120,8 @@ def classify(train_path, test_path, k, model, features, multilabel, top_r, thres
     /obsm/predicted_labels (CSR). Prints micro- and macro-F1 (and, multi-label, one-error,
     coverage, ranking loss, average precision) when the test corpus is labelled. The neighbour
     search and the meta-features run on the GPU when one is usable (--device), else on the CPU
-    twin; the SVM (scikit-learn LinearSVC) runs on the CPU.
+    twin; the SVM (scikit-learn LinearSVC) runs on the CPU. --scheduler runs the vote's neighbour
+    search on a Dask cluster (docs/distributed.md; --model svm and --folds run in one process).
 
     \b
     Example:
@@ -140,10 +143,13 @@ def classify(train_path, test_path, k, model, features, multilabel, top_r, thres
                          "expected a number in [0, 1]")
     if folds and output:
         raise click.UsageError("--folds reports figures only; drop -o")
+    if scheduler and (model == "svm" or folds):
+        raise click.UsageError("--scheduler runs the vote model's search; --model svm and --folds run in one process")
     grid = _parse_grid(C_grid)
     check_paths([("--train", train_path), ("--test", test_path)], [("-o", output)])
-    backend = pick_backend(device, quiet)
-    warn_slow_method(method, backend)
+    backend = device_for(device, scheduler, quiet)
+    if scheduler is None:
+        warn_slow_method(method, backend)
     train = read_corpus(train_path)
     test = read_corpus(test_path)
     to_err = output == "-"
@@ -165,7 +171,8 @@ def classify(train_path, test_path, k, model, features, multilabel, top_r, thres
         what = f"svm on {features} (C = {res.info['C']:g})"
     else:
         from .classify import knn_classify
-        res = knn_classify(train, test, k, metric, method, backend, multilabel, top_r, threshold, quiet)
+        with scheduler_client(scheduler, quiet) as client:
+            res = knn_classify(train, test, k, metric, method, backend, multilabel, top_r, threshold, quiet, client)
         what = f"kNN {'category ranking' if multilabel else 'vote'} (k = {k}, {res.info.get('method')})"
     times = ", ".join(f"{key} {v:.2f} s" for key, v in res.seconds.items() if key != "total")
     info(f"{what}: {test.n_docs} documents in {res.seconds['total']:.2f} s ({times})", quiet)
@@ -202,8 +209,9 @@ def classify(train_path, test_path, k, model, features, multilabel, top_r, thres
 @click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True,
               help="Neighbour search: inverted index (one per class), dense kernels, or auto.")
 @device_option
+@scheduler_option
 @quiet_option
-def metafeatures(train_path, test_path, k, output, train_output, method, device, quiet):
+def metafeatures(train_path, test_path, k, output, train_output, method, device, scheduler, quiet):
     """kNN meta-features: per class, k cosine similarities, k L1 and k L2 distances, cosine and L2 to the centroid.
 
     Reads the labelled training corpus and the test corpus. Writes OUTPUT, a result file whose
@@ -212,7 +220,8 @@ def metafeatures(train_path, test_path, k, output, train_output, method, device,
     cos_centroid, l2_centroid) and the padding rule; /uns/gputext/metafeatures/columns lists every
     column name. --train-output writes the training documents' meta-features the same way, each
     document left out of its own class's lists and centroid. Runs on the GPU when one is usable
-    (--device), else on the CPU twin.
+    (--device), else on the CPU twin; with --scheduler the search runs on a Dask cluster's workers
+    (same values; docs/distributed.md).
 
     \b
     Example:
@@ -223,14 +232,16 @@ def metafeatures(train_path, test_path, k, output, train_output, method, device,
     from .metafeatures import compute_metafeatures
 
     check_paths([("--train", train_path), ("--test", test_path)], [("-o", output), ("--train-output", train_output)])
-    backend = pick_backend(device, quiet)
-    warn_slow_method(method, backend)
+    backend = device_for(device, scheduler, quiet)
+    if scheduler is None:
+        warn_slow_method(method, backend)
     train = read_corpus(train_path)
     test = read_corpus(test_path)
     check_same_vocabulary(train, test, "training", "test")
     cat = single_labels(train, "training")
-    mf = compute_metafeatures(train.X, cat.codes, len(cat.categories), test.X, k=k, method=method, device=backend,
-                              categories=cat.categories, quiet=quiet)
+    with scheduler_client(scheduler, quiet) as client:
+        mf = compute_metafeatures(train.X, cat.codes, len(cat.categories), test.X, k=k, method=method, device=backend,
+                                  categories=cat.categories, quiet=quiet, client=client)
     params = {"metafeatures": {"k": int(k), "train": str(train_path), "method": mf.info["method"],
                                "backend": mf.info["backend"], "seconds": float(mf.info["seconds"]),
                                "classes": np.asarray(cat.categories, dtype=object),

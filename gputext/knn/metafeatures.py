@@ -103,7 +103,7 @@ def centroid_features(Q: sp.csr_matrix, Xc: sp.csr_matrix, own: np.ndarray, sq: 
 
 def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: int = 30, method: str = "auto",
                          device: str | Backend = "auto", categories=None, quiet: bool = True,
-                         train_rows: bool = True) -> MetaFeatures:
+                         train_rows: bool = True, client=None) -> MetaFeatures:
     """Meta-features of every training document (left out of its own class) and of every query.
     ``train_rows=False``: the queries' only (MetaFeatures.train is then empty), at the cost of the
     queries alone (gputext.KNNMetaFeatures.transform).
@@ -111,6 +111,9 @@ def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: in
     X_train: CSR (n_train, n_terms); y_train: int codes (n_train,) in [0, n_classes) or -1
     (unlabelled: in no class, still gets meta-features); X_queries: CSR (n_queries, n_terms) or
     None. method: inverted | dense | auto (dense_fits on the training matrix). Returns MetaFeatures.
+    client: a dask.distributed Client: the grouped search runs on its workers (the class-ordered
+    training rows scattered over them, gputext.distributed), the centroid columns here; identical
+    values (inverted method only).
     """
     from .classify import choose_method
 
@@ -129,7 +132,13 @@ def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: in
     if X_queries.shape[1] != X_train.shape[1]:
         raise InputError(f"queries have {X_queries.shape[1]} terms, the training corpus {X_train.shape[1]}: "
                          "build them with --vocab-from the training corpus")
-    backend = as_backend(device)
+    if client is not None:
+        if method == "dense":
+            raise InputError("the dense method does not run on a Dask cluster: use method inverted or auto")
+        method = "inverted"
+        backend = Backend("cpu", False, "the client; the search runs on the Dask workers")
+    else:
+        backend = as_backend(device)
     n_train = X_train.shape[0]
     Q = _vstack(X_train, X_queries) if train_rows else X_queries
     lead = n_train if train_rows else 0  # Q's first `lead` rows are the training documents
@@ -143,7 +152,7 @@ def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: in
         sq, l1 = _row_norms(Q)
         M = _dense_per_class(X_train, y, n_classes, Q, k, backend, sq, l1, quiet, info, lead)
     else:
-        M = _grouped(X_train, y, n_classes, Q, k, backend, quiet, info, lead)
+        M = _grouped(X_train, y, n_classes, Q, k, backend, quiet, info, lead, client, device)
         info["stages"]["prepare_ms"] = 1e3 * (t0 - t_start)  # validation, stacking, method choice
     info["seconds"] = time.perf_counter() - t0
     names = column_names(categories if categories is not None else range(n_classes), k)
@@ -160,10 +169,11 @@ def _vstack(A: sp.csr_matrix, B: sp.csr_matrix) -> sp.csr_matrix:
     return out
 
 
-def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info, lead: int) -> np.ndarray:
+def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info, lead: int, client=None, device="auto") -> np.ndarray:
     """Inverted method: one engine index over the labelled training documents ordered by class
     (classes are contiguous groups), one grouped search for cosine, l1 and l2 at once writing
-    straight into the meta-feature matrix, then the centroid columns for all classes at once."""
+    straight into the meta-feature matrix, then the centroid columns for all classes at once.
+    With a Dask client the index is a gputext.distributed.DistributedIndex (same results)."""
     from ..engine import Index, search_topk_grouped
     from ..io.corpus import csr_arrays
     from ..kernels import scoring
@@ -176,7 +186,14 @@ def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info, lead: int) -> np
     counts = np.bincount(y[labelled], minlength=n_classes).astype(np.int64)
     group_ptr = np.zeros(n_classes + 1, np.int64)
     np.cumsum(counts, out=group_ptr[1:])
-    index = Index.from_csr(X_train[order])
+    if client is None:
+        index = Index.from_csr(X_train[order])
+        search = lambda *a, **kw: search_topk_grouped(index, *a, backend, **kw)  # noqa: E731
+    else:
+        from ..distributed import DistributedIndex
+        from ..distributed.knn import as_device
+        index = DistributedIndex.from_csr(X_train[order], client, quiet=quiet)
+        search = lambda *a, **kw: index.search_topk_grouped(*a, as_device(device), **kw)  # noqa: E731
     self_doc = np.full(n_all, -1, np.int64)
     if lead:
         self_doc[order] = np.arange(order.size)
@@ -195,8 +212,10 @@ def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info, lead: int) -> np
 
     t = time.perf_counter()
     search_stats: dict = {}
-    search_topk_grouped(index, Q, k, group_ptr, KNN_METRICS, backend, exclude_self=self_doc, pad="last", out=M,
-                        return_docs=False, quiet=quiet, stats=search_stats, host_work=centroid_columns)
+    search(Q, k, group_ptr, KNN_METRICS, exclude_self=self_doc, pad="last", out=M, return_docs=False, quiet=quiet,
+           host_work=centroid_columns, **({} if client is not None else {"stats": search_stats}))
+    if client is not None:
+        index.close()
     stages["search_ms"] = 1e3 * (time.perf_counter() - t)  # includes the centroid features
     t = time.perf_counter()
     scoring.set_columns_cpu(M, centroids, 3 * k)

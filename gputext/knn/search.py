@@ -57,6 +57,17 @@ def choose_method(method: str, index: Index, backend: Backend, k: int = 1) -> tu
     return ("dense" if fits else "inverted"), reason
 
 
+def check_k(k: int, n_docs: int, n_queries: int, exclude_self: bool) -> None:
+    """k fits the indexed documents (less the query itself), and --exclude-self has the corpus as queries."""
+    available = n_docs - (1 if exclude_self else 0)
+    if k > available:
+        raise InputError(f"Expected k <= {available} (the number of indexed documents"
+                         f"{' other than the query itself' if exclude_self else ''}), got k = {k}")
+    if exclude_self and n_queries != n_docs:
+        raise InputError(f"--exclude-self needs the queries to be the indexed corpus: expected {n_docs} "
+                         f"queries, got {n_queries}")
+
+
 def search_corpora(index: Index, queries: Corpus, k: int, metric: str = "cosine", method: str = "auto",
                    device: str | Backend = "auto", exclude_self: bool = False, batch_size: int | None = None,
                    quiet: bool = True) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -65,13 +76,7 @@ def search_corpora(index: Index, queries: Corpus, k: int, metric: str = "cosine"
         check_same_vocabulary(index.corpus, queries)
     elif queries.n_terms != index.n_terms:
         raise InputError(f"queries have {queries.n_terms} terms, the index {index.n_terms}")
-    available = index.n_docs - (1 if exclude_self else 0)
-    if k > available:
-        raise InputError(f"Expected k <= {available} (the number of indexed documents"
-                         f"{' other than the query itself' if exclude_self else ''}), got k = {k}")
-    if exclude_self and queries.n_docs != index.n_docs:
-        raise InputError(f"--exclude-self needs the queries to be the indexed corpus: expected {index.n_docs} "
-                         f"queries, got {queries.n_docs}")
+    check_k(k, index.n_docs, queries.n_docs, exclude_self)
     backend = as_backend(device)
     chosen, reason = choose_method(method, index, backend, k)
     stats: dict = {"method": chosen, "method_reason": reason}
@@ -98,11 +103,20 @@ def result_corpus(queries: Corpus, indices: np.ndarray, scores: np.ndarray, para
 
 def search_files(index_path: str, queries_path: str | None, k: int, metric: str = "cosine", method: str = "auto",
                  device: str | Backend = "auto", exclude_self: bool = False, batch_size: int | None = None,
-                 quiet: bool = True) -> Corpus:
-    """Search files and return the result corpus (not yet written)."""
-    index = load_index(index_path)
-    queries = index.corpus if queries_path is None else read_corpus(queries_path)
-    indices, scores, stats = search_corpora(index, queries, k, metric, method, device, exclude_self, batch_size, quiet)
-    params = {"k": int(k), "metric": metric, "index": str(index_path), "index_n_docs": int(index.n_docs),
+                 quiet: bool = True, client=None) -> Corpus:
+    """Search files and return the result corpus (not yet written). client: a dask.distributed
+    Client: the index file's rows are read and indexed by its workers (gputext.distributed; the
+    inverted method, identical results); this process reads only the queries."""
+    if client is not None:
+        from ..distributed.knn import search_files_distributed
+        indices, scores, stats, queries, n_docs = search_files_distributed(
+            index_path, queries_path, k, metric, method, device, exclude_self, batch_size, quiet, client, check_k)
+    else:
+        index = load_index(index_path)
+        queries = index.corpus if queries_path is None else read_corpus(queries_path)
+        indices, scores, stats = search_corpora(index, queries, k, metric, method, device, exclude_self, batch_size,
+                                                quiet)
+        n_docs = index.n_docs
+    params = {"k": int(k), "metric": metric, "index": str(index_path), "index_n_docs": int(n_docs),
               "exclude_self": bool(exclude_self), **{key: v for key, v in stats.items() if isinstance(v, (int, float, str))}}
     return result_corpus(queries, indices, scores, params)

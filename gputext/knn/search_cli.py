@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from ..cli_common import check_paths, warn_slow_method, corpus_path, device_option, output_option, pick_backend, quiet_option
+from ..cli_common import check_paths, warn_slow_method, corpus_path, device_option, output_option, quiet_option
+from ..distributed.options import device_for, scheduler_client, scheduler_option
 from ..engine import METRICS
 from ..io.corpus import write_corpus
 from ..progress import info
@@ -49,9 +50,10 @@ def index(corpus, output, quiet):
 @click.option("--exclude-self", is_flag=True, help="Queries are the indexed corpus: leave each document out of its own list.")
 @click.option("--batch-size", type=click.IntRange(min=1), help="Queries per device batch (default: sized from free device memory).")
 @device_option
+@scheduler_option
 @output_option
 @quiet_option
-def search(index_path, queries_path, k, metric, method, exclude_self, batch_size, device, output, quiet):
+def search(index_path, queries_path, k, metric, method, exclude_self, batch_size, device, scheduler, output, quiet):
     """Exact k nearest neighbours of every query document.
 
     Reads the index (or corpus) and the query corpus; writes OUTPUT with /obsm/knn_indices int32
@@ -60,21 +62,27 @@ def search(index_path, queries_path, k, metric, method, exclude_self, batch_size
     exact and identical on the GPU (--device cuda) and the CPU twin (--device cpu). An OUTPUT
     ending in .csv, .jsonl or .parquet (pyarrow) is a table instead: one row per query with its
     id, the neighbours' document ids and their scores.
+    With --scheduler the index is cut into one document range per Dask worker (each reads its
+    rows of the index file) and the lists are merged here: identical results (docs/distributed.md).
 
     \b
     Example:
       gputext knn search --index train.h5 --queries test.h5 -k 30 -o neighbours.h5
       gputext knn search --index train.h5 --exclude-self -k 10 --metric l2 -o self.h5
       gputext knn search --index train.h5 --queries test.h5 -k 5 -o nn.csv
+      gputext knn search --index train.h5 --queries test.h5 -k 30 --scheduler local:4 -o neighbours.h5
     """
     from .search import search_files
 
     if queries_path is None and not exclude_self:
         raise click.UsageError("give --queries, or --exclude-self to search the indexed corpus against itself")
     check_paths([("--index", index_path), ("--queries", queries_path)], [("-o", output)])
-    backend = pick_backend(device, quiet)
-    warn_slow_method(method, backend)
-    result = search_files(index_path, queries_path, k, metric, method, backend, exclude_self, batch_size, quiet)
+    backend = device_for(device, scheduler, quiet)
+    if scheduler is None:
+        warn_slow_method(method, backend)
+    with scheduler_client(scheduler, quiet) as client:
+        result = search_files(index_path, queries_path, k, metric, method, backend, exclude_self, batch_size, quiet,
+                              client)
     from ..io.export import read_doc_ids, table_format, write_neighbour_table
     if table_format(output):  # nn.csv / .jsonl / .parquet: one row per query (gputext.io.export)
         write_neighbour_table(result, output, read_doc_ids(index_path))
@@ -86,4 +94,4 @@ def search(index_path, queries_path, k, metric, method, exclude_self, batch_size
         memory = (f"; device memory: index {p['index_bytes'] / 2**20:.0f} MiB in {p.get('shards', 1)} shard(s), "
                   f"score rows {p.get('rows_bytes', 0) / 2**20:.0f} MiB for batches of {p.get('batch_size')}")
     info(f"{result.n_docs} queries x {p['index_n_docs']} documents, k = {k}, {metric}, "
-         f"{p['method']} on {p.get('backend', backend.name)}: {p['seconds']:.3f} s{memory}", quiet)
+         f"{p['method']} on {p.get('backend', getattr(backend, 'name', backend))}: {p['seconds']:.3f} s{memory}", quiet)

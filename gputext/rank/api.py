@@ -37,36 +37,53 @@ def progress_printer(quiet: bool, prefix: str = ""):
 
 
 def train_data(data: RankingData, C: float = 1.0, eps: float = 1e-5, max_iter: int = 1000, device="auto",
-               quiet: bool = True, geometry: RankGeometry | None = None, callback=None) -> RankModel:
-    """Train on prepared data (gputext.rank.data.prepare) with TRON; returns a RankModel."""
+               quiet: bool = True, geometry: RankGeometry | None = None, callback=None, client=None) -> RankModel:
+    """Train on prepared data (gputext.rank.data.prepare) with TRON; returns a RankModel.
+    client: a dask.distributed Client: f, gradient and Hessian-vector products are computed on
+    its workers, each holding whole queries, and summed here in a fixed order; TRON runs here
+    (gputext.distributed.rank: identical with one worker, within a documented bound with more)."""
     if not (eps > 0):
         raise InputError(f"eps must be positive, got {eps}")
     if max_iter < 1:
         raise InputError(f"max_iter must be at least 1, got {max_iter}")
     if not (C > 0 and np.isfinite(C)):
         raise InputError(f"C must be a positive number, got {C}")
-    backend = _backend(device)
-    objective = RankObjective(data, C, backend, geometry)
-    result = tron(objective, data.n_features, eps=eps, max_iter=max_iter,
-                  callback=callback if callback is not None else progress_printer(quiet))
+    ops = None
+    if client is not None:
+        from ..distributed.rank import DistributedRankOps
+        ops = DistributedRankOps(client, data, getattr(device, "name", device), geometry)
+        backend = Backend("cpu", False, "TRON here; f, gradient and Hessian products on the Dask workers")
+    else:
+        backend = _backend(device)
+    objective = RankObjective(data, C, backend, geometry, ops=ops)
+    try:
+        result = tron(objective, data.n_features, eps=eps, max_iter=max_iter,
+                      callback=callback if callback is not None else progress_printer(quiet))
+    finally:
+        if ops is not None:
+            ops.close()
     return RankModel(w=result.w, C=float(C), eps=float(eps), max_iter=int(max_iter), iterations=result.iterations,
                      cg_iterations=result.cg_iterations, objective=result.f, grad_norm=result.grad_norm,
-                     grad_norm0=result.grad_norm0, converged=result.converged, backend=backend.name,
+                     grad_norm0=result.grad_norm0, converged=result.converged,
+                     backend="dask" if client is not None else backend.name,
                      train_seconds=result.seconds, n_docs=data.n_docs, n_queries=data.n_queries,
                      n_pairs=data.n_pairs, history=result.history)
 
 
 def train(corpus: Corpus, C: float = 1.0, eps: float = 1e-5, max_iter: int = 1000, device="auto",
-          quiet: bool = True, name: str = "training corpus", geometry: RankGeometry | None = None) -> RankModel:
-    """Train on a corpus with /obs/qid and /obs/relevance."""
-    return train_data(from_corpus(corpus, name), C, eps, max_iter, device, quiet, geometry)
+          quiet: bool = True, name: str = "training corpus", geometry: RankGeometry | None = None,
+          client=None) -> RankModel:
+    """Train on a corpus with /obs/qid and /obs/relevance (client: see train_data)."""
+    return train_data(from_corpus(corpus, name), C, eps, max_iter, device, quiet, geometry, client=client)
 
 
 def train_grid(corpus: Corpus, valid: Corpus, C_grid, eps: float = 1e-5, max_iter: int = 1000, device="auto",
                quiet: bool = True, select_by: str = "ndcg@10", name: str = "training corpus",
-               valid_name: str = "validation corpus", geometry: RankGeometry | None = None) -> RankModel:
+               valid_name: str = "validation corpus", geometry: RankGeometry | None = None,
+               client=None) -> RankModel:
     """Train one model per C (each from w = 0) and keep the one with the best ``select_by`` on the
-    validation corpus (ties: the smaller C). The returned model records the grid and its scores."""
+    validation corpus (ties: the smaller C). The returned model records the grid and its scores.
+    client: train on a Dask cluster (train_data); the validation scores are computed here."""
     if select_by not in SELECT_BY:
         raise InputError(f"select_by must be one of {', '.join(SELECT_BY)}, got {select_by!r}")
     C_grid = [float(c) for c in C_grid]
@@ -75,11 +92,12 @@ def train_grid(corpus: Corpus, valid: Corpus, C_grid, eps: float = 1e-5, max_ite
     data = from_corpus(corpus, name)
     check_features(valid.n_terms, data.n_features, valid_name)
     vqid, vrel = corpus_columns(valid, valid_name)
-    backend = _backend(device)
+    backend = _backend("cpu" if client is not None else device)
     best, best_score, scores = None, -np.inf, []
     for C in sorted(set(C_grid)):
         info(f"C = {C:g}", quiet)
-        model = train_data(data, C, eps, max_iter, backend, quiet, geometry)
+        model = train_data(data, C, eps, max_iter, device if client is not None else backend, quiet, geometry,
+                           client=client)
         metrics = ranking_metrics(matvec(valid.X, model.w, backend, geometry), vqid, vrel)
         score = metrics["ndcg@10" if select_by == "ndcg@10" else "pairwise_accuracy"]
         scores.append(score)

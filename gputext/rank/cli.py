@@ -7,6 +7,7 @@ import math
 import click
 
 from ..cli_common import FiniteFloat, check_paths, corpus_path, device_option, output_option, pick_backend, quiet_option
+from ..distributed.options import device_for, scheduler_client, scheduler_option
 from ..errors import InputError
 from ..progress import info
 
@@ -50,15 +51,18 @@ def rank():
 @click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False), metavar="MODEL.h5",
               help="Model file (HDF5, written to a temporary name, then renamed).")
 @device_option
+@scheduler_option
 @quiet_option
-def train(train_file, C, eps, max_iter, valid_file, C_grid, select_by, output, device, quiet):
+def train(train_file, C, eps, max_iter, valid_file, C_grid, select_by, output, device, scheduler, quiet):
     """Train a linear RankSVM: minimise 1/2 |w|^2 + C * sum of squared hinge losses over the pairs
     (i, j) of each query with relevance y_i > y_j.
 
     Reads TRAIN.h5 (a corpus with /obs/qid and /obs/relevance; X are the features). Writes MODEL.h5
     (-o): /uns/gputext/rank/w (float64) plus C, eps, iterations and the feature count. Prints one line
     per Newton iteration (iteration, f, |grad|, CG steps) on stderr unless --quiet. Runs on the GPU
-    when one is usable (--device auto), else on the parallel CPU twin.
+    when one is usable (--device auto), else on the parallel CPU twin. --scheduler: the loss,
+    gradient and Hessian products run on a Dask cluster's workers (whole queries each), TRON here
+    (docs/distributed.md).
 
     \b
     Example:
@@ -77,27 +81,28 @@ def train(train_file, C, eps, max_iter, valid_file, C_grid, select_by, output, d
     if C_grid is not None and C is not None:
         raise InputError("-C and --C-grid exclude each other: the grid chooses C")
     check_paths([("TRAIN.h5", train_file), ("--valid", valid_file)], [("-o", output)])
-    backend = pick_backend(device, quiet)
+    backend = device_for(device, scheduler, quiet)
     corpus = read_corpus(train_file)
     valid = read_corpus(valid_file) if valid_file else None
     if valid is not None and valid.n_terms != corpus.n_terms:
         raise InputError(f"{valid_file} has {valid.n_terms} features but {train_file} has {corpus.n_terms}: "
                          "build it with the training corpus's feature set")
-    if C_grid is not None:
-        model = train_grid(corpus, valid, _parse_grid(C_grid), eps=eps, max_iter=max_iter, device=backend, quiet=quiet,
-                           select_by=select_by, name=train_file, valid_name=valid_file)
-        info(f"chose C = {model.C:g} by {select_by} on {valid_file}", quiet)
-    else:
-        model = train_one(corpus, C=1.0 if C is None else C, eps=eps, max_iter=max_iter, device=backend, quiet=quiet,
-                          name=train_file)
+    with scheduler_client(scheduler, quiet) as client:
+        if C_grid is not None:
+            model = train_grid(corpus, valid, _parse_grid(C_grid), eps=eps, max_iter=max_iter, device=backend,
+                               quiet=quiet, select_by=select_by, name=train_file, valid_name=valid_file, client=client)
+            info(f"chose C = {model.C:g} by {select_by} on {valid_file}", quiet)
+        else:
+            model = train_one(corpus, C=1.0 if C is None else C, eps=eps, max_iter=max_iter, device=backend,
+                              quiet=quiet, name=train_file, client=client)
     model.save(output)
     state = "converged" if model.converged else "stopped before eps was reached"
     info(f"wrote {output}: {model.n_features} features, C = {model.C:g}, {model.iterations} Newton iterations, "
-         f"{model.cg_iterations} CG steps, {model.train_seconds:.2f} s on {backend.name}; f = {model.objective:.10e}, "
+         f"{model.cg_iterations} CG steps, {model.train_seconds:.2f} s on {model.backend}; f = {model.objective:.10e}, "
          f"|grad|/|grad0| = {model.grad_norm / model.grad_norm0 if model.grad_norm0 else 0.0:.2e} ({state}); "
          f"{model.n_docs:,} documents, {model.n_queries:,} queries, {model.n_pairs:,} pairs", quiet)
     if valid is not None and C_grid is None:
-        m = evaluate(model, valid, backend, valid_file)
+        m = evaluate(model, valid, "cpu" if scheduler else backend, valid_file)
         info(f"validation: pairwise accuracy {m['pairwise_accuracy']:.4f}, NDCG@10 {m['ndcg@10']:.4f}, "
              f"MAP {m['map']:.4f}", quiet)
 

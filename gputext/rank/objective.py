@@ -27,13 +27,15 @@ class RankObjective:
     """
 
     def __init__(self, data: RankingData, C: float = 1.0, backend: Backend | str = "cpu",
-                 geometry: RankGeometry | None = None):
+                 geometry: RankGeometry | None = None, ops=None):
+        """ops: an object with the ops interface (gputext.rank.ops) to use instead of the
+        backend's, e.g. gputext.distributed.rank.DistributedRankOps (then backend is unused)."""
         if not (C > 0 and np.isfinite(C)):
             raise ValueError(f"C must be a positive number, got {C}")
         self.data = data
         self.C = float(C)
-        self.backend = resolve(backend) if isinstance(backend, str) else backend
-        self.ops = make_ops(data, self.backend, geometry)
+        self.backend = None if ops is not None else (resolve(backend) if isinstance(backend, str) else backend)
+        self.ops = ops if ops is not None else make_ops(data, self.backend, geometry)
         self.n = data.n_features
         self._w_trial: np.ndarray | None = None
         self._w: np.ndarray | None = None

@@ -1,0 +1,254 @@
+"""gputext.distributed on a LocalCluster of worker processes: results identical to the single-process
+engine for 1, 2 and 3 shards (one per worker process) in kNN search (every metric, k up to 300,
+exclude_self), the grouped selector and meta-features, the star graph and RankSVM; a worker killed
+mid-run; the one-line errors; the CLI's --scheduler. One cluster of 3 workers for the module
+(start-up costs seconds); skipped without dask."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+distributed = pytest.importorskip("distributed")
+
+from click.testing import CliRunner  # noqa: E402
+
+from gputext.cli import cli  # noqa: E402
+from gputext.distributed import DistributedIndex  # noqa: E402
+from gputext.engine import Index, search_threshold, search_topk, search_topk_grouped  # noqa: E402
+from gputext.errors import InputError  # noqa: E402
+from gputext.io.corpus import Categorical, Corpus, read_corpus, write_corpus  # noqa: E402
+
+METRICS = ("cosine", "dot", "l2", "l1")
+
+
+@pytest.fixture(scope="module")
+def client():
+    from gputext.distributed.client import local_cluster
+    cluster, _ = local_cluster(3)
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
+def corpus_matrix(n=320, n_terms=40, seed=0) -> sp.csr_matrix:
+    """Weights on a coarse grid and repeated rows: many exact ties, across shard boundaries too."""
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, n_terms, density=0.12, format="csr", dtype=np.float32, random_state=seed)
+    X.data = (np.round(X.data * 4) / 4 * rng.choice([-1, 1], X.nnz, p=[0.2, 0.8])).astype(np.float32)
+    X.eliminate_zeros()
+    rows = np.arange(n)
+    rows[1::7] = rows[0::7][: len(rows[1::7])]  # duplicates: documents 7j and 7j+1 are equal
+    return sp.csr_matrix(X[rows])
+
+
+@pytest.fixture(scope="module")
+def X():
+    return corpus_matrix()
+
+
+@pytest.fixture(scope="module")
+def Q():
+    return corpus_matrix(37, seed=5)
+
+
+def same_csr(a, b):
+    return (a.shape == b.shape and np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
+            and np.array_equal(a.data, b.data))
+
+
+@pytest.mark.parametrize("n_shards", [1, 2, 3])
+def test_knn_every_metric_identical(client, X, Q, n_shards):
+    index = Index.from_csr(X)
+    with DistributedIndex.from_csr(X, client, n_shards=n_shards) as d:
+        assert len(d.shards) == n_shards and len({s.worker for s in d.shards}) == n_shards
+        for metric in METRICS:
+            for queries, k, exclude in ((Q, 300, False), (X, 9, True)):
+                want = search_topk(index, queries, k, metric, "cpu", exclude_self=exclude)
+                got = d.search_topk(queries, k, metric, "cpu", exclude_self=exclude, batch_size=160)
+                assert np.array_equal(want[0], got[0]), (metric, k)
+                assert np.array_equal(want[1], got[1], equal_nan=True), (metric, k)
+        want = search_threshold(index, X, 0.3, "cosine", "cpu", exclude_self=True, after=np.arange(X.shape[0]))
+        got = d.search_threshold(X, 0.3, "cosine", "cpu", exclude_self=True, after=np.arange(X.shape[0]),
+                                 batch_size=100)
+        assert same_csr(want, got) and want.nnz > 0
+
+
+@pytest.mark.parametrize("n_shards", [1, 3])
+def test_grouped_selector_identical(client, X, Q, n_shards):
+    y = np.random.default_rng(1).integers(0, 5, X.shape[0])
+    y[y == 4] = 3  # group 4 empty
+    y[np.nonzero(y == 2)[0][3:]] = 1  # group 2 smaller than k
+    order = np.argsort(y, kind="stable")
+    groups = np.concatenate([[0], np.cumsum(np.bincount(y, minlength=5))])
+    Xo = X[order]
+    with DistributedIndex.from_csr(Xo, client, n_shards=n_shards) as d:
+        for pad in ("nan", "last"):
+            want = search_topk_grouped(Index.from_csr(Xo), Q, 6, groups, ("cosine", "l1", "l2", "dot"), "cpu", pad=pad)
+            got = d.search_topk_grouped(Q, 6, groups, ("cosine", "l1", "l2", "dot"), "cpu", pad=pad)
+            assert np.array_equal(want[0], got[0], equal_nan=True)
+            # docs: identical except in runs of equal float32 scores (their float64 keys may differ)
+            s = want[0]
+            tied = np.zeros(s.shape, bool)
+            tied[..., 1:] |= s[..., 1:] == s[..., :-1]
+            tied[..., :-1] |= s[..., 1:] == s[..., :-1]
+            assert np.array_equal(np.where(tied, 0, want[1]), np.where(tied, 0, got[1]))
+
+
+def test_metafeatures_identical(client, X, Q):
+    from gputext.knn.metafeatures import compute_metafeatures
+    y = np.random.default_rng(2).integers(-1, 4, X.shape[0])
+    y[y == 3] = 2  # class 3 empty
+    want = compute_metafeatures(X, y, 4, Q, k=5, method="inverted", device="cpu")
+    got = compute_metafeatures(X, y, 4, Q, k=5, device="cpu", client=client)
+    assert np.array_equal(want.train, got.train) and np.array_equal(want.queries, got.queries)
+
+
+def test_star_graph_and_clusters_identical(client, X):
+    from gputext.cluster.star import cluster_star
+    want = cluster_star(X, 0.3, "cpu", shards=3, batch_size=50)
+    got = cluster_star(X, 0.3, "cpu", shards=3, batch_size=50, client=client)
+    assert got.stats["graph_dask_shards"] == 3 and got.stats["graph_shards"] == 3
+    for name in ("indptr", "indices", "weights", "degree", "weight_sum"):
+        assert np.array_equal(getattr(want.graph, name), getattr(got.graph, name)), name
+    assert np.array_equal(want.centers, got.centers) and same_csr(want.membership, got.membership)
+
+
+def rank_data(seed=3):
+    from gputext.rank.data import prepare
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(2, 30, 40)
+    qid = np.repeat(np.arange(40), sizes)
+    n = qid.size
+    Xr = sp.random(n, 12, density=0.5, format="csr", dtype=np.float32, random_state=seed)
+    rel = rng.integers(0, 4, n).astype(np.float64)
+    return prepare(Xr, qid, rel)
+
+
+def test_ranksvm_one_part_bit_identical_and_repeatable(client):
+    from gputext.distributed.rank import DistributedRankOps
+    from gputext.rank.api import train_data
+    from gputext.rank.objective import RankObjective
+    from gputext.rank.tron import tron
+    data = rank_data()
+    want = train_data(data, C=0.5, device="cpu")
+    ops = DistributedRankOps(client, data, "cpu", n_parts=1)
+    one = tron(RankObjective(data, 0.5, ops=ops), data.n_features)
+    ops.close()
+    assert np.array_equal(one.w, want.w) and one.iterations == want.iterations
+    three = train_data(data, C=0.5, device="cpu", client=client)  # 3 parts, one per worker
+    again = train_data(data, C=0.5, device="cpu", client=client)
+    assert np.array_equal(three.w, again.w)  # fixed summation order: runs repeat exactly
+    assert three.iterations == want.iterations
+    np.testing.assert_allclose(three.w, want.w, rtol=1e-9, atol=1e-12)  # the documented summation-order bound
+
+
+def test_worker_killed_mid_run_same_result(client, X, Q, tmp_path):
+    path = str(tmp_path / "corpus.h5")
+    write_corpus(Corpus(X), path)
+    want = search_topk(Index.from_csr(X), Q, 20, "l2", "cpu")
+    with DistributedIndex.from_path(path, client) as d:
+        pids = client.run(os.getpid)
+        victim = pids[d.shards[0].worker]
+        out = {}
+        runner = threading.Thread(target=lambda: out.update(r=d.search_topk(Q, 20, "l2", "cpu", batch_size=3)))
+        runner.start()
+        time.sleep(0.2)
+        assert runner.is_alive()  # mid-run: 13 batches x 3 shards of tasks
+        os.kill(victim, signal.SIGKILL)
+        runner.join(timeout=240)
+        assert not runner.is_alive()
+    assert np.array_equal(want[0], out["r"][0]) and np.array_equal(want[1], out["r"][1], equal_nan=True)
+    client.wait_for_workers(3, timeout=120)  # the nanny restarts the worker for the next tests
+
+
+def test_unreadable_shard_is_one_line(client, X, tmp_path):
+    path = str(tmp_path / "gone.h5")
+    write_corpus(Corpus(X), path)
+    d = DistributedIndex.from_path(path, client)
+    d.close()  # the workers forget the shards: the next search reads the file again
+    os.remove(path)
+    with pytest.raises(InputError, match=r"shard rows \[\d+, \d+\) of .*gone.h5 cannot be read on worker tcp://"):
+        d.search_topk(X[:3], 2)
+
+
+def test_no_worker_is_one_line(monkeypatch):
+    from gputext.distributed import run
+    monkeypatch.setattr(run, "NO_WORKER_GRACE_S", 0.5)
+    with distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster:
+        with distributed.Client(cluster) as c:
+            with pytest.raises(InputError, match="the Dask cluster has no worker"):
+                DistributedIndex.from_csr(sp.csr_matrix(np.eye(3, dtype=np.float32)), c)
+    from gputext.distributed.client import parse_local
+    with pytest.raises(InputError, match="local:N with N >= 1"):
+        parse_local("local:0")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, X, Q):
+    d = tmp_path_factory.mktemp("dask_cli")
+    terms = np.array([f"t{i}" for i in range(X.shape[1])], dtype=object)
+    y = np.random.default_rng(4).integers(0, 3, X.shape[0])
+    train = Corpus(X, terms=terms, obs={"label": Categorical(y, np.array(["a", "b", "c"], dtype=object))})
+    write_corpus(train, str(d / "train.h5"))
+    write_corpus(Corpus(Q, terms=terms, obs={"label": Categorical(y[:Q.shape[0]], np.array(["a", "b", "c"], dtype=object))}),
+                 str(d / "test.h5"))
+    return d
+
+
+def run_cli(*args):
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_cli_knn_search_local_2(files):
+    d = files
+    run_cli("knn", "search", "--index", d / "train.h5", "--queries", d / "test.h5", "-k", 25, "--metric", "l1",
+            "--device", "cpu", "-o", d / "one.h5", "-q")
+    run_cli("knn", "search", "--index", d / "train.h5", "--queries", d / "test.h5", "-k", 25, "--metric", "l1",
+            "--device", "cpu", "--scheduler", "local:2", "-o", d / "two.h5", "-q")
+    a, b = read_corpus(str(d / "one.h5")), read_corpus(str(d / "two.h5"))
+    for key in ("knn_indices", "knn_scores"):
+        assert np.array_equal(a.obsm[key], b.obsm[key], equal_nan=True)
+
+
+def test_cli_families_on_a_scheduler_address(client, files):
+    d = files
+    address = client.scheduler.address
+    for args in (("cluster", "star", d / "train.h5", "--beta", 0.3), ("knn", "metafeatures", "--train", d / "train.h5",
+                                                                        "--test", d / "test.h5", "-k", 4)):
+        run_cli(*args, "--device", "cpu", "-o", d / "a.h5", "-q")
+        run_cli(*args, "--device", "cpu", "--scheduler", address, "-o", d / "b.h5", "-q")
+        a, b = read_corpus(str(d / "a.h5")), read_corpus(str(d / "b.h5"))
+        for key in a.obsm:
+            A, B = a.obsm[key], b.obsm[key]
+            assert same_csr(A, B) if sp.issparse(A) else np.array_equal(A, B), key
+    out = run_cli("knn", "classify", "--train", d / "train.h5", "--test", d / "test.h5", "-k", 5, "--scheduler",
+                  address, "--device", "cpu")
+    ref = run_cli("knn", "classify", "--train", d / "train.h5", "--test", d / "test.h5", "-k", 5, "--device", "cpu")
+    assert out.output.splitlines()[-1] == ref.output.splitlines()[-1]  # the F1 line
+    bad = CliRunner().invoke(cli, ["knn", "search", "--index", str(d / "train.h5"), "--exclude-self", "-k", "3",
+                                   "--scheduler", "local:x", "-o", str(d / "c.h5")])
+    assert bad.exit_code == 2 and "local:N with N >= 1" in bad.output
+
+
+@pytest.mark.gpu
+def test_gpu_worker_identical_to_the_direct_engine():
+    """One worker on the GPU (local:1: dask-cuda or CUDA_VISIBLE_DEVICES) == the direct engine on cuda."""
+    from gputext.distributed import connect
+    X, Q = corpus_matrix(3000, 500, seed=7), corpus_matrix(200, 500, seed=8)
+    want = search_topk(Index.from_csr(X), Q, 30, "cosine", "cuda")
+    with connect("local:1") as c:
+        with DistributedIndex.from_csr(X, c) as d:
+            got = d.search_topk(Q, 30, "cosine", "cuda")
+            grouped = d.search_topk_grouped(Q, 5, np.array([0, 1000, 3000]), ("cosine", "l2"), "cuda", pad="last")
+    assert np.array_equal(want[0], got[0]) and np.array_equal(want[1], got[1], equal_nan=True)
+    direct = search_topk_grouped(Index.from_csr(X), Q, 5, np.array([0, 1000, 3000]), ("cosine", "l2"), "cuda",
+                                 pad="last")
+    assert np.array_equal(direct[0], grouped[0])
