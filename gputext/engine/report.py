@@ -18,7 +18,8 @@ class SearchReport(RunReport):
     per device batch; index_bytes: the largest shard's device bytes; rows_bytes: score rows (and
     lists) of one batch; postings: postings scored; launch: "raw" (pre-marshalled launches) or
     "dispatcher"; fallback: the line saying another method served the request; segments,
-    geometry, merge_levels: the grouped selector's plan; stages: milliseconds per stage (grouped)."""
+    geometry, merge_levels: the grouped selector's plan (and the blocked top-k's: geometry = (block,
+    items, tile)); stages: milliseconds per stage (grouped); topk_method: "rows" or "blocked"."""
 
     shards: int | None = None
     batch_size: int | None = None
@@ -31,6 +32,7 @@ class SearchReport(RunReport):
     geometry: tuple | None = None
     merge_levels: int | None = None
     stages: dict | None = None
+    topk_method: str | None = None
 
     def as_stats(self) -> dict:
         out = super().as_stats()

@@ -25,10 +25,12 @@ from .query import (check_k, check_queries, grouped_query_info, group_ptr, keys_
                     self_docs)
 
 METRICS = tuple(METRIC_CODES)
+TOPK_METHODS = ("auto", "rows", "blocked")
 MAX_CUDA_K = 1024  # the top-k selection block has k <= block <= 1024 threads
 MAX_GROUPED_CUDA_K = 512  # the grouped kernel's shared memory (24 B a thread and a position) at block = k
 __all__ = ["METRICS", "SIMILARITIES", "Geometry", "search_topk", "search_topk_keys", "search_threshold",
-           "search_topk_grouped", "keys_to_scores", "min_key_for", "grouped_query_info", "serving_backend"]
+           "search_topk_grouped", "keys_to_scores", "min_key_for", "grouped_query_info", "serving_backend",
+           "TOPK_METHODS", "topk_method"]
 
 
 @dataclass
@@ -55,6 +57,9 @@ class Geometry:
     segment_table_bytes: int = 256 << 20  # largest (term, segment) offset table; beyond: binary search
     packed_upload: bool = True  # grouped selector: index and queries each in one pinned transfer (upload_packed)
     fast_launch: bool = True  # top-k: pre-marshalled launches, one driver call each (gputext.device.Launch; real GPU)
+    blocked_block: int | None = None  # blocked top-k: threads a block; None = max(128, next pow2 of k)
+    blocked_items: int | None = None  # ... documents per thread in a document block; None = from shared memory / SMs
+    blocked_tile: int | None = None  # ... queries per tile; None = from shared memory (<= 8)
 
 
 def _cpu_chunks(n_queries: int) -> int:
@@ -65,7 +70,8 @@ def _cpu_chunks(n_queries: int) -> int:
 
 def search_topk(index: Index, Q, k: int, metric: str = "cosine", device: str | Backend = "auto",
                 exclude_self=False, batch_size: int | None = None, quiet: bool = True,
-                geometry: Geometry | None = None, stats: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+                geometry: Geometry | None = None, stats: dict | None = None,
+                method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """Exact k nearest documents of every query row.
 
     Q: CSR (n_queries, n_terms), same vocabulary as the index. Returns (indices int32, scores
@@ -73,15 +79,18 @@ def search_topk(index: Index, Q, k: int, metric: str = "cosine", device: str | B
     ties broken by lower document index; -1 / NaN where fewer than k documents exist.
     exclude_self: False; True (query i is document i); or int array (n_queries,) of documents to
     leave out (-1 for none). stats: a dict to receive what the run did (backend, shards,
-    batch_size, index_bytes and rows_bytes on the device, postings scored, seconds).
+    batch_size, index_bytes and rows_bytes on the device, postings scored, seconds, topk_method).
+    method: "auto", "rows" (dense per-query score rows) or "blocked" (document blocks in shared
+    memory, gputext.engine.blocked); both give identical results (topk_method decides auto).
     """
-    docs, keys = search_topk_keys(index, Q, k, metric, device, exclude_self, batch_size, quiet, geometry, stats)
+    docs, keys = search_topk_keys(index, Q, k, metric, device, exclude_self, batch_size, quiet, geometry, stats, method)
     return docs, keys_to_scores(keys, docs, metric_code(metric))
 
 
 def search_topk_keys(index: Index, Q, k: int, metric: str = "cosine", device: str | Backend = "auto",
                      exclude_self=False, batch_size: int | None = None, quiet: bool = True,
-                     geometry: Geometry | None = None, stats: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+                     geometry: Geometry | None = None, stats: dict | None = None,
+                     method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """search_topk before the scores are rounded: (indices int32 (n_queries, k), keys float64
     (n_queries, k)), keys larger-is-better (kernels.scoring: similarity, or minus the distance),
     -inf where indices == -1. The selection order is (key descending, index ascending), so lists
@@ -94,16 +103,31 @@ def search_topk_keys(index: Index, Q, k: int, metric: str = "cosine", device: st
     self_doc = self_docs(index, Q.shape[0], exclude_self)
     report = SearchReport()
     backend = serving_backend(as_backend(device), k, MAX_CUDA_K, "the CUDA selector", quiet, report)
+    chosen = report.topk_method = topk_method(method, backend, index)
     if Q.shape[0] == 0:
         report.into(stats)
         return np.empty((0, k), np.int32), np.empty((0, k), np.float64)
-    if backend.is_cuda:
+    if chosen == "blocked":
+        from . import blocked
+        run = blocked.topk_blocked_cuda if backend.is_cuda else blocked.topk_blocked_cpu
+        docs, keys = run(index, Q, k, code, self_doc, batch_size, quiet, geometry or Geometry(), report)
+    elif backend.is_cuda:
         from .cuda_backend import topk_cuda
         docs, keys = topk_cuda(index, Q, k, code, self_doc, batch_size, quiet, geometry or Geometry(), report)
     else:
         docs, keys = _topk_cpu(index, Q, k, code, self_doc, batch_size, quiet)
     report.into(stats)
     return docs, keys
+
+
+def topk_method(method: str, backend: Backend, index: Index) -> str:
+    """The engine's one decision of how search_topk runs: "rows" (dense per-query score rows; the
+    CPU twin's touched-document lists) or "blocked" (gputext.engine.blocked). auto keeps "rows"
+    on both backends until a GPU benchmark (scripts/bench_knn.py --blocked) shows the blocked
+    method faster; it is the method for corpora whose score rows outgrow the device (issue 19)."""
+    if method not in TOPK_METHODS:
+        raise InputError(f"unknown top-k method {method!r}: expected one of {', '.join(TOPK_METHODS)}")
+    return "rows" if method == "auto" else method
 
 
 def backend_label(backend: Backend) -> str:

@@ -1,0 +1,272 @@
+"""Document-blocked exact top-k (issue 19): accumulators in shared memory, no dense score rows.
+
+The rows method (gputext.kernels.scoring) scatters a batch of queries into dense int64 score rows
+in global memory (8 bytes per (query, document): 20 GB for 252 queries at 10^7 documents), so
+the scoring runs from HBM. Here the documents are cut into blocks of ``seg_len`` consecutive
+documents and the queries into tiles of ``tile`` queries; one CUDA block per (document block,
+query tile) accumulates the tile's postings that fall in its document block into shared-memory
+int64 accumulators (tile x seg_len), then selects each query's k best of the block. The per-block
+lists are merged by scoring.merge_topk_kernel, as the rows method's are.
+
+Entries: a batch's (query, term) pairs sorted by (tile, term, query): ent_term int32, ent_q int32
+(the query's row in the batch), ent_w float32 (the query's weight), tile_ptr int64 (n_tiles+1,)
+(gputext.engine.blocked.tile_entries). Sorting by term puts the queries of a tile that share a
+term next to each other, so the block reads that term's range of postings once from HBM and
+again from L1/L2 for the other queries.
+
+Exactness: every posting adds ``posting_value`` = int64(contribution * scale), the same int64 as
+the rows method (scoring._accumulate_query); int64 sums do not depend on order, keys come from
+scoring's score_key and the lists from the same (key desc, document asc) rule, so the results are
+bit-identical to the rows method and to its CPU twin.
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from numba import cuda, prange
+
+from . import scoring
+from ._factory import kernel_cache
+from .scoring import contribution_cpu, contribution_dev, last_le_dev, score_key_cpu, score_key_dev
+
+
+# ----------------------------------------------------------------------------- per-item functions
+# Written once, compiled for the host (njit) and the device (cuda.jit(device=True)).
+
+def _make_posting_value(contribution):
+    def posting_value(metric, qw, w, scale):
+        """One posting's fixed-point contribution: int64(contribution(metric, qw, w) * scale)."""
+        return numba.int64(contribution(metric, qw, w) * scale)
+    return posting_value
+
+
+def _make_block_range(lower_bound):
+    def block_range(post_doc, start, end, d_lo, d_hi):
+        """The part [first, last) of one posting list post_doc[start:end] (sorted by document)
+        whose documents fall in [d_lo, d_hi): two binary searches, the second within at most
+        d_hi - d_lo entries (documents are distinct within a list)."""
+        first = lower_bound(post_doc, start, end, d_lo)
+        last = lower_bound(post_doc, first, min(end, first + (d_hi - d_lo)), d_hi)
+        return first, last
+    return block_range
+
+
+posting_value_cpu = numba.njit(inline="always")(_make_posting_value(contribution_cpu))
+posting_value_dev = cuda.jit(device=True, inline=True)(_make_posting_value(contribution_dev))
+block_range_cpu = numba.njit(inline="always")(_make_block_range(scoring.lower_bound_cpu))
+block_range_dev = cuda.jit(device=True, inline=True)(_make_block_range(cuda.jit(device=True, inline=True)(
+    scoring.lower_bound_cpu.py_func)))
+
+
+# ----------------------------------------------------------------------------- geometry
+
+def shared_bytes(block: int, items: int, tile: int, cap: int) -> int:
+    """Static shared memory of blocked_topk_kernel(block, items, tile, cap)."""
+    seg_len = block * items
+    return 8 * tile * seg_len + 8 * seg_len + 12 * cap + block * (8 + 4 + 4 + 8 + 8) + 4 * (block + 1) + 4
+
+
+def blocked_geometry(k: int, n_queries: int, n_docs: int, shared_limit: int, n_sm: int, block: int | None = None,
+                     items: int | None = None, tile: int | None = None, max_tile: int = 8) -> tuple[int, int, int, int]:
+    """(block, items, tile, cap) from the device's properties: shared_limit = static shared memory
+    a block may use (bytes), n_sm = multiprocessors. block = max(128, next pow2 of k) threads.
+    The widest tile (<= max_tile, <= next pow2 of n_queries) whose accumulators fit with at least
+    4 items (512 documents at block 128) wins: a posting range read once serves more queries;
+    then the most items that fit (fewer, longer blocks: fewer lists to merge). For a corpus too
+    small to give 2 blocks per multiprocessor, items shrink (more, shorter document blocks).
+    Explicit block/items/tile (tests, the simulator) are taken as given."""
+    if block is None:
+        block = max(128, scoring._next_pow2(k))
+    if block < k or block & (block - 1):
+        raise ValueError(f"block must be a power of two >= k, got block={block}, k={k}")
+
+    def fits(it, tl):
+        return shared_bytes(block, it, tl, scoring._cap(k, it)) <= shared_limit
+
+    tiles = [tile] if tile else [t for t in (8, 4, 2, 1) if t <= max_tile and t <= max(1, scoring._next_pow2(n_queries))]
+    chosen = None
+    for tl in tiles:
+        for it in ([items] if items else (16, 8, 4, 2, 1)):
+            if fits(it, tl) and (it >= 4 or items or tl == tiles[-1]):
+                chosen = (it, tl)
+                break
+        if chosen:
+            break
+    if chosen is None:
+        raise ValueError(f"no blocked geometry fits {shared_limit} bytes of shared memory at k={k}")
+    it, tl = chosen
+    if not items:
+        n_tiles = -(-max(n_queries, 1) // tl)
+        while it > 1 and -(-max(n_docs, 1) // (block * it)) * n_tiles < 2 * n_sm:
+            it //= 2
+    return block, it, tl, scoring._cap(k, it)
+
+
+# ----------------------------------------------------------------------------- CUDA kernel
+
+@kernel_cache
+def blocked_topk_kernel(block: int, items: int, tile: int, cap: int, counting: bool = True):
+    """Block (s, g): documents [s*seg_len, (s+1)*seg_len) (seg_len = block*items) x queries
+    [g*tile, (g+1)*tile) of the batch; writes each query's k best of the document block to
+    out_doc int32 / out_key float64 (n_q, n_seg, k), document -1 / key -inf for empty slots.
+
+    Accumulation (shared int64 acc[tile*seg_len], zeroed first): the tile's entries
+    [tile_ptr[g], tile_ptr[g+1]) are taken block at a time; thread tid takes entry j = chunk + tid,
+    finds the range of its term's postings inside the document block (block_range_dev: two
+    binary searches), and the ranges' lengths go through a block exclusive scan (t_off). The
+    chunk's postings are then split evenly: thread tid takes positions tid, tid + block, ...
+    (binary search in t_off once, then walking forward) and adds posting_value into
+    acc[row(query) + doc - d_lo] with a shared-memory atomic (exact, order-free). A syncthreads
+    separates the chunks.
+    Selection, per query of the tile: keys (score_key of the accumulator; -inf for the query's own
+    document and past n_docs) into shared float64 keys[seg_len], then scoring's block top-k
+    (thread maxima, tau = k-th largest, candidates above tau, ties at tau in document order,
+    ordered by (key desc, document asc)).
+
+    tile_ptr int64 (n_tiles+1,), ent_term / ent_q int32, ent_w float32 (entries, see the module
+    docstring); qinfo float64 (n_q, 3) = (scale, norm term, document to leave out or -1);
+    term_ptr int64, post_doc int32 (sorted within lists), post_w float32; dn float64 (n_docs,).
+    Shared: shared_bytes(block, items, tile, cap).
+    """
+    seg_len = block * items
+    acc_len = tile * seg_len
+    off_len = block + 1
+
+    @cuda.jit
+    def blocked_topk(tile_ptr, ent_term, ent_q, ent_w, qinfo, term_ptr, post_doc, post_w, dn, metric, k,
+                     out_doc, out_key):
+        acc = cuda.shared.array(acc_len, numba.int64)
+        keys = cuda.shared.array(seg_len, numba.float64)
+        e_start = cuda.shared.array(block, numba.int64)
+        e_row = cuda.shared.array(block, numba.int32)
+        e_w = cuda.shared.array(block, numba.float32)
+        e_scale = cuda.shared.array(block, numba.float64)
+        tmax = cuda.shared.array(block, numba.float64)
+        t_off = cuda.shared.array(off_len, numba.int32)
+        cand_key = cuda.shared.array(cap, numba.float64)
+        cand_doc = cuda.shared.array(cap, numba.int32)
+        counter = cuda.shared.array(1, numba.int32)
+        tid = cuda.threadIdx.x
+        s = cuda.blockIdx.x
+        g = cuda.blockIdx.y
+        n_docs = dn.shape[0]
+        n_q = qinfo.shape[0]
+        d_lo = numba.int64(s) * seg_len
+        d_hi = min(n_docs, d_lo + seg_len)
+        q0 = g * tile
+        nq = min(tile, n_q - q0)
+        n_items = (d_hi - d_lo + block - 1) // block  # items that hold documents (the same for the whole block)
+        for j in range(tid, acc_len, block):
+            acc[j] = 0
+        e0 = tile_ptr[g]
+        e1 = tile_ptr[g + 1]
+        cuda.syncthreads()  # accumulators zeroed
+        for chunk in range(e0, e1, block):
+            j = chunk + tid
+            cnt = 0
+            if j < e1:
+                t = ent_term[j]
+                first, last = block_range_dev(post_doc, term_ptr[t], term_ptr[t + 1], d_lo, d_hi)
+                q = ent_q[j]
+                e_start[tid] = first
+                e_row[tid] = (q - q0) * seg_len
+                e_w[tid] = ent_w[j]
+                e_scale[tid] = qinfo[q, 0]
+                cnt = last - first
+            t_off[tid] = cnt
+            total = scoring._block_exclusive_scan(t_off, tid, block)  # synchronises; t_off now exclusive
+            if tid == 0:
+                t_off[block] = total
+            cuda.syncthreads()  # t_off[block] visible
+            p = tid
+            if p < total:
+                i = last_le_dev(t_off, 0, block, p)
+                while p < total:
+                    while t_off[i + 1] <= p:
+                        i += 1
+                    r = e_start[i] + (p - t_off[i])
+                    loc = e_row[i] + (post_doc[r] - d_lo)
+                    cuda.atomic.add(acc, loc, posting_value_dev(metric, e_w[i], post_w[r], e_scale[i]))
+                    p += block
+            cuda.syncthreads()  # chunk done before e_* / t_off are rewritten
+        for b in range(nq):
+            q = q0 + b
+            sc = qinfo[q, 0]
+            qnorm = qinfo[q, 1]
+            me = numba.int64(qinfo[q, 2])
+            best = -math.inf
+            for i in range(n_items):
+                loc = i * block + tid
+                d = d_lo + loc
+                key = -math.inf
+                if d < d_hi and d != me:
+                    key = score_key_dev(metric, acc[b * seg_len + loc], sc, qnorm, dn[d])
+                keys[loc] = key
+                if key > best:
+                    best = key
+            scoring._select_top_keys(keys, n_items, best, d_lo, k, cap, tmax, cand_key, cand_doc, counter, t_off,
+                                     tid, block, counting)
+            for j in range(tid, k, block):
+                out_doc[q, s, j] = cand_doc[j]
+                out_key[q, s, j] = cand_key[j]
+            cuda.syncthreads()  # candidates read before the next query resets them
+
+    return blocked_topk
+
+
+# ----------------------------------------------------------------------------- CPU twin
+
+@numba.njit(parallel=True, cache=True)
+def topk_blocked_cpu(tile_ptr, ent_term, ent_q, ent_w, scale, qn, self_doc, term_ptr, post_doc, post_w, dn, metric,
+                     k, seg_len, tile, out_doc, out_key):
+    """CPU twin of blocked_topk_kernel: tiles in parallel; each walks the document blocks in order,
+    accumulates the tile's entries into an int64 (tile, seg_len) scratch with posting_value_cpu
+    (ranges by block_range_cpu) and offers every document of the block to the query's running
+    best-k list (scoring's offer: key desc, document asc). Entries as the kernel's; scale, qn
+    float64 (n_q,), self_doc int64 (n_q,) (-1: none); out_doc int32 / out_key float64 (n_q, k),
+    -1 / -inf where fewer than k documents exist."""
+    n_tiles = tile_ptr.shape[0] - 1
+    n_q = out_doc.shape[0]
+    n_docs = dn.shape[0]
+    n_seg = (n_docs + seg_len - 1) // seg_len
+    for g in prange(n_tiles):
+        acc = np.zeros((tile, seg_len), np.int64)
+        q0 = g * tile
+        nq = min(tile, n_q - q0)
+        filled = np.zeros(tile, np.int64)
+        for b in range(nq):
+            out_doc[q0 + b, :] = -1
+            out_key[q0 + b, :] = -np.inf
+        for s in range(n_seg):
+            d_lo = s * seg_len
+            d_hi = min(n_docs, d_lo + seg_len)
+            acc[:, :] = 0
+            for j in range(tile_ptr[g], tile_ptr[g + 1]):
+                t = ent_term[j]
+                q = ent_q[j]
+                first, last = block_range_cpu(post_doc, term_ptr[t], term_ptr[t + 1], d_lo, d_hi)
+                for r in range(first, last):
+                    acc[q - q0, post_doc[r] - d_lo] += posting_value_cpu(metric, ent_w[j], post_w[r], scale[q])
+            for b in range(nq):
+                q = q0 + b
+                keys = out_key[q]
+                docs = out_doc[q]
+                for d in range(d_lo, d_hi):
+                    if d == self_doc[q]:
+                        continue
+                    key = score_key_cpu(metric, acc[b, d - d_lo], scale[q], qn[q], dn[d])
+                    if filled[b] < k or key >= keys[k - 1]:
+                        filled[b] = scoring._offer(key, d, keys, docs, filled[b], k)
+
+
+def ptx_kernels():
+    """Every kernel with a representative geometry, for tests/test_ptx.py."""
+    sig = ("void(int64[::1], int32[::1], int32[::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], "
+           "float32[::1], float64[::1], int64, int64, int32[:, :, ::1], float64[:, :, ::1])")
+    return [
+        ("blocked_topk_tile8", blocked_topk_kernel(*blocked_geometry(30, 10000, 10 ** 7, 46 * 1024, 132)), sig),
+        ("blocked_topk_tile1", blocked_topk_kernel(*blocked_geometry(30, 1, 10 ** 7, 46 * 1024, 132)), sig),
+        ("blocked_topk_k200", blocked_topk_kernel(*blocked_geometry(200, 10000, 10 ** 7, 46 * 1024, 132)), sig),
+    ]

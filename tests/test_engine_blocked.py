@@ -1,0 +1,124 @@
+"""The blocked top-k method (gputext.engine.blocked, issue 19): bit-identical to the rows method
+on the CPU twin (several geometries, adversarial ties) and in the CUDA simulator (tiny geometry)."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from engine_reference import random_corpus, same_up_to_ties, topk
+from gputext.engine import Geometry, Index, search_topk
+from gputext.errors import InputError
+from gputext.kernels.blocked import blocked_geometry, shared_bytes
+
+METRICS = ["cosine", "dot", "l2", "l1"]
+# geometries of the CPU twin: one document block per thread-block of 8 x 2 documents, tiles of 1, 3, 4 queries
+GEOMS = [Geometry(blocked_block=8, blocked_items=2, blocked_tile=t) for t in (1, 3, 4)] + [Geometry()]
+TINY = Geometry(blocked_block=8, blocked_items=2, blocked_tile=2, merge_block=8, merge_width=16)
+
+
+def same(a, b):
+    return np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1], equal_nan=True)
+
+
+def adversarial():
+    """Ties at the k-th score (duplicate documents across block boundaries), all-equal weights,
+    one dominant term, an empty query, a query equal to a document."""
+    n_terms = 20
+    X = random_corpus(90, n_terms, 0.15, seed=5, duplicates=((3, 17), (3, 40), (3, 89), (8, 16), (8, 63)))
+    X = X.tolil()
+    for r in range(50, 60):  # all-equal weights on terms 0..3
+        X[r, 0:4] = 1.0
+    X[70, 5] = 1e6  # one dominant term
+    X[71, 5] = 1e6
+    X = X.tocsr()
+    Q = sp.vstack([X[3], X[8], sp.csr_matrix(np.r_[np.ones(4), np.zeros(n_terms - 4)].astype(np.float32)),
+                   sp.csr_matrix((1, n_terms), dtype=np.float32),
+                   sp.csr_matrix(np.r_[np.zeros(5), [1.0], np.zeros(n_terms - 6)].astype(np.float32)),
+                   random_corpus(5, n_terms, 0.3, seed=6)]).tocsr()
+    return X, Q
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_blocked_cpu_twin_equals_rows(metric):
+    X = random_corpus(300, 50, 0.08, seed=1, signed=metric in ("dot", "l1"), empty_rows=(5, 17),
+                      duplicates=((3, 40), (3, 41), (3, 299)))
+    Q = sp.vstack([random_corpus(21, 50, 0.12, seed=2), X[3], X[5]]).tocsr()
+    index = Index.from_csr(X)
+    want = search_topk(index, Q, 7, metric, device="cpu")
+    for g in GEOMS:
+        stats = {}
+        got = search_topk(index, Q, 7, metric, device="cpu", method="blocked", geometry=g, stats=stats)
+        assert same(want, got), g
+        assert stats["topk_method"] == "blocked"
+    ref_idx, ref_sc = topk(X, Q, 7, metric)
+    assert same_up_to_ties(*got, ref_idx, ref_sc)
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_blocked_adversarial_ties_and_exclude_self(metric):
+    X, Q = adversarial()
+    index = Index.from_csr(X)
+    for k in (1, 3, 8):
+        for ex in (False, np.array([3, 8, -1, -1, 70, 0, 1, 2, 4, 89])):
+            want = search_topk(index, Q, k, metric, device="cpu", exclude_self=ex)
+            for g in GEOMS[:3]:
+                assert same(want, search_topk(index, Q, k, metric, device="cpu", exclude_self=ex, method="blocked",
+                                              geometry=g)), (k, g)
+
+
+def test_blocked_k_above_corpus_and_batches():
+    X = random_corpus(13, 9, 0.3, seed=3)
+    index = Index.from_csr(X)
+    Q = random_corpus(9, 9, 0.4, seed=4)
+    want = search_topk(index, Q, 20, "cosine", device="cpu")
+    got = search_topk(index, Q, 20, "cosine", device="cpu", method="blocked", batch_size=4,
+                      geometry=Geometry(blocked_block=32, blocked_items=1, blocked_tile=3))
+    assert same(want, got) and (got[0][:, 13:] == -1).all()
+
+
+def test_method_choice():
+    index = Index.from_csr(random_corpus(10, 5, 0.5, seed=1))
+    stats = {}
+    search_topk(index, index.X, 2, device="cpu", stats=stats)
+    assert stats["topk_method"] == "rows"  # auto keeps the rows method until the GPU benchmark decides
+    with pytest.raises(InputError, match="top-k method"):
+        search_topk(index, index.X, 2, device="cpu", method="nope")
+
+
+def test_geometry_from_device_properties():
+    for k in (1, 30, 100, 200):
+        for limit in (46 * 1024, 30 * 1024, 98 * 1024):
+            block, items, tile, cap = blocked_geometry(k, 10000, 10 ** 7, limit, 132)
+            assert block >= k and shared_bytes(block, items, tile, cap) <= limit
+    assert blocked_geometry(30, 10000, 10 ** 7, 46 * 1024, 132)[2] > 1  # batches get query tiles
+    assert blocked_geometry(30, 1, 10 ** 7, 46 * 1024, 132)[2] == 1  # a single query does not
+    small = blocked_geometry(30, 1, 5000, 46 * 1024, 132)
+    big = blocked_geometry(30, 1, 10 ** 7, 46 * 1024, 132)
+    assert small[1] < big[1]  # a small corpus is cut finer to feed every multiprocessor
+
+
+@pytest.mark.cudasim
+@pytest.mark.parametrize("metric", ["cosine", "l1"])
+def test_blocked_cuda_equals_cpu_in_simulator(metric):
+    X = random_corpus(40, 12, 0.2, seed=12, signed=metric == "l1", empty_rows=(7,), duplicates=((3, 39), (3, 16)))
+    Q = sp.vstack([random_corpus(2, 12, 0.3, seed=13), X[3]]).tocsr()
+    index = Index.from_csr(X)
+    want = search_topk(index, Q, 5, metric, device="cpu")
+    stats = {}
+    got = search_topk(index, Q, 5, metric, device="cuda", method="blocked", geometry=TINY, exclude_self=False,
+                      stats=stats)
+    assert same(want, got)
+    assert stats["geometry"] == (8, 2, 2) and stats["segments"] == 3 and stats["merge_levels"] >= 1
+    ex = np.array([0, -1, 3])
+    assert same(search_topk(index, Q, 5, metric, device="cpu", exclude_self=ex),
+                search_topk(index, Q, 5, metric, device="cuda", method="blocked", geometry=TINY, exclude_self=ex))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("metric", METRICS)
+def test_blocked_cuda_equals_rows_on_gpu(metric):
+    X = random_corpus(20000, 2000, 0.01, seed=21, signed=metric == "dot", duplicates=((3, 19999), (3, 4096)))
+    Q = sp.vstack([random_corpus(300, 2000, 0.01, seed=22), X[3]]).tocsr()
+    index = Index.from_csr(X)
+    for q in (Q, Q[-1:]):  # tiles of queries, and one query (tile 1)
+        assert same(search_topk(index, q, 30, metric, device="cpu"),
+                    search_topk(index, q, 30, metric, device="cuda", method="blocked"))
