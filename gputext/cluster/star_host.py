@@ -243,11 +243,12 @@ def membership_csr(indptr, indices, centers, linked_to, cluster_of_center):
     return row_ptr, cols
 
 
-# ----------------------------------------------------------------------------- DClustR's cover lists (gputext.cluster.dclus.cover)
+# ----------------------------------------------------------------------------- DClustR's cover lists
 
 @numba.njit(parallel=True, cache=True)
 def dclustr_scan(indptr, indices, relevance, is_center, in_list, best):
-    """gputext.cluster.dclus.cover.dclustr_lists after best[]: the V+ scan, the activations and the C' scan (see there)."""
+    """gputext.cluster.dclus.cover.dclustr_lists after best[]: the V+ scan, the activations and
+    the C' scan (see there)."""
     n = indptr.shape[0] - 1
     active = np.zeros(n, np.bool_)
     for v in prange(n):  # one pass over every row: activation of v, V+ scan of v, v as a more relevant neighbour

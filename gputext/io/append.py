@@ -29,7 +29,8 @@ import scipy.sparse as sp
 
 from ..errors import FormatError, InputError
 from .commit import (RECORD_ATTR, TMP_PREFIX, apply_op, checkpoint, current_lengths, read_record, settle, write_record)
-from .corpus import (TERMS_DIGEST_ATTR, index_dataset, read_str_array, uns_for_file, write_csr_group, write_dataframe, write_dict)
+from .corpus import (TERMS_DIGEST_ATTR, index_dataset, read_str_array, uns_for_file, write_csr_group,
+                     write_dataframe, write_dict)
 
 X_KEYS = ("/X/data", "/X/indices", "/X/indptr")
 

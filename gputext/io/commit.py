@@ -8,8 +8,9 @@ journal, so the file carries its own record: the root attribute ``gputext-commit
      "pending": [["move", src, dst] | ["attr", key, name, value, dtype], ...]}
 
 (and ``"writing": true`` while an append is under way).  ``lengths`` are the committed lengths
-of the datasets an append grows: everything a reader takes from such a dataset is its first ``lengths[key]`` entries (``committed_length`` /
-``read_committed``), so a torn tail written by a killed append is invisible.  An append writes
+of the datasets an append grows: everything a reader takes from such a dataset is its first
+``lengths[key]`` entries (``committed_length`` / ``read_committed``), so a torn tail written by a
+killed append is invisible.  An append writes
 its tails and its new groups (under TMP_PREFIX names at the root, which readers never look at),
 flushes, and then commits with one small write: the record with the new lengths and the list
 of link moves and attribute writes that put the new groups in place (``pending``).  Those are

@@ -90,7 +90,8 @@ def _read_uns(f, skip: tuple) -> dict:
     def walk(key: str, rel: str):
         obj = f[key]
         if isinstance(obj, h5py.Group) and obj.attrs.get("encoding-type", "dict") in ("dict", b"dict"):
-            return {k: walk(f"{key}/{k}", f"{rel}/{k}".lstrip("/")) for k in obj.keys() if f"{rel}/{k}".lstrip("/") not in skip}
+            inner = {k: f"{rel}/{k}".lstrip("/") for k in obj.keys()}
+            return {k: walk(f"{key}/{k}", path) for k, path in inner.items() if path not in skip}
         return read_element(f, key)
     return walk("uns", "") if "uns" in f else {}
 

@@ -16,7 +16,7 @@ import numpy as np
 from ...kernels import star as kstar
 
 
-# ----------------------------------------------------------------------------- PCCs: union-find over PCC ids, the assignment of vertices (paper section 3.2)
+# ----------------------------------------------------------------------------- PCCs (paper section 3.2)
 
 @numba.njit(cache=True)
 def _find(parent, x):
@@ -233,7 +233,7 @@ def gather_rows_into(indptr, indices, weights, rows, out_ptr, out_idx, out_w):
             out_w[d + p] = weights[s + p]
 
 
-# ----------------------------------------------------------------------------- symmetric rows and per-document sums from owner rows
+# ----------------------------------------------------------------------------- symmetric rows, degree sums
 
 @numba.njit(parallel=True, cache=True)
 def symmetric_from_owner(row_start, row_len, idx, w, local_of, n_chunks, with_weights):
