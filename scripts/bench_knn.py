@@ -23,6 +23,7 @@ is against a device-to-device copy measured in the same run.
   python scripts/bench_knn.py --quick                  # small, a minute, any machine
   python scripts/bench_knn.py --sizes 1e5,1e6,1e7      # the GPU host (writes JSON + markdown to --out)
   python scripts/bench_knn.py --latency --out DIR      # single-query latency at 10^6 (see latency())
+  python scripts/bench_knn.py --methods rows,blocked   # also the blocked top-k (issue 19; see other_methods())
 """
 from __future__ import annotations
 
@@ -59,6 +60,8 @@ def parse_args():
                    help="single-query latency mode: p50 over --singles warm single queries (ours with pre-marshalled "
                         "and with numba-dispatched launches, CuPy SpMM + top-k), and the 10,000-query batch")
     p.add_argument("--singles", type=int, default=300, help="single queries timed in --latency mode")
+    p.add_argument("--methods", default="rows",
+                   help="engine top-k methods timed (search_topk method=): rows (the default, always run) and blocked")
     a = p.parse_args()
     if a.quick:
         a.sizes, a.queries, a.terms, a.cpu_queries, a.repeats = "2e4", "1,100", 20_000, 100, 2
@@ -66,6 +69,7 @@ def parse_args():
     a.sizes = [int(float(s)) for s in a.sizes.split(",")]
     a.queries = [int(float(s)) for s in a.queries.split(",")]
     a.peers = [s for s in a.peers.split(",") if s]
+    a.methods = [m for m in a.methods.split(",") if m and m != "rows"]
     return a
 
 
@@ -186,6 +190,42 @@ def peer_sklearn(index, X, Q, k):
 
 
 # ------------------------------------------------------------------------------------ main
+
+def other_methods(a, index, Q, sub, rows_result, cpu_result, row, bw):
+    """Time every --methods method besides rows on the same queries (median of --repeats, 1 at
+    10,000 queries) into row[gputext_{m}_*]: seconds, speedup over rows, postings touched, device
+    geometry (block, items, tile) and document blocks; bytes moved = 8 a posting touched (doc id +
+    weight; a tile's queries sharing a term read its range once from HBM, so this is the upper
+    bound) + 24 x k a (query, document block) (its list written, then read by the merge; the
+    accumulators stay in shared memory); the bandwidth fraction of that against the copy
+    bandwidth. Exactness: the method on the device == the rows method and the CPU twin on the
+    --check subset ({m}_equals_rows, {m}_equals_cpu), and the method's own CPU twin == the CPU
+    twin on 8 of them ({m}_cpu_twin_equals_cpu)."""
+    from gputext.engine import search_topk
+
+    n_q = Q.shape[0]
+    for m in a.methods:
+        stats = {}
+        t = median_time(lambda: search_topk(index, Q, a.k, "cosine", a.backend, stats=stats, method=m),
+                        a.repeats if n_q < 10000 else 1)
+        postings, n_seg = stats.get("postings", 0), stats.get("segments") or 0
+        moved = 8 * postings + 24 * n_q * n_seg * a.k
+        row.update({f"gputext_{m}_s": t, f"gputext_{m}_speedup_vs_rows": row["gputext_s"] / t,
+                    f"gputext_{m}_postings": postings, f"gputext_{m}_geometry": str(stats.get("geometry")),
+                    f"gputext_{m}_segments": n_seg, f"gputext_{m}_batch_size": stats.get("batch_size"),
+                    f"gputext_{m}_bytes_moved": moved})
+        if bw:
+            row[f"gputext_{m}_bandwidth_fraction"] = moved / t / bw
+        gi, gs = search_topk(index, sub, a.k, "cosine", a.backend, method=m)
+        row[f"{m}_equals_rows"] = bool(np.array_equal(gi, rows_result[0]) and np.array_equal(gs, rows_result[1]))
+        row[f"{m}_equals_cpu"] = bool(np.array_equal(gi, cpu_result[0]) and np.array_equal(gs, cpu_result[1]))
+        few = min(8, sub.shape[0])
+        ti, ts = search_topk(index, sub[:few], a.k, "cosine", "cpu", method=m)
+        row[f"{m}_cpu_twin_equals_cpu"] = bool(np.array_equal(ti, cpu_result[0][:few]) and
+                                               np.array_equal(ts, cpu_result[1][:few]))
+        harness.log(f"  {m}: {t:.4f} s ({row['gputext_s'] / t:.2f}x rows), geometry {stats.get('geometry')}, "
+                    f"{n_seg} document blocks, exact {row[f'{m}_equals_cpu'] and row[f'{m}_cpu_twin_equals_cpu']}")
+
 
 def peer_agrees(fn, our_scores, n):
     """A peer counts only if its best scores match ours (float32 tolerance) on the first n queries."""
@@ -321,7 +361,7 @@ def main():
     from gputext.engine import Index, search_topk
     from engine_reference import same_up_to_ties
 
-    backend = resolve(a.device)
+    backend = a.backend = resolve(a.device)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     if a.latency:
@@ -380,6 +420,7 @@ def main():
             S = np.where(den > 0, S / np.where(den > 0, den, 1), 0)
             order = np.lexsort((np.broadcast_to(np.arange(n_docs), S.shape), -S), axis=1)[:, :a.k]
             row["equals_float64_reference"] = bool(same_up_to_ties(gi, gs, order, np.take_along_axis(S, order, 1)))
+            other_methods(a, index, Q, sub, (gi, gs), (ci, cs), row, bw)
             if n_q == 1 and a.profile:
                 profile_one_query(index, Q, a.k, backend, out / f"profile_{n_docs}.txt")
             for peer in a.peers:
@@ -413,15 +454,19 @@ def main():
             harness.log(json.dumps({k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()}))
             harness.write_json(os.path.join(a.out, "bench_knn.json"), rows)  # after every row: a cut-short round keeps them
     harness.write_json(os.path.join(a.out, "bench_knn_env.json"), env)
-    harness.Report(a.out, rows).write("bench_knn.json", markdown(rows, a.peers), md_name="bench_knn.md")
+    harness.Report(a.out, rows).write("bench_knn.json", markdown(rows, a.peers, a.methods), md_name="bench_knn.md")
 
 
-def markdown(rows, peers):
-    head = ["docs", "queries", "gputext s", "q/s", "peak dev MiB", "BW frac"] + [f"{p}" for p in peers] + ["x fastest", "exact"]
+def markdown(rows, peers, methods=()):
+    head = (["docs", "queries", "gputext s", "q/s", "peak dev MiB", "BW frac"] + [f"{m} s (x rows, BW frac)" for m in methods]
+            + [f"{p}" for p in peers] + ["x fastest", "exact"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [f"{r['n_docs']:.0e}", str(r["n_queries"]), f"{r['gputext_s']:.4f}", f"{r['gputext_qps']:.0f}",
                  f"{(r.get('gputext_peak_device_bytes') or 0) / 2**20:.0f}", f"{r.get('bandwidth_fraction', float('nan')):.2f}"]
+        for m in methods:
+            cells.append(f"{r[f'gputext_{m}_s']:.4f} ({r[f'gputext_{m}_speedup_vs_rows']:.2f}x, "
+                         f"{r.get(f'gputext_{m}_bandwidth_fraction', float('nan')):.2f})")
         for p in peers:
             if f"{p}_s" in r:
                 cells.append(f"{r[p + '_s']:.3f} s ({r[p + '_s'] / r['gputext_s']:.1f}x)")
@@ -433,7 +478,9 @@ def markdown(rows, peers):
         bad = [p for p in peers if r.get(f"{p}_valid") is False]
         if bad:
             cells[-1] += " [wrong results: " + ", ".join(bad) + "]"
-        cells.append("yes" if r["cuda_equals_cpu"] and r["equals_float64_reference"] else "NO")
+        exact = r["cuda_equals_cpu"] and r["equals_float64_reference"]
+        exact &= all(r[f"{m}_equals_cpu"] and r[f"{m}_cpu_twin_equals_cpu"] for m in methods)
+        cells.append("yes" if exact else "NO")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -169,6 +169,17 @@ def test_bench_knn_cpu_smoke(tmp_path):
     assert "| 2e+04 | 100 |" in res.stdout
 
 
+def test_bench_knn_methods_cpu_smoke(tmp_path):
+    """bench_knn.py --methods rows,blocked on the CPU: the blocked top-k timed beside rows, with
+    its exactness checks (device == rows == CPU twin, its own twin == the CPU twin)."""
+    res = run_script("bench_knn", "--device", "cpu", "--sizes", "3e3", "--queries", "1,20", "--terms", "3000",
+                     "--peers", "cpu", "--methods", "rows,blocked", "--repeats", "1", "--out", str(tmp_path))
+    rows = json.loads((tmp_path / "bench_knn.json").read_text())
+    assert all(r["blocked_equals_rows"] and r["blocked_equals_cpu"] and r["blocked_cpu_twin_equals_cpu"] for r in rows)
+    assert rows[1]["gputext_blocked_postings"] > 0 and rows[1]["gputext_blocked_segments"] >= 1
+    assert "blocked s (x rows, BW frac)" in res.stdout
+
+
 def test_gpu_dclus_cpu_smoke(tmp_path):
     """gpu_dclus.py's round on the CPU twin: 600 documents, 200 added (in place, copy, new file)."""
     res = run_script("gpu_dclus", "--quick", "--device", "cpu", "--presets", "reu-50k", "--base", "600", "--adds", "200",

@@ -74,7 +74,7 @@ def topk_blocked_cpu(index: Index, Q, k, code, self_doc, batch_size, quiet, geom
     out_key = np.empty((n_q, k), np.float64)
     step = max(1, int(batch_size or 4096))
     report.postings = 0
-    report.geometry = (block, items, tile)
+    report.geometry, report.segments = (block, items, tile), -(-index.n_docs // (block * items))
     with progress(-(-n_q // step) if n_q > step else 0, "scoring (cpu, blocked)", quiet) as bar:
         for lo in range(0, n_q, step):
             hi = min(n_q, lo + step)
