@@ -122,3 +122,28 @@ def test_a_small_result_is_small(tmp_path):
     assert os.path.getsize(path) < 400_000
     with __import__("h5py").File(path, "r") as f:
         assert f[dclus.GRAPH_KEY]["adj_indices"].chunks[0] <= 1 << 18
+
+
+@pytest.mark.gpu
+def test_in_place_update_on_cuda_equals_the_cpu_twin_and_survives_a_kill(tmp_path):
+    """On the GPU host: the staged update (scoring on the device) writes the same file as the CPU
+    twin, in place and after a kill at the commit (rolled forward by the next open)."""
+    old, add1, add2 = corpora(14, 2400, 1600, 2000, n_terms=300)
+    base = str(tmp_path / "base.h5")
+    base_file(old, 0.25, base, compression=None)
+    add_path = str(tmp_path / "add1.h5")
+    write_corpus(add1, add_path)
+    paths = {d: str(tmp_path / f"{d}.h5") for d in ("cpu", "cuda", "killed")}
+    for d in ("cpu", "cuda"):
+        shutil.copyfile(base, paths[d])
+        dclus.update(paths[d], add_path, paths[d], device=d, compression=None)
+    assert_same_file(paths["cuda"], paths["cpu"])
+    shutil.copyfile(base, paths["killed"])
+    r = subprocess.run([sys.executable, "-m", "gputext", "cluster", "star", "--update", paths["killed"], "--add",
+                        add_path, "-o", paths["killed"], "--device", "cuda", "--quiet", "--no-compression"],
+                       env={**os.environ, CRASH_ENV: "committed", "PYTHONPATH": ROOT}, capture_output=True, timeout=600)
+    assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
+    assert contents(paths["killed"]) == contents(paths["cpu"])
+    dclus.update(paths["killed"], add2, paths["killed"], device="cuda", compression=None)
+    dclus.update(paths["cpu"], add2, paths["cpu"], device="cpu", compression=None)
+    assert_same_file(paths["killed"], paths["cpu"])
