@@ -46,13 +46,16 @@ def make_data(n_docs: int, n_queries: int, seed_docs: int = 1):
 
 
 def free_device():
-    """Give the direct run's device memory back before the worker process needs the GPU."""
+    """Give this process's device memory back (the engine's workspace, deferred frees): the direct
+    run's before the worker process needs the GPU (also run on the worker afterwards)."""
     gc.collect()
     try:
         from numba import cuda
         if cuda.is_available():
-            cuda.current_context().deallocations.clear()
-    except Exception:  # noqa: BLE001 - no GPU here
+            from gputext.device.memory import free_deferred, resources
+            resources().workspace.release()
+            free_deferred()
+    except Exception:  # noqa: BLE001 - no GPU here, or nothing to release
         pass
 
 
@@ -78,6 +81,7 @@ def through_dask(path, Q, k, device, repeats, client):
     first = time.perf_counter() - t
     med, (docs, scores), runs = harness.wall_runs(lambda: index.search_topk(Q, k, "cosine", device), repeats, 1)
     index.close()
+    client.run(free_device)
     return {"read_and_maxima_s": built, "first_call_s": first, "search_s": med, "runs_s": runs,
             "shards": len(index.shards)}, docs, scores
 

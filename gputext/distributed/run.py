@@ -24,8 +24,13 @@ def worker_addresses(client) -> list[str]:
 
 
 def submit(client, fn, shard, *args):
-    """fn(*args) on the shard's worker (any other when that one is gone: the shard is rebuilt)."""
-    return client.submit(fn, *args, workers=[shard.worker], allow_other_workers=True, pure=False)
+    """fn(*args) on the shard's worker (any other when that one is gone: the shard is rebuilt).
+    The arguments (a batch of queries) travel inside the task on purpose: Dask's warning about
+    large graphs is silenced (see DistributedIndex._run)."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*large graph.*")
+        return client.submit(fn, *args, workers=[shard.worker], allow_other_workers=True, pure=False)
 
 
 def _failure(exc: BaseException, what: str) -> GputextError:
