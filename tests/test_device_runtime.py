@@ -152,3 +152,24 @@ def test_single_query_plan_equals_cpu_over_many_calls():
             c = search_topk(index, q, 30, metric, device="cpu")
             assert np.array_equal(g[0], c[0]) and np.array_equal(np.nan_to_num(g[1], nan=7), np.nan_to_num(c[1], nan=7))
     assert stats["launch"] == "raw"
+
+
+@pytest.mark.cudasim
+def test_single_query_plan_in_simulator_grows_its_upload_and_stays_exact():
+    # one query at a time through the engine's TopkPlan (dispatcher path): a query with many more
+    # terms than the first grows the plan's upload buffer; results equal the CPU twin every time
+    from engine_reference import random_corpus
+    from gputext.engine import Geometry, Index, search_topk
+    tiny = Geometry(accumulate_block=32, accumulate_items=2, select_block=32, select_items=2, merge_block=32,
+                    merge_width=64, build_block=32, scan_block=32, scan_items=2)
+    X = random_corpus(150, 1200, 0.01, seed=43)
+    index = Index.from_csr(X)
+    rng = np.random.default_rng(44)
+    for n_terms in (3, 2, 1100, 5):
+        cols = np.sort(rng.choice(1200, n_terms, replace=False))
+        q = sp.csr_matrix((rng.random(n_terms).astype(np.float32), cols, [0, n_terms]), shape=(1, 1200))
+        g = search_topk(index, q, 4, "cosine", device="cuda", geometry=tiny)
+        c = search_topk(index, q, 4, "cosine", device="cpu")
+        assert np.array_equal(g[0], c[0]) and np.array_equal(g[1], c[1])
+    shard = index.device_cache["shard"]
+    assert len(shard.plans) == 1 and shard.work.array("plan_upload").size >= 1100 * 20
