@@ -208,21 +208,76 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
     geom = geometry or DeviceGraphGeometry()
     egeom = engine_geometry or Geometry()
     n = X.shape[0]
-    code = scoring.COSINE
     min_key = float(beta)
     clock = StageTimer(on=True, device=not simulator)
     stats: dict = {"device_graph": True, "spills": 0, "batches": 0}
     d_degree = cuda.to_device(np.zeros(max(n, 1), np.int32))
     d_wsum = cuda.to_device(np.zeros(max(n, 1), np.int64))
     d_up_len = cuda.to_device(np.zeros(max(n, 1), np.int64))
+    clock.mark("setup")
+    if len(plan_shards(Index.from_csr(X))) > 1:
+        return None  # the index itself does not fit: the caller takes the engine's path
+    edges = _score_and_write(X, bounds, batch_size, quiet, egeom, geom, edge_capacity, simulator, clock, stats,
+                             min_key, d_degree, d_wsum, d_up_len)
+    n_edges = edges.fill + sum(len(c) for c in edges.spilled_cols)
+    stats["n_upper_edges"] = n_edges
+    stats["edge_buffer_grows"] = edges.grows
+    clock.mark("release")
+    slack = 16 * (n + 1) + (64 << 20)
+    fits = edges.spills == 0 and not upper_only
+    up_col, up_w = edges.cols, edges.weights
+    if fits:
+        mem = device_memory()
+        if mem is not None and mem[0] >= 24 * n_edges + slack:
+            pass  # the CSR fits next to the buffer as it is: no trim
+        elif mem is None or mem[0] >= 8 * n_edges + slack:
+            # trim the buffer to its edges: frees the reserve before the CSR's 24 bytes an edge
+            up_col = cuda.device_array(max(n_edges, 1), np.int32)
+            up_w = cuda.device_array(max(n_edges, 1), np.float32)
+            if n_edges:
+                up_col[:n_edges].copy_to_device(edges.cols[:n_edges])
+                up_w[:n_edges].copy_to_device(edges.weights[:n_edges])
+            edges.cols = edges.weights = None
+            free_deferred()
+        mem = device_memory()
+        fits = mem is None or mem[0] >= 24 * n_edges + slack
+    if not fits:
+        if edges.cols is None:
+            edges.cols, edges.weights = up_col, up_w
+        up_col = up_w = None
+        stats["assembly"] = "upper" if upper_only else "host"
+        cols, weights = edges.host_edges()
+        stats["spills"] = edges.spills
+        edges = None
+        up_len = d_up_len.copy_to_host()[:n]
+        degree = d_degree.copy_to_host()[:n]
+        wsum = d_wsum.copy_to_host()[:n]
+        clock.mark("transfer")
+        up_ptr = np.zeros(n + 1, np.int64)
+        np.cumsum(up_len, out=up_ptr[1:])
+        stats["device_seconds"] = _device_seconds(clock)
+        stats["host_seconds"] = _host_seconds(clock)
+        return up_ptr, None, cols, weights, degree, wsum, None, None, stats
+    stats["assembly"] = "device"
+    edges = None
+    upper = [up_col, up_w]  # handed over, not kept here: _device_csr frees them once split
+    up_col = up_w = None
+    return _device_csr(n, n_edges, upper, d_up_len, d_degree, d_wsum, geom, relevance_geometry, simulator, clock,
+                       stats)
+
+
+def _score_and_write(X, bounds, batch_size, quiet, egeom, geom, edge_capacity, simulator, clock, stats, min_key,
+                     d_degree, d_wsum, d_up_len) -> "_EdgeBuffer":
+    """Score every row shard's batches against its suffix index and write their upper-triangle
+    edges (weight >= min_key) into the device edge buffer, with degrees, fixed-point weight sums
+    and row lengths by atomics (module docstring: scoring, counting, writing). Returns the buffer."""
+    n = X.shape[0]
+    code = scoring.COSINE
     count_kernel, _ = scoring.threshold_kernels(geom.write_block, geom.write_items)
     write_kernel = kstar.edge_write_kernel(geom.write_block, geom.write_items)
     seg_len = geom.write_block * geom.write_items
     acc = None  # the score rows, handed from shard to shard (left zeroed by the write kernel)
     edges: _EdgeBuffer | None = None
-    clock.mark("setup")
-    if len(plan_shards(Index.from_csr(X))) > 1:
-        return None  # the index itself does not fit: the caller takes the engine's path
     corpus = _SuffixIndexes(X, bounds, egeom) if geom.index == "device" else None
     clock.mark("index_slice")
     with progress(n if len(bounds) > 2 else 0, "similarity graph (cuda)", quiet) as bar:
@@ -285,46 +340,17 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
             free_deferred()
     acc = corpus = None
     free_deferred()
-    n_edges = edges.fill + sum(len(c) for c in edges.spilled_cols)
-    stats["n_upper_edges"] = n_edges
-    stats["edge_buffer_grows"] = edges.grows
-    clock.mark("release")
-    slack = 16 * (n + 1) + (64 << 20)
-    fits = edges.spills == 0 and not upper_only
-    up_col, up_w = edges.cols, edges.weights
-    if fits:
-        mem = device_memory()
-        if mem is not None and mem[0] >= 24 * n_edges + slack:
-            pass  # the CSR fits next to the buffer as it is: no trim
-        elif mem is None or mem[0] >= 8 * n_edges + slack:
-            # trim the buffer to its edges: frees the reserve before the CSR's 24 bytes an edge
-            up_col = cuda.device_array(max(n_edges, 1), np.int32)
-            up_w = cuda.device_array(max(n_edges, 1), np.float32)
-            if n_edges:
-                up_col[:n_edges].copy_to_device(edges.cols[:n_edges])
-                up_w[:n_edges].copy_to_device(edges.weights[:n_edges])
-            edges.cols = edges.weights = None
-            free_deferred()
-        mem = device_memory()
-        fits = mem is None or mem[0] >= 24 * n_edges + slack
-    if not fits:
-        if edges.cols is None:
-            edges.cols, edges.weights = up_col, up_w
-        up_col = up_w = None
-        stats["assembly"] = "upper" if upper_only else "host"
-        cols, weights = edges.host_edges()
-        stats["spills"] = edges.spills
-        edges = None
-        up_len = d_up_len.copy_to_host()[:n]
-        degree = d_degree.copy_to_host()[:n]
-        wsum = d_wsum.copy_to_host()[:n]
-        clock.mark("transfer")
-        up_ptr = np.zeros(n + 1, np.int64)
-        np.cumsum(up_len, out=up_ptr[1:])
-        stats["device_seconds"] = _device_seconds(clock)
-        stats["host_seconds"] = _host_seconds(clock)
-        return up_ptr, None, cols, weights, degree, wsum, None, None, stats
-    stats["assembly"] = "device"
+    return edges
+
+
+def _device_csr(n, n_edges, upper: list, d_up_len, d_degree, d_wsum, geom, relevance_geometry, simulator, clock,
+                stats):
+    """The symmetric CSR (split_upper, lower_sort), the relevance (ais, relevance) and their copy
+    to the host (module docstring: csr, relevance, transfer); the weights stay on the device
+    unless geom.weights is "eager". upper: [columns, weights] of the upper-triangle edges (emptied
+    here, so that they are freed once split). Returns build_graph_cuda's device-assembly tuple."""
+    up_col, up_w = upper
+    upper.clear()
     edges = None
     d_up_ptr = scan.exclusive_scan_device(d_up_len[:n]) if n else cuda.to_device(np.zeros(1, np.int64))
     d_indptr = scan.exclusive_scan_device(d_degree[:n]) if n else cuda.to_device(np.zeros(1, np.int64))
@@ -379,6 +405,8 @@ def build_graph_cuda(X, beta: float, bounds: np.ndarray, batch_size: int | None,
     stats["device_seconds"] = _device_seconds(clock)
     stats["host_seconds"] = _fold(_host_seconds(clock))
     return None, indptr, indices, weights, degree, wsum, count, rel, stats
+
+
 
 
 def _query_stats(indptr, indices, data, term_maxabs, code: int):
