@@ -326,8 +326,13 @@ def latency(a, backend, out: Path) -> None:
     numba_events = (lambda: (cuda.event(), cuda.event())) if backend.is_cuda else (lambda: (_NoEvent(), _NoEvent()))
     for mode, geom in (("fast", Geometry()), ("dispatcher", Geometry(fast_launch=False))):
         stats = {}
-        host, dev = time_singles(lambda q: search_topk(index, q, a.k, "cosine", backend, geometry=geom, stats=stats),
-                                 singles, numba_events)
+        try:
+            host, dev = time_singles(lambda q: search_topk(index, q, a.k, "cosine", backend, geometry=geom,
+                                                           stats=stats), singles, numba_events)
+        except Exception as exc:  # keep the round useful: record, go on with the other mode
+            report[f"gputext_{mode}_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            print(f"gputext single query ({mode}) failed: {report[f'gputext_{mode}_error']}", flush=True)
+            continue
         report[f"gputext_{mode}_host_ms"] = percentiles(host)
         report[f"gputext_{mode}_events_ms"] = percentiles(dev)
         report[f"gputext_{mode}_launch"] = stats.get("launch")
