@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from ..backend import Backend, resolve
+from ..backend import Backend, as_backend
 from ..errors import InputError
 from ..kernels import star as kstar
 from .graph import StarGraph, build_graph, check_beta
@@ -91,7 +91,7 @@ class StarResult:
 def compute_relevance(graph: StarGraph, device: str | Backend = "cpu",
                       geometry: RelevanceGeometry | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(count int32 (n,), relevance float64 (n,)) of every vertex; see gputext.kernels.star."""
-    backend = device if isinstance(device, Backend) else resolve(device)
+    backend = as_backend(device)
     ais = graph.ais
     if backend.is_cuda:
         g = geometry or RelevanceGeometry()
@@ -156,7 +156,7 @@ def oclustr_graph(graph: StarGraph, device: str | Backend = "cpu", geometry: Rel
     """OClustR on a given graph (stages 2-4): relevance on ``device``, cover and improvement on
     the host."""
     t0 = time.perf_counter()
-    backend = device if isinstance(device, Backend) else resolve(device)
+    backend = as_backend(device)
     if backend.is_cuda and graph.relevance is not None:
         rel = graph.relevance  # computed on the device by the graph build, before the transfer
     else:
@@ -209,7 +209,7 @@ def cluster_star(X, beta: float = 0.25, device: str | Backend = "auto", batch_si
         X = X.X
     if not sp.issparse(X):
         raise InputError(f"cluster_star needs a CSR document-term matrix or a Corpus, got {type(X).__name__}")
-    backend = device if isinstance(device, Backend) else resolve(device)
+    backend = as_backend(device)
     t0 = time.perf_counter()
     graph = build_graph(X, beta, backend, batch_size=batch_size, shards=shards, quiet=quiet,
                         engine_geometry=engine_geometry, graph_geometry=graph_geometry,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...backend import Backend, resolve
+from ...backend import Backend, as_backend
 from ...io.corpus import Corpus, atomic_output, canonical_csr
 from ...progress import info
 from .cover import cover, improve
@@ -95,7 +95,7 @@ def update(clusters_path: str, added: Corpus | str, output: str, device: str | B
     renamed.  ``write="new"`` writes the whole union into a new file (tests compare the two)."""
     if write not in ("append", "new"):
         raise ValueError(f"write must be 'append' or 'new', not {write!r}")
-    backend = device if isinstance(device, Backend) else resolve(device)
+    backend = as_backend(device)
     t0 = time.perf_counter()
     # the new-file writer rewrites the union's ids and terms: it needs them decoded
     inputs = read_inputs(clusters_path, added, beta, decode_old=write == "new")
