@@ -19,6 +19,7 @@ _EXPORTS = {
     "StarClustering": "gputext.estimators.clustering",
     "StreamClustering": "gputext.estimators.clustering",
     "RankSVM": "gputext.estimators.ranking",
+    "LinearSVC": "gputext.estimators.svm",
 }
 
 __all__ = ["__version__", *_EXPORTS]

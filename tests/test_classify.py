@@ -132,7 +132,7 @@ def test_svm_meta_matches_manual_pipeline():
     from gputext.knn.metafeatures import compute_metafeatures
     from gputext.knn.svm import PRIMAL_TOL, svm_classify, svm_tol
     train, test, ytr = make_corpora(seed=6)
-    res = svm_classify(train, test, features="meta", k=4, C=1.0, device="cpu")
+    res = svm_classify(train, test, features="meta", k=4, C=1.0, device="cpu", solver="liblinear")
     mf = compute_metafeatures(train.X, ytr, 4, test.X, k=4, device="cpu")
     lo, hi = mf.train.min(0), mf.train.max(0)
     scale = np.where(hi > lo, 1 / np.where(hi > lo, hi - lo, 1), 0)

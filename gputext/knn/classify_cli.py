@@ -85,7 +85,7 @@ def _flat(d: dict) -> dict:
               help="Corpus to classify, in the training vocabulary (build it with --vocab-from).")
 @click.option("-k", "k", type=click.IntRange(min=1), default=30, show_default=True, help="Neighbours.")
 @click.option("--model", type=click.Choice(["vote", "svm"]), default="vote", show_default=True,
-              help="vote: similarity-weighted kNN vote; svm: LinearSVC on --features.")
+              help="vote: similarity-weighted kNN vote; svm: linear SVM on --features (see --solver).")
 @click.option("--features", type=click.Choice(["meta", "bow", "both"]), default="meta", show_default=True,
               help="SVM input: kNN meta-features, bag of words (the stored tf-idf), or both.")
 @click.option("--multilabel", is_flag=True,
@@ -104,14 +104,18 @@ def _flat(d: dict) -> dict:
 @click.option("--C-grid", "C_grid", default="0.0625,0.25,1,4,16", show_default=True,
               help="SVM C values tried by 5-fold cross-validation on the training set.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the cross-validation folds.")
-@click.option("--jobs", type=click.IntRange(min=1), help="Processes for the SVM cross-validation (default: CPU count).")
+@click.option("--solver", type=click.Choice(["tron", "liblinear"]), default="tron", show_default=True,
+              help="SVM trainer: tron (ours: every class, fold and C on --device) or liblinear (scikit-learn's "
+                   "LinearSVC on the CPU).")
+@click.option("--jobs", type=click.IntRange(min=1), help="Processes for --solver liblinear's cross-validation "
+              "(default: CPU count).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True),
               help="Write predictions (HDF5; - is stdout). Not with --folds.")
 @device_option
 @scheduler_option
 @quiet_option
 def classify(train_path, test_path, k, model, features, multilabel, top_r, threshold, metric, method, folds, C,
-             C_grid, seed, jobs, output, device, scheduler, quiet):
+             C_grid, seed, solver, jobs, output, device, scheduler, quiet):
     """Classify TEST with kNN (vote or multi-label category ranking) or an SVM on kNN meta-features.
 
     Reads the labelled training corpus and the test corpus (same vocabulary). Writes, with -o, a
@@ -120,7 +124,9 @@ def classify(train_path, test_path, k, model, features, multilabel, top_r, thres
     /obsm/predicted_labels (CSR). Prints micro- and macro-F1 (and, multi-label, one-error,
     coverage, ranking loss, average precision) when the test corpus is labelled. The neighbour
     search and the meta-features run on the GPU when one is usable (--device), else on the CPU
-    twin; the SVM (scikit-learn LinearSVC) runs on the CPU. --scheduler runs the vote's neighbour
+    twin; so does the SVM (one-vs-rest squared hinge, LIBLINEAR -s 2 with bias, trained by our
+    TRON; C by stratified 5-fold cross-validation over --C-grid, every fold and C together), or
+    scikit-learn's LinearSVC on the CPU with --solver liblinear. --scheduler runs the vote's neighbour
     search on a Dask cluster (docs/distributed.md; --model svm and --folds run in one process).
 
     \b
@@ -157,7 +163,7 @@ def classify(train_path, test_path, k, model, features, multilabel, top_r, thres
         from .svm import cross_validation_protocol
         with heartbeat(f"{folds}-fold {model} protocol", quiet):
             report = cross_validation_protocol(train, test, folds, model, features, k, grid, C, method, backend,
-                                               seed, jobs, quiet)
+                                               seed, jobs, quiet, solver)
         click.echo(f"{folds}-fold {model}{'' if model == 'vote' else ' (' + features + ')'}, k = {k}: "
                    f"micro-F1 {report['micro_f1_mean']:.4f} +- {report['micro_f1_std']:.4f}  "
                    f"macro-F1 {report['macro_f1_mean']:.4f} +- {report['macro_f1_std']:.4f}  "
@@ -165,9 +171,10 @@ def classify(train_path, test_path, k, model, features, multilabel, top_r, thres
         return
     if model == "svm":
         from .svm import svm_classify
-        stage = f"svm on {features}: features, {'C by 5-fold cross-validation, ' if C is None else ''}fit (CPU)"
+        where = getattr(backend, "name", backend) if solver == "tron" else "CPU"
+        stage = f"svm on {features}: features, {'C by 5-fold cross-validation, ' if C is None else ''}fit ({where})"
         with heartbeat(stage, quiet):
-            res = svm_classify(train, test, features, k, grid, C, 5, method, backend, seed, jobs, quiet)
+            res = svm_classify(train, test, features, k, grid, C, 5, method, backend, seed, jobs, quiet, solver=solver)
         what = f"svm on {features} (C = {res.info['C']:g})"
     else:
         from .classify import knn_classify

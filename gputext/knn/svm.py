@@ -1,10 +1,16 @@
-"""A linear SVM (scikit-learn's LinearSVC, i.e. LIBLINEAR) on bag of words, kNN meta-features, or both.
+"""A linear SVM (LIBLINEAR's -s 2 problem) on bag of words, kNN meta-features, or both.
 
-    from gputext.knn.svm import svm_classify, cross_validation_protocol
+    from gputext.knn.svm import svm_classify, cross_validation_protocol, fit_svm
     result = svm_classify(train, test, features="meta", k=30)     # C by 5-fold CV on the training set
     report = cross_validation_protocol(corpus, n_folds=5, features="both")  # the GT-kNN paper's protocol
+    model, C, cv = fit_svm(X, y, C=1.0, solver="tron", device="auto")   # weights: model.coef_, .intercept_
 
 Decisions (also in docs/knn_classify.md):
+- Two trainers. ``solver="tron"`` (default): gputext.linear, our TRON on the device or the CPU
+  twin, every class, CV fold and the final fit as columns of one W, the C grid walked upwards
+  with warm starts; primal tolerance PRIMAL_TOL for every feature set (bag of words included);
+  the same folds and the same choice of C as below. ``solver="liblinear"``: scikit-learn's
+  LinearSVC as described next (the previous behaviour).
 - LinearSVC: L2 penalty, squared hinge loss, one-vs-rest, max_iter 5000. Meta-features and
   "both" are solved in the primal (LIBLINEAR -s 2, dual=False), bag of words in the dual (-s 1):
   measured on 1,200 20NG documents, the dual took 48-156 s per fit on meta/both (hitting the
@@ -50,6 +56,7 @@ from .metafeatures import compute_metafeatures
 from .multilabel import single_label_f1
 
 FEATURES = ("meta", "bow", "both")
+SOLVERS = ("tron", "liblinear")
 DEFAULT_C_GRID = (0.0625, 0.25, 1.0, 4.0, 16.0)
 DUAL_TOL = 0.1  # LIBLINEAR's default eps for -s 1 (bag of words)
 PRIMAL_TOL = 1e-3  # meta / both (-s 2); LIBLINEAR's 0.01 loses micro-F1 on 20NG (module docstring)
@@ -78,13 +85,14 @@ class MinMax:
 
 
 def feature_matrix(kind: str, bow: sp.csr_matrix, meta: np.ndarray | None, scaler: MinMax | None):
-    """The SVM's input rows: CSR for bow/both, dense float32 for meta."""
+    """The SVM's input rows: CSR for bow, dense float32 for meta, the pair (CSR, dense) for both
+    (hstack: fit_svm's liblinear solver stacks it, the tron solver keeps the blocks apart)."""
     if kind == "bow":
         return sp.csr_matrix(bow)
     scaled = scaler.transform(meta)
     if kind == "meta":
         return scaled
-    return sp.hstack([sp.csr_matrix(bow), sp.csr_matrix(scaled)], format="csr")
+    return sp.csr_matrix(bow), scaled
 
 
 def _n_jobs(n_tasks: int, n_jobs: int | None) -> int:
@@ -93,29 +101,80 @@ def _n_jobs(n_tasks: int, n_jobs: int | None) -> int:
     return max(1, min(n_tasks, os.cpu_count() or 1))
 
 
-def fit_svm(F, y: np.ndarray, C_grid=DEFAULT_C_GRID, C: float | None = None, cv_folds: int = 5, seed: int = 0,
-            n_jobs: int | None = None, dual: bool = False):
-    """(fitted LinearSVC, chosen C, {C: mean CV accuracy}). With ``C`` given, no CV."""
-    from sklearn.model_selection import GridSearchCV, StratifiedKFold
-    from sklearn.svm import LinearSVC
+def _check_grid(C_grid) -> list:
+    grid = sorted(float(c) for c in C_grid)
+    if not grid or min(grid) <= 0:
+        raise InputError(f"the C grid must hold positive numbers, got {C_grid!r}")
+    return grid
 
+
+def fit_svm(F, y: np.ndarray, C: float | None = None, C_grid=DEFAULT_C_GRID, cv_folds: int = 5, seed: int = 0,
+            solver: str = "tron", device: str | Backend = "auto", tol: float | None = None, n_jobs: int | None = None,
+            dual: bool = False):
+    """(fitted model, chosen C, {C: mean CV accuracy}). With ``C`` given, no CV.
+
+    solver "tron": gputext.linear.LinearSVC (our TRON, on ``device``; all folds and the final fit
+    trained together along the C grid, warm starts), tolerance ``tol`` (default PRIMAL_TOL);
+    F may be a (sparse, dense) pair meaning hstack. solver "liblinear": scikit-learn's LinearSVC
+    with GridSearchCV on the CPU (``dual`` as chosen by the caller, ``n_jobs`` processes).
+    The model has predict / decision_function / coef_ / intercept_ / classes_ either way.
+    """
+    if solver not in SOLVERS:
+        raise InputError(f"--solver {solver!r}: expected one of {', '.join(SOLVERS)}")
     classes = np.unique(y)
     if classes.size < 2:
         raise InputError(f"the SVM needs at least 2 classes in the training set, got {classes.size}")
+    if solver == "tron":
+        return _fit_tron(F, y, C, C_grid, cv_folds, seed, device, PRIMAL_TOL if tol is None else tol)
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.svm import LinearSVC
+    if isinstance(F, tuple):
+        F = sp.hstack([sp.csr_matrix(F[0]), sp.csr_matrix(F[1])], format="csr")
+    tol = svm_tol(dual) if tol is None else tol
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # ConvergenceWarning, and classes smaller than the folds
         if C is not None:
-            model = LinearSVC(C=float(C), dual=dual, tol=svm_tol(dual), max_iter=5000).fit(F, y)
+            model = LinearSVC(C=float(C), dual=dual, tol=tol, max_iter=5000).fit(F, y)
             return model, float(C), {}
-        grid = sorted(float(c) for c in C_grid)
-        if not grid or min(grid) <= 0:
-            raise InputError(f"the C grid must hold positive numbers, got {C_grid!r}")
-        cv = StratifiedKFold(n_splits=cv_folds, shuffle=True, random_state=seed)
-        search = GridSearchCV(LinearSVC(dual=dual, tol=svm_tol(dual), max_iter=5000), {"C": grid}, cv=cv, scoring="accuracy",
-                              n_jobs=_n_jobs(len(grid) * cv_folds, n_jobs), refit=True, error_score="raise")
+        grid = _check_grid(C_grid)
+        search = GridSearchCV(LinearSVC(dual=dual, tol=tol, max_iter=5000), {"C": grid}, cv=_folds(cv_folds, seed),
+                              scoring="accuracy", n_jobs=_n_jobs(len(grid) * cv_folds, n_jobs), refit=True,
+                              error_score="raise")
         search.fit(F, y)
     scores = dict(zip(grid, (float(s) for s in search.cv_results_["mean_test_score"])))
     return search.best_estimator_, float(search.best_params_["C"]), scores
+
+
+def _folds(cv_folds: int, seed: int):
+    from sklearn.model_selection import StratifiedKFold
+    return StratifiedKFold(n_splits=cv_folds, shuffle=True, random_state=seed)
+
+
+def _fit_tron(F, y, C, C_grid, cv_folds: int, seed: int, device, tol: float):
+    """fit_svm's tron solver: one train_path over the grid (or the given C) with every CV fold."""
+    from ..estimators.svm import LinearSVC
+    from ..linear.solver import train_path
+
+    classes, codes = np.unique(y, return_inverse=True)
+    codes = codes.astype(np.int32)
+    backend = device if isinstance(device, Backend) else resolve(device)
+    if C is not None:
+        grid, folds, n_folds = [float(C)], None, 0
+    else:
+        grid = _check_grid(C_grid)
+        folds = np.empty(codes.size, np.int32)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # classes smaller than the folds
+            for f, (_tr, te) in enumerate(_folds(cv_folds, seed).split(np.zeros(codes.size), codes)):
+                folds[te] = f
+        n_folds = cv_folds
+    res = train_path(F, codes, classes.size, grid, folds, n_folds, tol=tol, device=backend)
+    chosen = float(C) if C is not None else res.C
+    model = LinearSVC(C=chosen, tol=tol, device=backend)
+    W = res.weights[chosen]
+    model.classes_, model.coef_, model.intercept_ = classes, W[:-1].T.copy(), W[-1].copy()
+    model.info_ = res.info
+    return model, chosen, dict(res.mean_accuracy)
 
 
 def _labelled(corpus: Corpus, what: str, categories=None) -> tuple[np.ndarray, np.ndarray]:
@@ -128,7 +187,8 @@ def _labelled(corpus: Corpus, what: str, categories=None) -> tuple[np.ndarray, n
 
 def svm_classify(train: Corpus, test: Corpus, features: str = "meta", k: int = 30, C_grid=DEFAULT_C_GRID,
                  C: float | None = None, cv_folds: int = 5, method: str = "auto", device: str | Backend = "auto",
-                 seed: int = 0, n_jobs: int | None = None, quiet: bool = True, metafeatures=None) -> ClassifyResult:
+                 seed: int = 0, n_jobs: int | None = None, quiet: bool = True, metafeatures=None,
+                 solver: str = "tron") -> ClassifyResult:
     """Train on ``train`` (C by CV) and predict ``test``; metrics when the test set is labelled.
 
     ``metafeatures``: a MetaFeatures already computed for (the labelled rows of) train and test
@@ -160,14 +220,15 @@ def svm_classify(train: Corpus, test: Corpus, features: str = "meta", k: int = 3
     F_tr = feature_matrix(features, train.X[rows], meta_tr, scaler)
     F_te = feature_matrix(features, test.X, meta_te, scaler)
     t1 = time.perf_counter()
-    model, chosen_C, cv_scores = fit_svm(F_tr, y, C_grid, C, cv_folds, seed, n_jobs, dual=features == "bow")
+    model, chosen_C, cv_scores = fit_svm(F_tr, y, C, C_grid, cv_folds, seed, solver, backend, n_jobs=n_jobs,
+                                         dual=features == "bow")
     res.seconds["svm_train"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     res.predicted = model.predict(F_te).astype(np.int32)
     res.seconds["svm_predict"] = time.perf_counter() - t2
     res.seconds["total"] = time.perf_counter() - t0
     res.info.update(model="svm", features=features, C=chosen_C, cv_accuracy=cv_scores, k=int(k),
-                    backend=backend.name)
+                    backend=backend.name, solver=solver)
     if test.labels is not None:
         truth = align_codes(test.labels, categories)
         micro, macro = single_label_f1(truth, res.predicted, len(categories))
@@ -192,7 +253,7 @@ def pool(train: Corpus, test: Corpus | None) -> tuple[sp.csr_matrix, np.ndarray,
 def cross_validation_protocol(train: Corpus, test: Corpus | None = None, n_folds: int = 5, model: str = "svm",
                               features: str = "meta", k: int = 30, C_grid=DEFAULT_C_GRID, C: float | None = None,
                               method: str = "auto", device: str | Backend = "auto", seed: int = 0,
-                              n_jobs: int | None = None, quiet: bool = True) -> dict:
+                              n_jobs: int | None = None, quiet: bool = True, solver: str = "tron") -> dict:
     """The GT-kNN paper's protocol: n_folds stratified folds over the pooled corpora; per fold the
     model is trained on the other folds and tested on it. Returns per-fold and summary figures."""
     from sklearn.model_selection import StratifiedKFold
@@ -223,8 +284,8 @@ def cross_validation_protocol(train: Corpus, test: Corpus | None = None, n_folds
                 meta_tr, meta_te = mf.train, mf.queries
                 scaler = MinMax.fit(meta_tr)
                 entry["metafeatures_seconds"] = mf.info["seconds"]
-            svm, chosen, _ = fit_svm(feature_matrix(features, X[tr], meta_tr, scaler), y_tr, C_grid, C,
-                                     5, seed, n_jobs, dual=features == "bow")
+            svm, chosen, _ = fit_svm(feature_matrix(features, X[tr], meta_tr, scaler), y_tr, C, C_grid, 5, seed,
+                                     solver, backend, n_jobs=n_jobs, dual=features == "bow")
             pred = svm.predict(feature_matrix(features, X[te], meta_te, scaler))
             entry["C"] = chosen
         entry["micro_f1"], entry["macro_f1"] = single_label_f1(y_all[te], pred, len(categories))
@@ -237,6 +298,7 @@ def cross_validation_protocol(train: Corpus, test: Corpus | None = None, n_folds
     micro = np.array([e["micro_f1"] for e in folds])
     macro = np.array([e["macro_f1"] for e in folds])
     return {"model": model, "features": features if model == "svm" else None, "k": int(k), "n_folds": n_folds,
+            "solver": solver if model == "svm" else None,
             "folds": folds, "micro_f1_mean": float(micro.mean()), "micro_f1_std": float(micro.std(ddof=1)),
             "macro_f1_mean": float(macro.mean()), "macro_f1_std": float(macro.std(ddof=1)),
             "seconds": float(sum(e["seconds"] for e in folds))}
