@@ -51,24 +51,53 @@ def primal(Xb, y, W, C):
     return f, np.sqrt(np.sum(G * G, axis=0))
 
 
-def objectives(F, y, n_classes, C, backend) -> dict:
-    """Our W at tol 1e-10 on ``backend``: per-class f, the certificate bound / f, seconds."""
+def test_predictions(W, Ft):
+    """(class per test row, gap between its two best margins), float64 from the weights."""
+    Z = np.asarray(with_bias(Ft) @ W)
+    if Z.shape[1] == 1:
+        return (Z[:, 0] > 0).astype(int), np.abs(Z[:, 0])
+    top = np.sort(Z, axis=1)
+    return np.argmax(Z, axis=1), top[:, -1] - top[:, -2]
+
+
+def objectives(F, y, n_classes, C, backend, Ft=None) -> dict:
+    """Our W at tol 1e-10 on ``backend``: per-class f, the certificate bound / f, seconds; with the
+    test rows ``Ft`` also their predictions and top-two margin gaps."""
     from gputext.linear.solver import train_path
     t0 = time.perf_counter()
     W = train_path(F, y, n_classes, [C], tol=1e-10, device=backend).weights[C]
     seconds = time.perf_counter() - t0
     f, g = primal(with_bias(F), y, W, C)
-    return {"f": f.tolist(), "bound": (0.5 * g * g / f).tolist(), "seconds": seconds}
+    out = {"f": f.tolist(), "bound": (0.5 * g * g / f).tolist(), "seconds": seconds}
+    if Ft is not None:
+        pred, gap = test_predictions(W, Ft)
+        out.update(pred=pred.tolist(), gap=gap.tolist())
+    return out
 
 
-def liblinear_objectives(F, y, C) -> dict:
+def liblinear_objectives(F, y, C, Ft=None) -> dict:
     from sklearn.svm import LinearSVC
     t0 = time.perf_counter()
     X = sp.hstack([sp.csr_matrix(F[0]), sp.csr_matrix(F[1])], format="csr") if isinstance(F, tuple) else F
     m = LinearSVC(C=C, dual=False, tol=1e-10, max_iter=100000).fit(X, y)
     W = np.vstack([m.coef_.T, m.intercept_[None, :]])
     f, g = primal(with_bias(F), y, W, C)
-    return {"f": f.tolist(), "bound": (0.5 * g * g / f).tolist(), "seconds": time.perf_counter() - t0}
+    out = {"f": f.tolist(), "bound": (0.5 * g * g / f).tolist(), "seconds": time.perf_counter() - t0}
+    if Ft is not None:
+        pred, gap = test_predictions(W, Ft)
+        out.update(pred=pred.tolist(), gap=gap.tolist())
+    return out
+
+
+def compare(ours: dict, ref: dict, ref_f) -> dict:
+    """Max relative objective difference; test predictions equal where both gaps exceed 1e-6."""
+    theirs = np.asarray(ref_f)
+    out = {"max_rel": float(np.max(np.abs(np.asarray(ours["f"]) - theirs) / theirs))}
+    if "pred" in ours and ref.get("pred") is not None:
+        clear = (np.asarray(ours["gap"]) > 1e-6) & (np.asarray(ref["gap"]) > 1e-6)
+        same = np.asarray(ours["pred"])[clear] == np.asarray(ref["pred"])[clear]
+        out.update(pred_compared=int(clear.sum()), pred_differ=int((~same).sum()))
+    return out
 
 
 def main():
@@ -86,29 +115,34 @@ def main():
     backend = resolve(args.device)
     train, test = (read_corpus(pth) for pth in corpora(args))
     out = {"env": harness.probe(backend), "objectives": {}, "ours": {}, "liblinear": {}}
+    stored = {}
     if args.write_reference and os.path.exists(args.write_reference):
         with open(args.write_reference) as fh:
-            out["objectives"] = json.load(fh).get("objectives", {})
+            stored = json.load(fh)
+    out["objectives"], preds = stored.get("objectives", {}), stored.get("predictions", {})
     for kind in args.features.split(","):
-        F, _Ft, y, _yt, nc = features_of(train, test, backend, kind)
+        F, Ft, y, _yt, nc = features_of(train, test, backend, kind)
         for C in (float(c) for c in args.C.split(",")):
             key = f"{kind}@{C:g}"
             if not args.liblinear_only:
-                out["ours"][key] = objectives(F, y, nc, C, backend)
+                out["ours"][key] = objectives(F, y, nc, C, backend, Ft)
                 harness.log(f"{key}: ours {out['ours'][key]['seconds']:.1f} s, certificate "
                             f"{max(out['ours'][key]['bound']):.1e}")
             if key not in out["objectives"]:
-                ref = liblinear_objectives(F, y, C)
-                out["liblinear"][key] = ref
+                ref = liblinear_objectives(F, y, C, Ft)
+                out["liblinear"][key] = {k: v for k, v in ref.items() if k not in ("pred", "gap")}
                 out["objectives"][key] = ref["f"]
+                preds[key] = {"pred": ref["pred"], "gap": [round(g, 9) for g in ref["gap"]]}
+                harness.log(f"{key}: LinearSVC {ref['seconds']:.1f} s")
             if key in out["ours"]:
-                rel = np.abs(np.asarray(out["ours"][key]["f"]) - np.asarray(out["objectives"][key])) / np.asarray(out["objectives"][key])
-                out["ours"][key]["max_rel"] = float(rel.max())
-                harness.log(f"{key}: max relative objective difference vs LinearSVC {rel.max():.2e}")
+                out["ours"][key].update(compare(out["ours"][key], preds.get(key, {}), out["objectives"][key]))
+                harness.log(f"{key}: vs LinearSVC {json.dumps({k: out['ours'][key][k] for k in out['ours'][key] if k in ('max_rel', 'pred_compared', 'pred_differ')})}")
             if args.write_reference:
-                harness.report.write_json(args.write_reference, {"objectives": out["objectives"],
-                                                                 "what": "LinearSVC(dual=False, tol=1e-10) primal "
-                                                                 "objective per class, 20NG, k = 30"})
+                harness.report.write_json(args.write_reference, {
+                    "objectives": out["objectives"], "predictions": preds,
+                    "what": "LinearSVC(dual=False, tol=1e-10, max_iter=100000) on 20NG (k = 30 meta-features, "
+                            "min-max scaled; tf-idf bag of words; both): primal objective per class, test "
+                            "predictions and top-two margin gaps"})
     os.makedirs(args.out, exist_ok=True)
     harness.report.write_json(os.path.join(args.out, "svm_exactness.json"), out)
 

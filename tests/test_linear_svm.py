@@ -166,13 +166,13 @@ def test_fit_svm_solvers_agree_on_choice_and_predictions():
 # ----------------------------------------------------------------------------- CUDA simulator
 
 @pytest.mark.cudasim
-@pytest.mark.parametrize("kind", ["dense", "sparse", "both"])
-def test_cuda_ops_equal_cpu_twin(kind):
+def test_cuda_ops_equal_cpu_twin():
+    """Both blocks (the sparse and the dense products, the split sum), a column subset, a fold group."""
     from numba import cuda
 
     from gputext.linear.cuda_ops import CudaSvmOps
     Xd, Xs, y = problem(8, n=20, m=3, ms=5, n_classes=3)
-    X = {"dense": Xd, "sparse": Xs, "both": (Xs, Xd)}[kind]
+    X = (Xs, Xd)
     blocks = make_blocks(X, bias=1.0)
     cols = make_columns(y, 3, (np.arange(20) % 2).astype(np.int32), groups=(0, -1))
     cpu, dev = CpuSvmOps(blocks, cols), CudaSvmOps(blocks, cols)
