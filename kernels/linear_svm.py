@@ -32,7 +32,7 @@ hinge_residual         U[:, cols] = z - y where active, else 0
 hinge_mask             U[:, cols] = V where active, else 0   (Hessian: X_I^T X_I)
 col_dots               partial[b, j] = sum over row block b of A[:, j] * B[:, j], all columns
 column_sum             out[j] = sum_b partial[b, j]
-masked_axpy, masked_xpby, masked_select, scale_into, fill, add_into, scaled_add   TRON's column algebra
+column_combine, scaled_add   TRON's column algebra (out = a X + b Y per column; w + 2C X^T r)
 =====================  =======================================================================
 """
 from __future__ import annotations
@@ -506,57 +506,23 @@ def column_sum(partial, out):
 
 
 @cuda.jit
-def masked_axpy(alpha, X, Y, mask):
-    """Y[i, j] += alpha[j] X[i, j] where mask[j]; thread per (j, i), 2-d grid (x: j), rows grid-stride."""
+def column_combine(a, X, b, Y, mask, out):
+    """out[i, j] = a[j] X[i, j] + b[j] Y[i, j] on the columns with mask[j] != 0; a side whose
+    coefficient is 0 is not read (so uninitialised memory never enters a result). TRON's column
+    algebra: axpy (a = alpha, b = 1, out = Y), xpby (a = 1, b = beta, out = Y), select and copy
+    (a = 1, b = 0), negation (a = -1), zero-fill (a = b = 0), sum (a = b = 1). Thread per (j, i),
+    2-d grid (x: j), rows grid-stride."""
     j, i0 = cuda.grid(2)
-    if j < Y.shape[1] and mask[j]:
-        for i in range(i0, Y.shape[0], cuda.gridsize(2)[1]):
-            Y[i, j] += alpha[j] * X[i, j]
-
-
-@cuda.jit
-def masked_xpby(X, beta, Y, mask):
-    """Y[i, j] = X[i, j] + beta[j] Y[i, j] where mask[j]."""
-    j, i0 = cuda.grid(2)
-    if j < Y.shape[1] and mask[j]:
-        for i in range(i0, Y.shape[0], cuda.gridsize(2)[1]):
-            Y[i, j] = X[i, j] + beta[j] * Y[i, j]
-
-
-@cuda.jit
-def masked_select(dst, src, mask):
-    """dst[i, j] = src[i, j] where mask[j]."""
-    j, i0 = cuda.grid(2)
-    if j < dst.shape[1] and mask[j]:
-        for i in range(i0, dst.shape[0], cuda.gridsize(2)[1]):
-            dst[i, j] = src[i, j]
-
-
-@cuda.jit
-def scale_into(alpha, src, dst):
-    """dst = alpha src (alpha 1: copy, -1: negation, 0 with src = dst: zero-fill of finite data)."""
-    j, i0 = cuda.grid(2)
-    if j < dst.shape[1]:
-        for i in range(i0, dst.shape[0], cuda.gridsize(2)[1]):
-            dst[i, j] = alpha * src[i, j]
-
-
-@cuda.jit
-def fill(dst, value):
-    """dst[:, :] = value."""
-    j, i0 = cuda.grid(2)
-    if j < dst.shape[1]:
-        for i in range(i0, dst.shape[0], cuda.gridsize(2)[1]):
-            dst[i, j] = value
-
-
-@cuda.jit
-def add_into(A, B, dst):
-    """dst = A + B."""
-    j, i0 = cuda.grid(2)
-    if j < dst.shape[1]:
-        for i in range(i0, dst.shape[0], cuda.gridsize(2)[1]):
-            dst[i, j] = A[i, j] + B[i, j]
+    if j < out.shape[1] and mask[j]:
+        aj = a[j]
+        bj = b[j]
+        for i in range(i0, out.shape[0], cuda.gridsize(2)[1]):
+            v = 0.0
+            if aj != 0.0:
+                v = aj * X[i, j]
+            if bj != 0.0:
+                v = v + bj * Y[i, j]
+            out[i, j] = v
 
 
 @cuda.jit
@@ -585,11 +551,7 @@ def ptx_kernels():
         ("hinge_mask", hinge_mask_kernel(), f"void{hinge}"),
         ("col_dots", col_dots, f"void({f64_2}, {f64_2}, {f64_2})"),
         ("column_sum", column_sum, f"void({f64_2}, float64[::1])"),
-        ("masked_axpy", masked_axpy, f"void(float64[::1], {f64_2}, {f64_2}, int8[::1])"),
-        ("masked_xpby", masked_xpby, f"void({f64_2}, float64[::1], {f64_2}, int8[::1])"),
-        ("masked_select", masked_select, f"void({f64_2}, {f64_2}, int8[::1])"),
-        ("scale_into", scale_into, f"void(float64, {f64_2}, {f64_2})"),
-        ("fill", fill, f"void({f64_2}, float64)"),
-        ("add_into", add_into, f"void({f64_2}, {f64_2}, {f64_2})"),
+        ("column_combine", column_combine,
+         f"void(float64[::1], {f64_2}, float64[::1], {f64_2}, int8[::1], {f64_2})"),
         ("scaled_add", scaled_add, f"void({f64_2}, float64[::1], {f64_2}, {i64}, {f64_2})"),
     ]

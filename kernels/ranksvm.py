@@ -60,6 +60,7 @@ import numpy as np
 from numba import cuda, prange
 
 from ._factory import kernel_cache
+from .linear_svm import csr_matmat_cpu
 
 # ----------------------------------------------------------------------------- shared logic
 # Plain Python functions compiled twice: numba.njit for the CPU twin, cuda.jit(device=True) inside
@@ -219,19 +220,15 @@ def dense_rmatvec_cpu(Xd, u, rows_per_block, partial, out):
         out[c] = total
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(cache=True)
 def csr_matvec_cpu(indptr, indices, data, v, out):
     """out[r] = sum over row r's entries of data * v[indices]; CSR int64/int32/float32, v, out float64.
 
     Also X^T u: called with X's CSC copy (colptr, rows, data) it gives out[c] = sum over column
-    c's entries of data * u[rows].
+    c's entries of data * u[rows]. The one-column case of linear_svm.csr_matmat_cpu (the SVM's
+    multi-column product): the same loop, entries summed in order.
     """
-    n_rows = indptr.shape[0] - 1
-    for r in prange(n_rows):
-        acc = 0.0
-        for k in range(indptr[r], indptr[r + 1]):
-            acc += numba.float64(data[k]) * v[indices[k]]
-        out[r] = acc
+    csr_matmat_cpu(indptr, indices, data, v.reshape((v.shape[0], 1)), out.reshape((out.shape[0], 1)))
 
 
 @numba.njit(parallel=True, cache=True)

@@ -38,14 +38,26 @@ def _nonempty(a: np.ndarray) -> np.ndarray:
 
 
 class CudaColumnSpace:
-    """TRON's column algebra on device (n, k) float64 arrays (see HostSpace in gputext.rank.tron)."""
+    """TRON's column algebra on device (n, k) float64 arrays (see HostSpace in gputext.rank.tron):
+    every update is one ``column_combine`` launch, out = a X + b Y on the masked columns."""
 
     def __init__(self, k: int):
         self.k = k
         self._partial = {}
+        self._const = {}
 
-    def _grid(self, a):
-        return _grid2(a.shape[1], a.shape[0]), ELEMENT_BLOCK
+    def _vec(self, value: float):
+        """A device (k,) float64 of ``value`` (cached), or the int8 all-ones mask for value None."""
+        if value not in self._const:
+            host = np.ones(self.k, np.int8) if value is None else np.full(self.k, value, np.float64)
+            self._const[value] = cuda.to_device(host)
+        return self._const[value]
+
+    def _combine(self, a, X, b, Y, mask, out) -> None:
+        def dev(c):
+            return self._vec(float(c)) if np.ndim(c) == 0 else cuda.to_device(np.ascontiguousarray(c, np.float64))
+        m = self._vec(None) if mask is None else cuda.to_device(np.asarray(mask, np.int8))
+        K.column_combine[_grid2(out.shape[1], out.shape[0]), ELEMENT_BLOCK](dev(a), X, dev(b), Y, m, out)
 
     def _dot_into(self, a, b, out) -> None:
         rows = max(1, min(REDUCE_BLOCKS, -(-a.shape[0] // 8)))
@@ -69,44 +81,34 @@ class CudaColumnSpace:
 
     def zeros(self, shape):
         a = cuda.device_array(shape, np.float64)
-        grid, block = _grid2(shape[1], shape[0]), ELEMENT_BLOCK
-        K.fill[grid, block](a, 0.0)
+        self._combine(0.0, a, 0.0, a, None, a)
         return a
 
     def zeros_like(self, a):
         return self.zeros(a.shape)
 
-    def _scaled(self, alpha, a):
+    def _new(self, a, alpha, b, beta):
         out = cuda.device_array(a.shape, np.float64)
-        grid, block = self._grid(a)
-        K.scale_into[grid, block](alpha, a, out)
+        self._combine(alpha, a, beta, b, None, out)
         return out
 
     def copy(self, a):
-        return self._scaled(1.0, a)
+        return self._new(a, 1.0, a, 0.0)
 
     def neg(self, a):
-        return self._scaled(-1.0, a)
+        return self._new(a, -1.0, a, 0.0)
 
     def add(self, a, b):
-        out = cuda.device_array(a.shape, np.float64)
-        grid, block = self._grid(a)
-        K.add_into[grid, block](a, b, out)
-        return out
+        return self._new(a, 1.0, b, 1.0)
 
     def axpy(self, alpha, x, y, mask) -> None:
-        grid, block = self._grid(y)
-        K.masked_axpy[grid, block](cuda.to_device(np.ascontiguousarray(alpha, np.float64)), x, y,
-                                   cuda.to_device(np.asarray(mask, np.int8)))
+        self._combine(alpha, x, 1.0, y, mask, y)
 
     def xpby(self, x, beta, y, mask) -> None:
-        grid, block = self._grid(y)
-        K.masked_xpby[grid, block](x, cuda.to_device(np.ascontiguousarray(beta, np.float64)), y,
-                                   cuda.to_device(np.asarray(mask, np.int8)))
+        self._combine(1.0, x, beta, y, mask, y)
 
     def select(self, dst, src, mask) -> None:
-        grid, block = self._grid(dst)
-        K.masked_select[grid, block](dst, src, cuda.to_device(np.asarray(mask, np.int8)))
+        self._combine(1.0, src, 0.0, src, mask, dst)
 
     def to_host(self, a) -> np.ndarray:
         return a.copy_to_host()

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..io.corpus import csr_arrays
 from ..kernels import linear_svm as K
+from ..rank.tron import HostSpace
 from .problem import Blocks, Columns
 
 DOT_PARTS = 64  # row chunks of the CPU twin's column reductions (fixed: results do not depend on threads)
@@ -27,29 +28,14 @@ def _all(cols, k: int) -> np.ndarray:
     return np.arange(k, dtype=np.int64) if cols is None else np.asarray(cols, np.int64)
 
 
-class CpuColumnSpace:
-    """TRON's column algebra on host (n, k) float64 arrays with numba parallel loops (see HostSpace
-    in gputext.rank.tron for the protocol)."""
+class CpuColumnSpace(HostSpace):
+    """TRON's column algebra on host (n, k) float64 arrays with numba parallel loops: HostSpace
+    (gputext.rank.tron) with its dot and masked updates replaced."""
 
     def dot(self, a, b) -> np.ndarray:
         out = np.empty(a.shape[1])
         K.col_dots_cpu(a, b, np.empty((DOT_PARTS, a.shape[1])), out)
         return out
-
-    def dots(self, *pairs) -> list:
-        return [self.dot(a, b) for a, b in pairs]
-
-    def zeros_like(self, a):
-        return np.zeros_like(a)
-
-    def copy(self, a):
-        return a.copy()
-
-    def neg(self, a):
-        return np.negative(a)
-
-    def add(self, a, b):
-        return a + b
 
     def axpy(self, alpha, x, y, mask) -> None:
         K.masked_axpy_cpu(np.ascontiguousarray(alpha, np.float64), x, y, mask.astype(np.int8))
@@ -59,9 +45,6 @@ class CpuColumnSpace:
 
     def select(self, dst, src, mask) -> None:
         K.masked_select_cpu(dst, src, mask.astype(np.int8))
-
-    def zeros(self, shape):
-        return np.zeros(shape)
 
     def to_host(self, a) -> np.ndarray:
         return a
