@@ -65,7 +65,7 @@ block_range_dev = cuda.jit(device=True, inline=True)(_make_block_range(cuda.jit(
 def shared_bytes(block: int, items: int, tile: int, cap: int) -> int:
     """Static shared memory of blocked_topk_kernel(block, items, tile, cap)."""
     seg_len = block * items
-    return 8 * tile * seg_len + 8 * seg_len + 12 * cap + block * (8 + 4 + 4 + 8 + 8) + 4 * (block + 1) + 4
+    return 8 * tile * seg_len + 8 * seg_len + 12 * cap + block * (8 + 4 + 4 + 8 + 8) + 4 * (block + 1) + 4 + 12 * tile
 
 
 def blocked_geometry(k: int, n_queries: int, n_docs: int, shared_limit: int, n_sm: int, block: int | None = None,
@@ -108,10 +108,18 @@ def blocked_geometry(k: int, n_queries: int, n_docs: int, shared_limit: int, n_s
 
 @kernel_cache
 def blocked_topk_kernel(block: int, items: int, tile: int, cap: int, counting: bool = True):
-    """Block (s, g): documents [s*seg_len, (s+1)*seg_len) (seg_len = block*items) x queries
-    [g*tile, (g+1)*tile) of the batch; writes each query's k best of the document block to
-    out_doc int32 / out_key float64 (n_q, n_seg, k), document -1 / key -inf for empty slots.
+    """Block (c, g): document block s = c (or seg_ids[g, c] when seg_ids has columns: the probe
+    pass, s < 0 = none) of seg_len = block*items documents x queries [g*tile, (g+1)*tile) of the
+    batch; writes each query's k best of the document block to out_doc int32 / out_key float64
+    (n_q, n_cols, k) at column c, document -1 / key -inf for empty slots.
 
+    Safe pruning (prune != 0; cosine and dot): first each query's bound (kernels.blocked._bound_key)
+    for the document block's bound block bb = d_lo // bound_len: threads over the tile's entries add
+    |q_t| x bmax[term_row[t], bb] into shared float64 ub[query] (atomics: the sum's order may vary
+    in the last bits, which BOUND_SLACK covers; skipping is safe either way); a query whose bound is
+    strictly below theta[q, 0, k-1] (a lower bound of its final k-th key: the k-th key of the probe
+    pass) cannot place a document of this block and is left out (its entries count as skipped in
+    counts[1], int64, global atomics; scored postings in counts[0]; its list stays empty).
     Accumulation (shared int64 acc[tile*seg_len], zeroed first): the tile's entries
     [tile_ptr[g], tile_ptr[g+1]) are taken block at a time; thread tid takes entry j = chunk + tid,
     finds the range of its term's postings inside the document block (block_range_dev: two
@@ -127,8 +135,12 @@ def blocked_topk_kernel(block: int, items: int, tile: int, cap: int, counting: b
 
     tile_ptr int64 (n_tiles+1,), ent_term / ent_q int32, ent_w float32 (entries, see the module
     docstring); qinfo float64 (n_q, 3) = (scale, norm term, document to leave out or -1);
-    term_ptr int64, post_doc int32 (sorted within lists), post_w float32; dn float64 (n_docs,).
-    Shared: shared_bytes(block, items, tile, cap).
+    term_ptr int64, post_doc int32 (sorted within lists), post_w float32; dn float64 (n_docs,);
+    seg_ids int32 (n_tiles, n_probe or 0); theta float64 (n_q, 1, k); term_row int32 (n_terms,),
+    bmax float32 (rows, n_bound), dn_min float64 (n_bound,) (engine.blocked.bound_tables); counts
+    int64 (2,). Shared: shared_bytes(block, items, tile, cap). One fused kernel over 120 lines:
+    the accumulators live in shared memory for the block's lifetime only, so bound, accumulation
+    and selection cannot be split into kernels without writing them to global memory.
     """
     seg_len = block * items
     acc_len = tile * seg_len
@@ -136,7 +148,7 @@ def blocked_topk_kernel(block: int, items: int, tile: int, cap: int, counting: b
 
     @cuda.jit
     def blocked_topk(tile_ptr, ent_term, ent_q, ent_w, qinfo, term_ptr, post_doc, post_w, dn, metric, k,
-                     out_doc, out_key):
+                     seg_ids, prune, theta, term_row, bmax, dn_min, bound_len, counts, out_doc, out_key):
         acc = cuda.shared.array(acc_len, numba.int64)
         keys = cuda.shared.array(seg_len, numba.float64)
         e_start = cuda.shared.array(block, numba.int64)
@@ -148,33 +160,61 @@ def blocked_topk_kernel(block: int, items: int, tile: int, cap: int, counting: b
         cand_key = cuda.shared.array(cap, numba.float64)
         cand_doc = cuda.shared.array(cap, numba.int32)
         counter = cuda.shared.array(1, numba.int32)
+        ub = cuda.shared.array(tile, numba.float64)
+        active = cuda.shared.array(tile, numba.int32)
         tid = cuda.threadIdx.x
-        s = cuda.blockIdx.x
+        c = cuda.blockIdx.x
         g = cuda.blockIdx.y
+        s = numba.int64(c)
+        if seg_ids.shape[1] > 0:
+            s = seg_ids[g, c]
         n_docs = dn.shape[0]
         n_q = qinfo.shape[0]
-        d_lo = numba.int64(s) * seg_len
+        d_lo = s * seg_len
         d_hi = min(n_docs, d_lo + seg_len)
+        if s < 0:
+            d_lo = 0
+            d_hi = 0
         q0 = g * tile
         nq = min(tile, n_q - q0)
         n_items = (d_hi - d_lo + block - 1) // block  # items that hold documents (the same for the whole block)
         for j in range(tid, acc_len, block):
             acc[j] = 0
+        if tid < tile:
+            ub[tid] = 0.0
+            active[tid] = 1 if d_hi > d_lo else 0
         e0 = tile_ptr[g]
         e1 = tile_ptr[g + 1]
-        cuda.syncthreads()  # accumulators zeroed
+        cuda.syncthreads()  # accumulators, bounds and flags ready
+        if prune != 0 and d_hi > d_lo:
+            bb = d_lo // bound_len
+            for j in range(e0 + tid, e1, block):
+                m = bmax[term_row[ent_term[j]], bb]
+                cuda.atomic.add(ub, ent_q[j] - q0, abs(numba.float64(ent_w[j])) * numba.float64(m))
+            cuda.syncthreads()  # bounds summed
+            if tid < nq:
+                q = q0 + tid
+                if bound_key_dev(metric, ub[tid], qinfo[q, 1], dn_min[bb]) < theta[q, 0, k - 1]:
+                    active[tid] = 0
+            cuda.syncthreads()  # flags final
+        scored = numba.int64(0)
+        skipped = numba.int64(0)
         for chunk in range(e0, e1, block):
             j = chunk + tid
             cnt = 0
-            if j < e1:
+            if j < e1 and d_hi > d_lo:
                 t = ent_term[j]
                 first, last = block_range_dev(post_doc, term_ptr[t], term_ptr[t + 1], d_lo, d_hi)
                 q = ent_q[j]
-                e_start[tid] = first
-                e_row[tid] = (q - q0) * seg_len
-                e_w[tid] = ent_w[j]
-                e_scale[tid] = qinfo[q, 0]
-                cnt = last - first
+                if active[q - q0] != 0:
+                    e_start[tid] = first
+                    e_row[tid] = (q - q0) * seg_len
+                    e_w[tid] = ent_w[j]
+                    e_scale[tid] = qinfo[q, 0]
+                    cnt = last - first
+                    scored += cnt
+                else:
+                    skipped += last - first
             t_off[tid] = cnt
             total = scoring._block_exclusive_scan(t_off, tid, block)  # synchronises; t_off now exclusive
             if tid == 0:
@@ -191,8 +231,17 @@ def blocked_topk_kernel(block: int, items: int, tile: int, cap: int, counting: b
                     cuda.atomic.add(acc, loc, posting_value_dev(metric, e_w[i], post_w[r], e_scale[i]))
                     p += block
             cuda.syncthreads()  # chunk done before e_* / t_off are rewritten
+        if scored:
+            cuda.atomic.add(counts, 0, scored)
+        if skipped:
+            cuda.atomic.add(counts, 1, skipped)
         for b in range(nq):
             q = q0 + b
+            if active[b] == 0:  # the same for every thread of the block
+                for j in range(tid, k, block):
+                    out_doc[q, c, j] = -1
+                    out_key[q, c, j] = -math.inf
+                continue
             sc = qinfo[q, 0]
             qnorm = qinfo[q, 1]
             me = numba.int64(qinfo[q, 2])
@@ -209,24 +258,86 @@ def blocked_topk_kernel(block: int, items: int, tile: int, cap: int, counting: b
             scoring._select_top_keys(keys, n_items, best, d_lo, k, cap, tmax, cand_key, cand_doc, counter, t_off,
                                      tid, block, counting)
             for j in range(tid, k, block):
-                out_doc[q, s, j] = cand_doc[j]
-                out_key[q, s, j] = cand_key[j]
+                out_doc[q, c, j] = cand_doc[j]
+                out_key[q, c, j] = cand_key[j]
             cuda.syncthreads()  # candidates read before the next query resets them
 
     return blocked_topk
+
+
+# ----------------------------------------------------------------------------- safe pruning (block-max bounds)
+
+BOUND_SLACK = 1.0 + 2.0 ** -30  # far above the float64 rounding of a bound (a few ulps per term)
+
+
+def _bound_key(metric, s_ub, qn, dn_min):
+    """An upper bound of the key of every document of a bound block for one query, or +inf (no
+    bound: l2, l1). s_ub = sum over the query's terms of |q_t| x the block's largest |d_t|: every
+    document's acc / scale is at most that (each int64(c * scale) truncates towards zero, so it
+    never exceeds |q_t| |d_t| scale). dn_min: the block's smallest positive document norm (+inf when
+    every norm is 0). Documents sharing no term score 0, so the bound is at least 0. Inflated by
+    BOUND_SLACK so that the bound's own float64 rounding never makes it smaller than a key."""
+    if metric == scoring.DOT:
+        return s_ub * BOUND_SLACK
+    if metric == scoring.COSINE:
+        denom = qn * dn_min
+        if s_ub > 0.0 and denom > 0.0 and dn_min < math.inf:
+            return s_ub / denom * BOUND_SLACK
+        return 0.0
+    return math.inf
+
+
+bound_key_cpu = numba.njit(inline="always")(_bound_key)
+bound_key_dev = cuda.jit(device=True, inline=True)(_bound_key)
+
+
+@numba.njit(parallel=True, cache=True)
+def block_max_table(term_ptr, post_doc, post_w, terms, bound_len, n_bound):
+    """float32 (terms.size, n_bound): row i, column b = the largest |weight| of term terms[i] among
+    documents [b*bound_len, (b+1)*bound_len) (0 where the term has none). Terms in parallel."""
+    out = np.zeros((terms.shape[0], n_bound), np.float32)
+    for i in prange(terms.shape[0]):
+        t = terms[i]
+        row = out[i]
+        for r in range(term_ptr[t], term_ptr[t + 1]):
+            b = post_doc[r] // bound_len
+            a = abs(post_w[r])
+            if a > row[b]:
+                row[b] = a
+    return out
+
+
+@numba.njit(cache=True)
+def block_min_norm(dn, bound_len, n_bound):
+    """float64 (n_bound,): each bound block's smallest positive document norm term, +inf if none."""
+    out = np.full(n_bound, np.inf)
+    for d in range(dn.shape[0]):
+        b = d // bound_len
+        if dn[d] > 0.0 and dn[d] < out[b]:
+            out[b] = dn[d]
+    return out
 
 
 # ----------------------------------------------------------------------------- CPU twin
 
 @numba.njit(parallel=True, cache=True)
 def topk_blocked_cpu(tile_ptr, ent_term, ent_q, ent_w, scale, qn, self_doc, term_ptr, post_doc, post_w, dn, metric,
-                     k, seg_len, tile, out_doc, out_key):
+                     k, seg_len, tile, prune, term_row, bmax, term_maxabs, dn_min, bound_len, counts, out_doc,
+                     out_key):
     """CPU twin of blocked_topk_kernel: tiles in parallel; each walks the document blocks in order,
     accumulates the tile's entries into an int64 (tile, seg_len) scratch with posting_value_cpu
     (ranges by block_range_cpu) and offers every document of the block to the query's running
     best-k list (scoring's offer: key desc, document asc). Entries as the kernel's; scale, qn
     float64 (n_q,), self_doc int64 (n_q,) (-1: none); out_doc int32 / out_key float64 (n_q, k),
-    -1 / -inf where fewer than k documents exist."""
+    -1 / -inf where fewer than k documents exist.
+
+    Safe pruning (prune != 0; cosine and dot): before a document block, a query whose list holds k
+    documents gets the bound _bound_key of its bound block (bound_len documents, a multiple of
+    seg_len): |q_t| x bmax[term_row[t], block] (term_maxabs[t] for a term without a row,
+    term_row[t] < 0), dn_min (block_min_norm). A bound strictly below the list's k-th key means no
+    document of the block can enter the list (a tie could: a lower document index wins), so the
+    query's postings in the block are skipped. counts int64 (n_tiles, 2): postings scored, skipped.
+    """
     n_tiles = tile_ptr.shape[0] - 1
     n_q = out_doc.shape[0]
     n_docs = dn.shape[0]
@@ -236,6 +347,8 @@ def topk_blocked_cpu(tile_ptr, ent_term, ent_q, ent_w, scale, qn, self_doc, term
         q0 = g * tile
         nq = min(tile, n_q - q0)
         filled = np.zeros(tile, np.int64)
+        s_ub = np.zeros(tile, np.float64)
+        active = np.ones(tile, np.bool_)
         for b in range(nq):
             out_doc[q0 + b, :] = -1
             out_key[q0 + b, :] = -np.inf
@@ -243,13 +356,29 @@ def topk_blocked_cpu(tile_ptr, ent_term, ent_q, ent_w, scale, qn, self_doc, term
             d_lo = s * seg_len
             d_hi = min(n_docs, d_lo + seg_len)
             acc[:, :] = 0
+            if prune:
+                bb = d_lo // bound_len
+                s_ub[:] = 0.0
+                for j in range(tile_ptr[g], tile_ptr[g + 1]):
+                    t = ent_term[j]
+                    m = term_maxabs[t] if term_row[t] < 0 else bmax[term_row[t], bb]
+                    s_ub[ent_q[j] - q0] += abs(np.float64(ent_w[j])) * np.float64(m)
+                for b in range(nq):
+                    active[b] = not (filled[b] == k and bound_key_cpu(metric, s_ub[b], qn[q0 + b], dn_min[bb])
+                                     < out_key[q0 + b, k - 1])
             for j in range(tile_ptr[g], tile_ptr[g + 1]):
                 t = ent_term[j]
                 q = ent_q[j]
                 first, last = block_range_cpu(post_doc, term_ptr[t], term_ptr[t + 1], d_lo, d_hi)
+                if not active[q - q0]:
+                    counts[g, 1] += last - first
+                    continue
+                counts[g, 0] += last - first
                 for r in range(first, last):
                     acc[q - q0, post_doc[r] - d_lo] += posting_value_cpu(metric, ent_w[j], post_w[r], scale[q])
             for b in range(nq):
+                if not active[b]:
+                    continue
                 q = q0 + b
                 keys = out_key[q]
                 docs = out_doc[q]
@@ -264,7 +393,8 @@ def topk_blocked_cpu(tile_ptr, ent_term, ent_q, ent_w, scale, qn, self_doc, term
 def ptx_kernels():
     """Every kernel with a representative geometry, for tests/test_ptx.py."""
     sig = ("void(int64[::1], int32[::1], int32[::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], "
-           "float32[::1], float64[::1], int64, int64, int32[:, :, ::1], float64[:, :, ::1])")
+           "float32[::1], float64[::1], int64, int64, int32[:, ::1], int64, float64[:, :, ::1], int32[::1], "
+           "float32[:, ::1], float64[::1], int64, int64[::1], int32[:, :, ::1], float64[:, :, ::1])")
     return [
         ("blocked_topk_tile8", blocked_topk_kernel(*blocked_geometry(30, 10000, 10 ** 7, 46 * 1024, 132)), sig),
         ("blocked_topk_tile1", blocked_topk_kernel(*blocked_geometry(30, 1, 10 ** 7, 46 * 1024, 132)), sig),

@@ -193,7 +193,8 @@ def peer_sklearn(index, X, Q, k):
 
 def other_methods(a, index, Q, sub, rows_result, cpu_result, row, bw):
     """Time every --methods method besides rows on the same queries (median of --repeats, 1 at
-    10,000 queries) into row[gputext_{m}_*]: seconds, speedup over rows, postings touched, device
+    10,000 queries) into row[gputext_{m}_*]: seconds, speedup over rows, postings scored and
+    skipped by the safe pruning (blocked, cosine/dot; the probe pass's postings not counted), device
     geometry (block, items, tile) and document blocks; bytes moved = 8 a posting touched (doc id +
     weight; a tile's queries sharing a term read its range once from HBM, so this is the upper
     bound) + 24 x k a (query, document block) (its list written, then read by the merge; the
@@ -211,7 +212,8 @@ def other_methods(a, index, Q, sub, rows_result, cpu_result, row, bw):
         postings, n_seg = stats.get("postings", 0), stats.get("segments") or 0
         moved = 8 * postings + 24 * n_q * n_seg * a.k
         row.update({f"gputext_{m}_s": t, f"gputext_{m}_speedup_vs_rows": row["gputext_s"] / t,
-                    f"gputext_{m}_postings": postings, f"gputext_{m}_geometry": str(stats.get("geometry")),
+                    f"gputext_{m}_postings": postings, f"gputext_{m}_postings_skipped": stats.get("postings_skipped"),
+                    f"gputext_{m}_geometry": str(stats.get("geometry")),
                     f"gputext_{m}_segments": n_seg, f"gputext_{m}_batch_size": stats.get("batch_size"),
                     f"gputext_{m}_bytes_moved": moved})
         if bw:
@@ -224,6 +226,7 @@ def other_methods(a, index, Q, sub, rows_result, cpu_result, row, bw):
         row[f"{m}_cpu_twin_equals_cpu"] = bool(np.array_equal(ti, cpu_result[0][:few]) and
                                                np.array_equal(ts, cpu_result[1][:few]))
         harness.log(f"  {m}: {t:.4f} s ({row['gputext_s'] / t:.2f}x rows), geometry {stats.get('geometry')}, "
+                    f"postings scored {postings} skipped {stats.get('postings_skipped')}, "
                     f"{n_seg} document blocks, exact {row[f'{m}_equals_cpu'] and row[f'{m}_cpu_twin_equals_cpu']}")
 
 

@@ -12,7 +12,7 @@ from gputext.kernels.blocked import blocked_geometry, shared_bytes
 METRICS = ["cosine", "dot", "l2", "l1"]
 # geometries of the CPU twin: one document block per thread-block of 8 x 2 documents, tiles of 1, 3, 4 queries
 GEOMS = [Geometry(blocked_block=8, blocked_items=2, blocked_tile=t) for t in (1, 3, 4)] + [Geometry()]
-TINY = Geometry(blocked_block=8, blocked_items=2, blocked_tile=2, merge_block=8, merge_width=16)
+TINY = Geometry(blocked_block=8, blocked_items=2, blocked_tile=2, blocked_probe=1, merge_block=8, merge_width=16)
 
 
 def same(a, b):
@@ -113,6 +113,23 @@ def test_blocked_cuda_equals_cpu_in_simulator(metric):
                 search_topk(index, Q, 5, metric, device="cuda", method="blocked", geometry=TINY, exclude_self=ex))
 
 
+@pytest.mark.cudasim
+def test_blocked_cuda_pruning_in_simulator():
+    """The probe pass, then the pruned pass: identical lists, and blocks skipped for a query whose
+    one dominant term is held by two documents; duplicates tying at the k-th key are kept."""
+    X, Q = adversarial()
+    index = Index.from_csr(X)
+    for Qs, k, metric in ((Q[4], 2, "dot"), (sp.vstack([Q[4], Q[0]]).tocsr(), 4, "cosine")):
+        want = search_topk(index, Qs, k, metric, device="cpu")
+        stats = {}
+        got = search_topk(index, Qs, k, metric, device="cuda", method="blocked", geometry=TINY, stats=stats)
+        assert same(want, got), (k, metric)
+        assert stats["postings"] > 0
+        if Qs.shape[0] == 1:  # the probe scores the block of documents 70, 71: every other block is below
+            assert stats["postings_skipped"] > 0
+    assert list(got[0][1]) == [3, 17, 40, 89]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("metric", METRICS)
 def test_blocked_cuda_equals_rows_on_gpu(metric):
@@ -122,3 +139,68 @@ def test_blocked_cuda_equals_rows_on_gpu(metric):
     for q in (Q, Q[-1:]):  # tiles of queries, and one query (tile 1)
         assert same(search_topk(index, q, 30, metric, device="cpu"),
                     search_topk(index, q, 30, metric, device="cuda", method="blocked"))
+
+
+# ----------------------------------------------------------------------------- safe pruning (CPU twin)
+
+PRUNE_GEOMS = [Geometry(blocked_block=8, blocked_items=2, blocked_tile=t, blocked_prune=p) for t in (1, 4) for p in (True, False)]
+
+
+@pytest.mark.parametrize("metric", ["cosine", "dot"])
+def test_pruning_is_exact_on_adversarial_inputs(metric):
+    """Ties at the k-th key (duplicates in later blocks: a bound equal to the k-th key must not be
+    skipped, the lower document wins), all-equal weights, one dominant term: pruned == unpruned ==
+    rows, and postings scored + skipped is the same total."""
+    X, Q = adversarial()
+    index = Index.from_csr(X)
+    for k in (1, 2, 3, 8):
+        want = search_topk(index, Q, k, metric, device="cpu")
+        totals = set()
+        for g in PRUNE_GEOMS:
+            stats = {}
+            assert same(want, search_topk(index, Q, k, metric, device="cpu", method="blocked", geometry=g,
+                                          stats=stats)), (k, g)
+            totals.add(stats["postings"] + stats["postings_skipped"])
+            if not g.blocked_prune:
+                assert stats["postings_skipped"] == 0
+        assert len(totals) == 1
+
+
+def test_pruning_skips_blocks_that_cannot_reach_the_kth_key():
+    X, Q = adversarial()
+    index = Index.from_csr(X)
+    dominant = Q[4]  # term 5 only: documents 70 and 71 hold 1e6, every later block is bounded far below
+    stats = {}
+    got = search_topk(index, dominant, 2, "dot", device="cpu", method="blocked", geometry=PRUNE_GEOMS[0], stats=stats)
+    assert list(got[0][0]) == [70, 71] and stats["postings_skipped"] > 0
+    dup = Q[0]  # X[3], duplicated at 17, 40, 89: every duplicate ties at the k-th key, none may be skipped
+    got = search_topk(index, dup, 4, "cosine", device="cpu", method="blocked", geometry=PRUNE_GEOMS[0])
+    assert list(got[0][0]) == [3, 17, 40, 89]
+
+
+@pytest.mark.parametrize("metric", ["cosine", "dot"])
+def test_bound_is_never_below_a_key(metric):
+    """The block-max bound of every (query, bound block) is at least the largest key in the block
+    (keys from the engine's own fixed point: search_topk_keys with k = n_docs)."""
+    from gputext.engine.blocked import bound_tables
+    from gputext.engine.search import search_topk_keys
+    from gputext.io.corpus import csr_arrays
+    from gputext.kernels import blocked as kb
+    from gputext.kernels.scoring import query_stats
+    from gputext.similarity import metric_code
+
+    X = random_corpus(200, 30, 0.1, seed=9, signed=metric == "dot", duplicates=((3, 150),))
+    Q = sp.vstack([random_corpus(12, 30, 0.2, seed=10, signed=metric == "dot"), X[3]]).tocsr()
+    index = Index.from_csr(X)
+    code = metric_code(metric)
+    docs, keys = search_topk_keys(index, Q, X.shape[0], metric, device="cpu")
+    key_of = np.empty_like(keys)
+    np.put_along_axis(key_of, docs.astype(np.int64), keys, 1)
+    indptr, indices, data = csr_arrays(Q)
+    _, qn = query_stats(indptr, indices, data, index.term_maxabs, code)
+    term_row, bmax, dn_min, bound_len = bound_tables(index, np.unique(indices), 16, code, 1 << 20)
+    for i in range(Q.shape[0]):
+        for b in range(bmax.shape[1]):
+            s_ub = sum(abs(float(w)) * float(bmax[term_row[t], b]) for t, w in
+                       zip(indices[indptr[i]:indptr[i + 1]], data[indptr[i]:indptr[i + 1]]))
+            assert kb.bound_key_cpu(code, s_ub, qn[i], dn_min[b]) >= key_of[i, b * bound_len:(b + 1) * bound_len].max()

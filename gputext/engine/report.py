@@ -19,7 +19,8 @@ class SearchReport(RunReport):
     lists) of one batch; postings: postings scored; launch: "raw" (pre-marshalled launches) or
     "dispatcher"; fallback: the line saying another method served the request; segments,
     geometry, merge_levels: the grouped selector's plan (and the blocked top-k's: geometry = (block,
-    items, tile)); stages: milliseconds per stage (grouped); topk_method: "rows" or "blocked"."""
+    items, tile)); stages: milliseconds per stage (grouped); topk_method: "rows" or "blocked";
+    postings_skipped: postings the blocked method's safe pruning left out (postings: those scored)."""
 
     shards: int | None = None
     batch_size: int | None = None
@@ -33,6 +34,7 @@ class SearchReport(RunReport):
     merge_levels: int | None = None
     stages: dict | None = None
     topk_method: str | None = None
+    postings_skipped: int | None = None
 
     def as_stats(self) -> dict:
         out = super().as_stats()
