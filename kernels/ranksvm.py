@@ -61,6 +61,8 @@ from numba import cuda, prange
 
 from ._factory import kernel_cache
 from .linear_svm import csr_matmat_cpu
+from .primitives import (block_inclusive_scan2_dev, block_inclusive_scan_dev, block_tree_sum_dev,
+                         sort_pairs_ascending_dev)
 
 # ----------------------------------------------------------------------------- shared logic
 # Plain Python functions compiled twice: numba.njit for the CPU twin, cuda.jit(device=True) inside
@@ -94,88 +96,152 @@ def _first_upper_inactive(ss, st, p, n, sp):
     return a
 
 
-def _count_less(rank0, base, n, n_levels, v, a, e):
-    """Number of elements with label rank < v among sorted positions [a, e) of one query."""
-    count = 0
-    for b in range(n_levels):
-        if a >= e:
-            break
-        ra = rank0[b, base + a]
-        re = rank0[b, base + e]
-        if (v >> (n_levels - 1 - b)) & 1:
-            count += re - ra  # zero bit here: below v whatever the lower bits
-            nz = rank0[b, base + n]
-            a = nz + a - ra
-            e = nz + e - re
+def _count_amount(W, b, base, a, e, ra, re, zero_side):
+    """Elements of positions [a, e) on one side of level b: zero bits (re - ra) or one bits."""
+    if zero_side:
+        return re - ra
+    return (e - a) - (re - ra)
+
+
+def _sum_amount(W, b, base, a, e, ra, re, zero_side):
+    """Weight of the same elements: W (W0 for the zero side, W1 for the one side) prefix sums."""
+    return W[b, base + e] - W[b, base + a]
+
+
+def _query_rows(starts, t):
+    """Query t's first grouped row st, its row count n (int32) and base = st + t, where its n + 1
+    prefix-count entries start in rank0 / W0 / W1; n = -1 for t past the last query."""
+    if t >= starts.shape[0] - 1:
+        return numba.int64(0), numba.int32(-1), numba.int64(0)
+    st = starts[t]
+    return st, numba.int32(starts[t + 1] - st), st + t
+
+
+def _make_wavelet_walk(below, amount):
+    """The walk "labels < v (below) or > v (not below) among sorted positions [a, e) of one query":
+    from the top level down, the elements whose level bit differs from v's on the wanted side are
+    all below / above v whatever their lower bits (``amount`` counts or sums them); the others are
+    followed to the next level. O(n_levels). ``below`` is a compile-time constant."""
+    def walk(rank0, W, base, n, n_levels, v, a, e):
+        total = 0
+        for b in range(n_levels):
+            if a >= e:
+                break
+            ra = rank0[b, base + a]
+            re = rank0[b, base + e]
+            if (v >> (n_levels - 1 - b)) & 1:
+                if below:
+                    total += amount(W, b, base, a, e, ra, re, True)
+                nz = rank0[b, base + n]
+                a = nz + a - ra
+                e = nz + e - re
+            else:
+                if not below:
+                    total += amount(W, b, base, a, e, ra, re, False)
+                a = ra
+                e = re
+        return total
+    return walk
+
+
+def _make_items(jit):
+    """The per-item functions of rank_structure / wavelet_sums, compiled by ``jit`` (the CUDA
+    device decorator or numba.njit): the kernels and their CPU twins run the same code per sorted
+    position, per level entry and per row; only the loops over items (threads vs. a serial loop)
+    and the sort and scans differ."""
+    first_lower = jit(_first_lower_active)
+    first_upper = jit(_first_upper_inactive)
+    count_amount = jit(_count_amount)
+    sum_amount = jit(_sum_amount)
+    count_less = jit(_make_wavelet_walk(True, count_amount))
+    count_greater = jit(_make_wavelet_walk(False, count_amount))
+    sum_less = jit(_make_wavelet_walk(True, sum_amount))
+    sum_greater = jit(_make_wavelet_walk(False, sum_amount))
+
+    def position(p, st, n, ref, scores, lrank, order, ssorted, vsorted, sweights, lo, hi):
+        """Sorted position p: its label rank, the shifted score of its row and the square, and
+        lo/hi by binary search (the float64 predicates of the brute-force definition)."""
+        row = order[st + p]
+        vsorted[st + p] = lrank[st + row]
+        x = scores[st + row] - ref
+        sweights[0, st + row] = x
+        sweights[1, st + row] = x * x
+        sp = ssorted[st + p]
+        lo[st + p] = first_lower(ssorted, st, p, sp)
+        hi[st + p] = first_upper(ssorted, st, p, n, sp)
+
+    def level_entry(b, q, st, shift, vsorted, order, vbuf, rbuf, seqrow):
+        """Position q of level b: records its row in seqrow[b]; returns 1 when its level bit is 0."""
+        if b == 0:
+            val = vsorted[st + q]
+            row = order[st + q]
         else:
-            a = ra
-            e = re
-    return count
+            val = vbuf[(b - 1) & 1, st + q]
+            row = rbuf[(b - 1) & 1, st + q]
+        seqrow[b, st + q] = row
+        if ((val >> shift) & 1) == 0:
+            return 1
+        return 0
 
-
-def _count_greater(rank0, base, n, n_levels, v, a, e):
-    """Number of elements with label rank > v among sorted positions [a, e) of one query."""
-    count = 0
-    for b in range(n_levels):
-        if a >= e:
-            break
-        ra = rank0[b, base + a]
-        re = rank0[b, base + e]
-        if (v >> (n_levels - 1 - b)) & 1:
-            nz = rank0[b, base + n]
-            a = nz + a - ra
-            e = nz + e - re
+    def level_scatter(b, q, st, base, shift, nz, vsorted, vbuf, rbuf, seqrow, rank0):
+        """Position q of level b goes to its place in level b + 1 (stable partition by the bit)."""
+        if b == 0:
+            val = vsorted[st + q]
         else:
-            count += (e - a) - (re - ra)  # one bit here: above v whatever the lower bits
-            a = ra
-            e = re
-    return count
-
-
-def _sum_less(rank0, W0, base, n, n_levels, v, a, e):
-    """Sum of the channel's weights over label rank < v in sorted positions [a, e)."""
-    total = 0.0
-    for b in range(n_levels):
-        if a >= e:
-            break
-        ra = rank0[b, base + a]
-        re = rank0[b, base + e]
-        if (v >> (n_levels - 1 - b)) & 1:
-            total += W0[b, base + e] - W0[b, base + a]
-            nz = rank0[b, base + n]
-            a = nz + a - ra
-            e = nz + e - re
+            val = vbuf[(b - 1) & 1, st + q]
+        row = seqrow[b, st + q]
+        r0 = rank0[b, base + q]
+        if ((val >> shift) & 1) == 0:
+            dst = r0
         else:
-            a = ra
-            e = re
-    return total
+            dst = nz + q - r0
+        vbuf[b & 1, st + dst] = val
+        rbuf[b & 1, st + dst] = row
+
+    def betas(p, st, base, n, n_levels, vsorted, order, lo, hi, rank0, beta_minus, beta_plus):
+        """beta-/+ of the row at sorted position p."""
+        v = vsorted[st + p]
+        row = order[st + p]
+        beta_minus[st + row] = count_less(rank0, rank0, base, n, n_levels, v, lo[st + p], n)
+        beta_plus[st + row] = count_greater(rank0, rank0, base, n, n_levels, v, 0, hi[st + p])
+
+    def channel_split(c, b, q, st, base, weights, seqrow, rank0):
+        """Channel c's weight of the row at position q of level b, as (zero-bit part, one-bit part)."""
+        x = weights[c, st + seqrow[b, st + q]]
+        if rank0[b, base + q + 1] != rank0[b, base + q]:
+            return x, 0.0
+        return 0.0, x
+
+    def pair_sums(c, p, st, base, n, n_levels, n_plus, vsorted, order, lo, hi, rank0, W0, W1, out_minus, out_plus):
+        """Channel c's sums over M and P of the row at sorted position p."""
+        v = vsorted[st + p]
+        row = order[st + p]
+        out_minus[c, st + row] = sum_less(rank0, W0, base, n, n_levels, v, lo[st + p], n)
+        if c < n_plus:
+            out_plus[c, st + row] = sum_greater(rank0, W1, base, n, n_levels, v, 0, hi[st + p])
+
+    return (jit(_query_rows), jit(position), jit(level_entry), jit(level_scatter), jit(betas), jit(channel_split),
+            jit(pair_sums))
 
 
-def _sum_greater(rank0, W1, base, n, n_levels, v, a, e):
-    """Sum of the channel's weights over label rank > v in sorted positions [a, e)."""
-    total = 0.0
-    for b in range(n_levels):
-        if a >= e:
-            break
-        ra = rank0[b, base + a]
-        re = rank0[b, base + e]
-        if (v >> (n_levels - 1 - b)) & 1:
-            nz = rank0[b, base + n]
-            a = nz + a - ra
-            e = nz + e - re
-        else:
-            total += W1[b, base + e] - W1[b, base + a]
-            a = ra
-            e = re
-    return total
+(_query_rows_cpu, _position_cpu, _level_entry_cpu, _level_scatter_cpu, _betas_cpu, _channel_split_cpu,
+ _pair_sums_cpu) = _make_items(numba.njit(cache=False, inline="always"))
 
 
-_first_lower_active_cpu = numba.njit(cache=True, inline="always")(_first_lower_active)
-_first_upper_inactive_cpu = numba.njit(cache=True, inline="always")(_first_upper_inactive)
-_count_less_cpu = numba.njit(cache=True)(_count_less)
-_count_greater_cpu = numba.njit(cache=True)(_count_greater)
-_sum_less_cpu = numba.njit(cache=True)(_sum_less)
-_sum_greater_cpu = numba.njit(cache=True)(_sum_greater)
+def _eval_row(i, sweights, beta_minus, beta_plus, sums_minus, sums_plus, z):
+    """Row i: z[i] = (b- + b+) s'_i - (g- + g+) - (b- - b+); returns its loss term
+    b- (1 - s'_i)^2 + 2 (1 - s'_i) g- + d-."""
+    bm = numba.float64(beta_minus[i])
+    bp = numba.float64(beta_plus[i])
+    sp = sweights[0, i]
+    gm = sums_minus[0, i]
+    z[i] = (bm + bp) * sp - (gm + sums_plus[0, i]) - (bm - bp)
+    c = 1.0 - sp
+    return bm * c * c + 2.0 * c * gm + sums_minus[1, i]
+
+
+_eval_row_cpu = numba.njit(inline="always")(_eval_row)
+_eval_row_dev = cuda.jit(device=True, inline=True)(_eval_row)
 
 
 def n_levels_for(n_distinct: int) -> int:
@@ -246,58 +312,27 @@ def rank_structure_cpu(starts, scores, lrank, n_levels, order, ssorted, sweights
     """
     n_q = starts.shape[0] - 1
     for t in prange(n_q):
-        st = starts[t]
-        n = starts[t + 1] - st
-        base = st + t
+        st, n, base = _query_rows_cpu(starts, t)
         perm = np.argsort(scores[st:st + n], kind="mergesort")  # stable: ties by lower row
         for p in range(n):
             order[st + p] = perm[p]
             ssorted[st + p] = scores[st + perm[p]]
         ref = ssorted[st + n // 2]
         for p in range(n):
-            row = order[st + p]
-            vsorted[st + p] = lrank[st + row]
-            x = scores[st + row] - ref
-            sweights[0, st + row] = x
-            sweights[1, st + row] = x * x
-            sp = ssorted[st + p]
-            lo[st + p] = _first_lower_active_cpu(ssorted, st, p, sp)
-            hi[st + p] = _first_upper_inactive_cpu(ssorted, st, p, n, sp)
+            _position_cpu(p, st, n, ref, scores, lrank, order, ssorted, vsorted, sweights, lo, hi)
         for b in range(n_levels):
             shift = n_levels - 1 - b
             zeros = 0
             rank0[b, base] = 0
             for q in range(n):
-                if b == 0:
-                    val = vsorted[st + q]
-                    row = order[st + q]
-                else:
-                    val = vbuf[(b - 1) & 1, st + q]
-                    row = rbuf[(b - 1) & 1, st + q]
-                seqrow[b, st + q] = row
-                if ((val >> shift) & 1) == 0:
-                    zeros += 1
+                zeros += _level_entry_cpu(b, q, st, shift, vsorted, order, vbuf, rbuf, seqrow)
                 rank0[b, base + q + 1] = zeros
             if b < n_levels - 1:
                 nz = rank0[b, base + n]
                 for q in range(n):
-                    if b == 0:
-                        val = vsorted[st + q]
-                    else:
-                        val = vbuf[(b - 1) & 1, st + q]
-                    row = seqrow[b, st + q]
-                    r0 = rank0[b, base + q]
-                    if ((val >> shift) & 1) == 0:
-                        dst = r0
-                    else:
-                        dst = nz + q - r0
-                    vbuf[b & 1, st + dst] = val
-                    rbuf[b & 1, st + dst] = row
+                    _level_scatter_cpu(b, q, st, base, shift, nz, vsorted, vbuf, rbuf, seqrow, rank0)
         for p in range(n):
-            v = vsorted[st + p]
-            row = order[st + p]
-            beta_minus[st + row] = _count_less_cpu(rank0, base, n, n_levels, v, lo[st + p], n)
-            beta_plus[st + row] = _count_greater_cpu(rank0, base, n, n_levels, v, 0, hi[st + p])
+            _betas_cpu(p, st, base, n, n_levels, vsorted, order, lo, hi, rank0, beta_minus, beta_plus)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -309,9 +344,7 @@ def wavelet_sums_cpu(starts, order, vsorted, lo, hi, seqrow, rank0, n_levels, we
     n_q = starts.shape[0] - 1
     n_ch = weights.shape[0]
     for t in prange(n_q):
-        st = starts[t]
-        n = starts[t + 1] - st
-        base = st + t
+        st, n, base = _query_rows_cpu(starts, t)
         for c in range(n_ch):
             for b in range(n_levels):
                 acc0 = 0.0
@@ -319,19 +352,14 @@ def wavelet_sums_cpu(starts, order, vsorted, lo, hi, seqrow, rank0, n_levels, we
                 W0[b, base] = 0.0
                 W1[b, base] = 0.0
                 for q in range(n):
-                    x = weights[c, st + seqrow[b, st + q]]
-                    if rank0[b, base + q + 1] != rank0[b, base + q]:
-                        acc0 += x
-                    else:
-                        acc1 += x
+                    x0, x1 = _channel_split_cpu(c, b, q, st, base, weights, seqrow, rank0)
+                    acc0 += x0
+                    acc1 += x1
                     W0[b, base + q + 1] = acc0
                     W1[b, base + q + 1] = acc1
             for p in range(n):
-                v = vsorted[st + p]
-                row = order[st + p]
-                out_minus[c, st + row] = _sum_less_cpu(rank0, W0, base, n, n_levels, v, lo[st + p], n)
-                if c < n_plus:
-                    out_plus[c, st + row] = _sum_greater_cpu(rank0, W1, base, n, n_levels, v, 0, hi[st + p])
+                _pair_sums_cpu(c, p, st, base, n, n_levels, n_plus, vsorted, order, lo, hi, rank0, W0, W1, out_minus,
+                               out_plus)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -345,13 +373,7 @@ def eval_finish_cpu(sweights, beta_minus, beta_plus, sums_minus, sums_plus, z, l
     for k in prange(n_parts):
         acc = 0.0
         for i in range(k * chunk, min(n, (k + 1) * chunk)):
-            bm = numba.float64(beta_minus[i])
-            bp = numba.float64(beta_plus[i])
-            sp = sweights[0, i]
-            gm = sums_minus[0, i]
-            z[i] = (bm + bp) * sp - (gm + sums_plus[0, i]) - (bm - bp)
-            c = 1.0 - sp
-            acc += bm * c * c + 2.0 * c * gm + sums_minus[1, i]
+            acc += _eval_row_cpu(i, sweights, beta_minus, beta_plus, sums_minus, sums_plus, z)
         loss_partial[k] = acc
 
 
@@ -409,97 +431,10 @@ def hess_finish(beta_minus, beta_plus, a, alpha_minus, alpha_plus, u):
 
 
 @kernel_cache
-def _device_functions():
-    """The shared logic as CUDA device functions, plus block-wide scans and the bitonic sort."""
-    first_lower = cuda.jit(device=True, inline=True)(_first_lower_active)
-    first_upper = cuda.jit(device=True, inline=True)(_first_upper_inactive)
-    count_less = cuda.jit(device=True, inline=True)(_count_less)
-    count_greater = cuda.jit(device=True, inline=True)(_count_greater)
-    sum_less = cuda.jit(device=True, inline=True)(_sum_less)
-    sum_greater = cuda.jit(device=True, inline=True)(_sum_greater)
-
-    @cuda.jit(device=True, inline=True)
-    def scan_i32(buf, x, tid, nthreads):
-        """Inclusive block scan of one int32 per thread in shared buf (nthreads entries);
-        returns (inclusive prefix, block total). Hillis-Steele: a syncthreads after every read
-        round and every write round, and one before buf may be reused."""
-        buf[tid] = x
-        cuda.syncthreads()  # all values written
-        off = 1
-        while off < nthreads:
-            add = numba.int32(0)
-            if tid >= off:
-                add = buf[tid - off]
-            cuda.syncthreads()  # all reads of this round done
-            buf[tid] += add
-            cuda.syncthreads()  # all writes of this round done
-            off *= 2
-        mine = buf[tid]
-        total = buf[nthreads - 1]
-        cuda.syncthreads()  # everyone read before buf is reused
-        return mine, total
-
-    @cuda.jit(device=True, inline=True)
-    def scan2_f64(buf0, buf1, x0, x1, tid, nthreads):
-        """Two inclusive float64 block scans at once (same rounds, same syncthreads as scan_i32);
-        returns (prefix0, total0, prefix1, total1). Fixed association order: deterministic."""
-        buf0[tid] = x0
-        buf1[tid] = x1
-        cuda.syncthreads()  # all values written
-        off = 1
-        while off < nthreads:
-            add0 = 0.0
-            add1 = 0.0
-            if tid >= off:
-                add0 = buf0[tid - off]
-                add1 = buf1[tid - off]
-            cuda.syncthreads()  # all reads of this round done
-            buf0[tid] += add0
-            buf1[tid] += add1
-            cuda.syncthreads()  # all writes of this round done
-            off *= 2
-        m0 = buf0[tid]
-        m1 = buf1[tid]
-        t0 = buf0[nthreads - 1]
-        t1 = buf1[nthreads - 1]
-        cuda.syncthreads()  # everyone read before the buffers are reused
-        return m0, t0, m1, t1
-
-    @cuda.jit(device=True, inline=True)
-    def bitonic(keys, idx, base, size, tid, nthreads):
-        """Sort keys[base:base+size] (float64) with idx (int32) ascending by (key, idx); size a
-        power of two; shared or global arrays. Thread tid handles pairs i = tid, tid+nthreads, ...;
-        a syncthreads after every compare-exchange step. idx values are unique, so the order is
-        total and the result deterministic."""
-        k = 2
-        while k <= size:
-            j = k // 2
-            while j > 0:
-                i = tid
-                while i < size:
-                    partner = i ^ j
-                    if partner > i:
-                        ka = keys[base + i]
-                        kb = keys[base + partner]
-                        ia = idx[base + i]
-                        ib = idx[base + partner]
-                        a_after_b = (ka > kb) or (ka == kb and ia > ib)
-                        if (i & k) == 0:
-                            swap = a_after_b
-                        else:
-                            swap = not a_after_b
-                        if swap:
-                            keys[base + i] = kb
-                            keys[base + partner] = ka
-                            idx[base + i] = ib
-                            idx[base + partner] = ia
-                    i += nthreads
-                cuda.syncthreads()  # step complete before the next one reads
-                j //= 2
-            k *= 2
-
-    return (first_lower, first_upper, count_less, count_greater, sum_less, sum_greater,
-            scan_i32, scan2_f64, bitonic)
+def _device_items():
+    """The per-item functions as CUDA device functions (made on first use: tests/test_ptx.py
+    compiles every module-level CUDA dispatcher as a kernel)."""
+    return _make_items(lambda fn: cuda.jit(device=True, inline=True)(fn))
 
 
 @kernel_cache
@@ -560,14 +495,7 @@ def column_reduce_kernel(threads: int):
             acc = 0.0
             for b in range(tid, n_blocks, threads):
                 acc += partial[c, b]
-            buf[tid] = acc
-            cuda.syncthreads()  # partial sums written
-            half = threads // 2
-            while half > 0:
-                if tid < half:
-                    buf[tid] += buf[tid + half]
-                cuda.syncthreads()  # round complete
-                half //= 2
+            block_tree_sum_dev(buf, acc, tid, tid, threads)
             if tid == 0:
                 out[c] = buf[0]
             cuda.syncthreads()  # buf read before the next column reuses it
@@ -601,14 +529,7 @@ def csr_matvec_kernel(threads: int, group: int):
             if row < n_rows:
                 for k in range(indptr[row] + lane, indptr[row + 1], group):
                     acc += numba.float64(data[k]) * v[indices[k]]
-            buf[tid] = acc
-            cuda.syncthreads()  # lane sums written
-            half = group // 2
-            while half > 0:
-                if lane < half:
-                    buf[tid] += buf[tid + half]
-                cuda.syncthreads()  # round complete
-                half //= 2
+            block_tree_sum_dev(buf, acc, tid, lane, group)
             if lane == 0 and row < n_rows:
                 out[row] = buf[tid]
             cuda.syncthreads()  # buf read before reuse
@@ -632,14 +553,7 @@ def csc_rmatvec_kernel(threads: int):
             acc = 0.0
             for k in range(colptr[c] + tid, colptr[c + 1], threads):
                 acc += numba.float64(data[k]) * u[rows[k]]
-            buf[tid] = acc
-            cuda.syncthreads()  # partial sums written
-            half = threads // 2
-            while half > 0:
-                if tid < half:
-                    buf[tid] += buf[tid + half]
-                cuda.syncthreads()  # round complete
-                half //= 2
+            block_tree_sum_dev(buf, acc, tid, tid, threads)
             if tid == 0:
                 out[c] = buf[0]
             cuda.syncthreads()  # buf read before reuse
@@ -667,7 +581,7 @@ def rank_structure_kernel(threads: int, sort_capacity: int):
     steps and inside the scans and the sort; every thread runs the same loop trip counts.
     Arrays as in ``rank_structure_cpu``, plus goff int64 (Q,), gkeys float64, gidx int32.
     """
-    (first_lower, first_upper, count_less, count_greater, _sl, _sg, scan_i32, _s2, bitonic) = _device_functions()
+    query_rows, position, level_entry, level_scatter, betas, _cs, _ps = _device_items()
     inf = math.inf
 
     @cuda.jit
@@ -676,13 +590,10 @@ def rank_structure_kernel(threads: int, sort_capacity: int):
         skeys = cuda.shared.array(sort_capacity, numba.float64)
         sidx = cuda.shared.array(sort_capacity, numba.int32)
         sbuf = cuda.shared.array(threads, numba.int32)
-        t = cuda.blockIdx.x
         tid = cuda.threadIdx.x
-        if t >= starts.shape[0] - 1:
-            return  # whole block leaves together
-        st = starts[t]
-        n = numba.int32(starts[t + 1] - st)
-        base = st + t
+        st, n, base = query_rows(starts, cuda.blockIdx.x)
+        if n < 0:
+            return  # past the last query: the whole block leaves together
         size = 1
         while size < n:
             size *= 2
@@ -695,12 +606,12 @@ def rank_structure_kernel(threads: int, sort_capacity: int):
                     skeys[i] = inf
                 sidx[i] = i
             cuda.syncthreads()  # keys loaded
-            bitonic(skeys, sidx, 0, size, tid, threads)
+            sort_pairs_ascending_dev(skeys, sidx, 0, size, tid, threads)
             for p in range(tid, n, threads):
                 order[st + p] = sidx[p]
                 ssorted[st + p] = skeys[p]
         else:
-            g = goff[t]
+            g = goff[cuda.blockIdx.x]
             for i in range(tid, size, threads):
                 if i < n:
                     gkeys[g + i] = scores[st + i]
@@ -708,7 +619,7 @@ def rank_structure_kernel(threads: int, sort_capacity: int):
                     gkeys[g + i] = inf
                 gidx[g + i] = i
             cuda.syncthreads()  # keys loaded
-            bitonic(gkeys, gidx, g, size, tid, threads)
+            sort_pairs_ascending_dev(gkeys, gidx, g, size, tid, threads)
             for p in range(tid, n, threads):
                 order[st + p] = gidx[g + p]
                 ssorted[st + p] = gkeys[g + p]
@@ -716,14 +627,7 @@ def rank_structure_kernel(threads: int, sort_capacity: int):
         # 2. per position: label rank, shifted score, binary searches
         ref = ssorted[st + n // 2]
         for p in range(tid, n, threads):
-            row = order[st + p]
-            vsorted[st + p] = lrank[st + row]
-            x = scores[st + row] - ref
-            sweights[0, st + row] = x
-            sweights[1, st + row] = x * x
-            sp = ssorted[st + p]
-            lo[st + p] = first_lower(ssorted, st, p, sp)
-            hi[st + p] = first_upper(ssorted, st, p, n, sp)
+            position(p, st, n, ref, scores, lrank, order, ssorted, vsorted, sweights, lo, hi)
         cuda.syncthreads()  # vsorted complete
         # 3. wavelet levels
         for b in range(n_levels):
@@ -735,16 +639,8 @@ def rank_structure_kernel(threads: int, sort_capacity: int):
                 q = c0 + tid
                 zero = numba.int32(0)
                 if q < n:
-                    if b == 0:
-                        val = vsorted[st + q]
-                        row = order[st + q]
-                    else:
-                        val = vbuf[(b - 1) & 1, st + q]
-                        row = rbuf[(b - 1) & 1, st + q]
-                    seqrow[b, st + q] = row
-                    if ((val >> shift) & 1) == 0:
-                        zero = 1
-                mine, total = scan_i32(sbuf, zero, tid, threads)
+                    zero = numba.int32(level_entry(b, q, st, shift, vsorted, order, vbuf, rbuf, seqrow))
+                mine, total = block_inclusive_scan_dev(sbuf, zero, tid, threads)
                 if q < n:
                     rank0[b, base + q + 1] = carry + mine
                 carry += total
@@ -752,25 +648,11 @@ def rank_structure_kernel(threads: int, sort_capacity: int):
             if b < n_levels - 1:
                 nz = rank0[b, base + n]
                 for q in range(tid, n, threads):
-                    if b == 0:
-                        val = vsorted[st + q]
-                    else:
-                        val = vbuf[(b - 1) & 1, st + q]
-                    row = seqrow[b, st + q]
-                    r0 = rank0[b, base + q]
-                    if ((val >> shift) & 1) == 0:
-                        dst = r0
-                    else:
-                        dst = nz + q - r0
-                    vbuf[b & 1, st + dst] = val
-                    rbuf[b & 1, st + dst] = row
+                    level_scatter(b, q, st, base, shift, nz, vsorted, vbuf, rbuf, seqrow, rank0)
                 cuda.syncthreads()  # next level's buffers complete
         # 4. counts
         for p in range(tid, n, threads):
-            v = vsorted[st + p]
-            row = order[st + p]
-            beta_minus[st + row] = count_less(rank0, base, n, n_levels, v, lo[st + p], n)
-            beta_plus[st + row] = count_greater(rank0, base, n, n_levels, v, 0, hi[st + p])
+            betas(p, st, base, n, n_levels, vsorted, order, lo, hi, rank0, beta_minus, beta_plus)
 
     return rank_structure
 
@@ -788,20 +670,17 @@ def wavelet_sums_kernel(threads: int):
     out_plus[c, row] = sum over P_row (labels above, positions [0, hi)). A syncthreads before the
     next channel reuses W0/W1. Shared: 2 * threads float64.
     """
-    (_fl, _fu, _cl, _cg, sum_less, sum_greater, _si, scan2_f64, _b) = _device_functions()
+    query_rows, _p, _le, _ls, _b, channel_split, pair_sums = _device_items()
 
     @cuda.jit
     def wavelet_sums(starts, order, vsorted, lo, hi, seqrow, rank0, n_levels, weights, n_plus, W0, W1,
                      out_minus, out_plus):
         buf0 = cuda.shared.array(threads, numba.float64)
         buf1 = cuda.shared.array(threads, numba.float64)
-        t = cuda.blockIdx.x
         tid = cuda.threadIdx.x
-        if t >= starts.shape[0] - 1:
-            return  # whole block leaves together
-        st = starts[t]
-        n = numba.int32(starts[t + 1] - st)
-        base = st + t
+        st, n, base = query_rows(starts, cuda.blockIdx.x)
+        if n < 0:
+            return  # past the last query: the whole block leaves together
         for c in range(weights.shape[0]):
             for b in range(n_levels):
                 if tid == 0:
@@ -814,12 +693,8 @@ def wavelet_sums_kernel(threads: int):
                     x0 = 0.0
                     x1 = 0.0
                     if q < n:
-                        x = weights[c, st + seqrow[b, st + q]]
-                        if rank0[b, base + q + 1] != rank0[b, base + q]:
-                            x0 = x
-                        else:
-                            x1 = x
-                    m0, t0, m1, t1 = scan2_f64(buf0, buf1, x0, x1, tid, threads)
+                        x0, x1 = channel_split(c, b, q, st, base, weights, seqrow, rank0)
+                    m0, t0, m1, t1 = block_inclusive_scan2_dev(buf0, buf1, x0, x1, tid, threads)
                     if q < n:
                         W0[b, base + q + 1] = carry0 + m0
                         W1[b, base + q + 1] = carry1 + m1
@@ -827,11 +702,8 @@ def wavelet_sums_kernel(threads: int):
                     carry1 += t1
             cuda.syncthreads()  # W0, W1 complete for every level
             for p in range(tid, n, threads):
-                v = vsorted[st + p]
-                row = order[st + p]
-                out_minus[c, st + row] = sum_less(rank0, W0, base, n, n_levels, v, lo[st + p], n)
-                if c < n_plus:
-                    out_plus[c, st + row] = sum_greater(rank0, W1, base, n, n_levels, v, 0, hi[st + p])
+                pair_sums(c, p, st, base, n, n_levels, n_plus, vsorted, order, lo, hi, rank0, W0, W1, out_minus,
+                          out_plus)
             cuda.syncthreads()  # all walks done before the next channel overwrites W0, W1
 
     return wavelet_sums
@@ -850,21 +722,8 @@ def eval_finish_kernel(threads: int):
         tid = cuda.threadIdx.x
         acc = 0.0
         for i in range(cuda.grid(1), z.shape[0], cuda.gridsize(1)):
-            bm = numba.float64(beta_minus[i])
-            bp = numba.float64(beta_plus[i])
-            sp = sweights[0, i]
-            gm = sums_minus[0, i]
-            z[i] = (bm + bp) * sp - (gm + sums_plus[0, i]) - (bm - bp)
-            c = 1.0 - sp
-            acc += bm * c * c + 2.0 * c * gm + sums_minus[1, i]
-        buf[tid] = acc
-        cuda.syncthreads()  # thread sums written
-        half = threads // 2
-        while half > 0:
-            if tid < half:
-                buf[tid] += buf[tid + half]
-            cuda.syncthreads()  # round complete
-            half //= 2
+            acc += _eval_row_dev(i, sweights, beta_minus, beta_plus, sums_minus, sums_plus, z)
+        block_tree_sum_dev(buf, acc, tid, tid, threads)
         if tid == 0:
             loss_partial[cuda.blockIdx.x] = buf[0]
 

@@ -4,8 +4,7 @@ Used by the inverted-index build (offsets of each term's posting list from the d
 frequencies). Two kernels and a host recursion:
 
 1. ``scan_blocks``: block b scans items [b*B*IPT, (b+1)*B*IPT): each thread sums its IPT
-   consecutive items, the B thread totals are scanned in shared memory (Hillis-Steele, log2(B)
-   rounds, a syncthreads after each read and each write), then each thread writes its items'
+   consecutive items, the B thread totals are scanned in shared memory (primitives.block_inclusive_scan), then each thread writes its items'
    exclusive prefixes and the block total goes to ``block_sums[b]``.
 2. the block totals are scanned the same way (recursively) and ``add_block_offsets`` adds
    scanned block totals to every item of their block.
@@ -17,6 +16,7 @@ import numpy as np
 from numba import cuda
 
 from ._factory import kernel_cache
+from .primitives import block_inclusive_scan_dev, blocks_for
 
 
 @kernel_cache
@@ -34,25 +34,15 @@ def scan_kernels(block: int, items: int):
         for i in range(items):
             if start + i < n:
                 total += values[start + i]
-        sums[tid] = total  # items past n count as 0
-        cuda.syncthreads()  # all thread totals written
-        offset = 1
-        while offset < block:
-            add = numba.int64(0)
-            if tid >= offset:
-                add = sums[tid - offset]
-            cuda.syncthreads()  # everyone read before anyone writes
-            sums[tid] += add
-            cuda.syncthreads()  # round complete
-            offset *= 2
-        running = sums[tid] - total  # exclusive prefix of this thread's first item
+        mine, block_total = block_inclusive_scan_dev(sums, total, tid, block)  # items past n count as 0
+        running = mine - total  # exclusive prefix of this thread's first item
         for i in range(items):
             if start + i <= n:
                 out[start + i] = running
             if start + i < n:
                 running += values[start + i]
-        if tid == block - 1:
-            block_sums[cuda.blockIdx.x] = sums[tid]
+        if tid == 0:
+            block_sums[cuda.blockIdx.x] = block_total
 
     @cuda.jit
     def add_block_offsets(out, scanned_block_sums, n):
@@ -78,7 +68,7 @@ def exclusive_scan_device(d_values, block: int = 256, items: int = 8):
 def _scan_into(d_values, d_out, n, block, items):
     scan_blocks, add_block_offsets = scan_kernels(block, items)
     per_block = block * items
-    n_blocks = max(1, (n + 1 + per_block - 1) // per_block)
+    n_blocks = blocks_for(n + 1, per_block)
     d_sums = cuda.device_array(n_blocks, dtype=np.int64)
     scan_blocks[n_blocks, block](d_values, d_out, d_sums, n)
     if n_blocks > 1:

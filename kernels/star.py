@@ -28,7 +28,7 @@ import numpy as np
 from numba import cuda, prange
 
 from ._factory import kernel_cache
-from .scoring import _block_exclusive_scan, last_le_dev, lower_bound_cpu
+from .primitives import block_exclusive_scan_dev, block_tree_sum_dev, last_le_dev, lower_bound_cpu
 
 FIX_BITS = 40
 FIX_SCALE = float(2 ** FIX_BITS)
@@ -38,10 +38,40 @@ MIN_WEIGHT = 2.0 ** -17  # smallest weight whose fixed-point image is exact
 
 # ----------------------------------------------------------------------------- host helpers (njit)
 
-@numba.njit(cache=True)
-def fixed_weight(w):
+def _fixed_weight(w):
     """float32 weight -> int64 w * 2**40 (exact for w >= 2**-17)."""
     return numba.int64(numba.float64(w) * FIX_SCALE)
+
+
+def _neighbour_count(indptr, indices, degree, ais, v, dv, av, start, step):
+    """#{u: deg(u) <= dv} + #{u: ais(u) <= av} over the adjacency positions indptr[v] + start,
+    + start + step, ... of v (all of them for start 0, step 1)."""
+    s = 0
+    p = indptr[v] + start
+    end = indptr[v + 1]
+    while p < end:
+        u = indices[p]
+        if degree[u] <= dv:
+            s += 1
+        if ais[u] <= av:
+            s += 1
+        p += step
+    return s
+
+
+def _relevance_value(count, dv):
+    """count / (2 deg(v)) as float64, 0 for an isolated vertex."""
+    if dv > 0:
+        return numba.float64(count) / (2.0 * numba.float64(dv))
+    return 0.0
+
+
+fixed_weight = numba.njit(cache=True)(_fixed_weight)
+_fixed_weight_dev = cuda.jit(device=True, inline=True)(_fixed_weight)
+_neighbour_count_cpu = numba.njit(inline="always")(_neighbour_count)
+_neighbour_count_dev = cuda.jit(device=True, inline=True)(_neighbour_count)
+_relevance_value_cpu = numba.njit(inline="always")(_relevance_value)
+_relevance_value_dev = cuda.jit(device=True, inline=True)(_relevance_value)
 
 
 @numba.njit(cache=True)
@@ -341,20 +371,9 @@ def relevance_cpu(indptr, indices, degree, ais, count, relevance):
     """
     n = indptr.shape[0] - 1
     for v in prange(n):
-        dv = degree[v]
-        av = ais[v]
-        s = 0
-        for p in range(indptr[v], indptr[v + 1]):
-            u = indices[p]
-            if degree[u] <= dv:
-                s += 1
-            if ais[u] <= av:
-                s += 1
+        s = _neighbour_count_cpu(indptr, indices, degree, ais, v, degree[v], ais[v], 0, 1)
         count[v] = s
-        if dv > 0:
-            relevance[v] = numba.float64(s) / (2.0 * numba.float64(dv))
-        else:
-            relevance[v] = 0.0
+        relevance[v] = _relevance_value_cpu(s, degree[v])
 
 
 # ----------------------------------------------------------------------------- relevance: device
@@ -391,31 +410,12 @@ def relevance_kernel(lanes: int, vertices: int):
             dv = 0
             if v < n:
                 dv = degree[v]
-                av = ais[v]
-                p = indptr[v] + tx
-                end = indptr[v + 1]
-                while p < end:
-                    u = indices[p]
-                    if degree[u] <= dv:
-                        s += 1
-                    if ais[u] <= av:
-                        s += 1
-                    p += lanes
-            partial[ty, tx] = s
-            cuda.syncthreads()  # every lane's partial count is in shared memory
-            half = lanes // 2
-            while half > 0:
-                if tx < half:
-                    partial[ty, tx] += partial[ty, tx + half]
-                cuda.syncthreads()  # this halving is complete before the next reads it
-                half //= 2
+                s = _neighbour_count_dev(indptr, indices, degree, ais, v, dv, ais[v], tx, lanes)
+            block_tree_sum_dev(partial[ty], s, tx, tx, lanes)  # lanes' counts summed in partial[ty, 0]
             if tx == 0 and v < n:
                 total = partial[ty, 0]
                 count[v] = total
-                if dv > 0:
-                    out[v] = numba.float64(total) / (2.0 * numba.float64(dv))
-                else:
-                    out[v] = 0.0
+                out[v] = _relevance_value_dev(total, dv)
             cuda.syncthreads()  # partial is reused by the next vertex group
             group += cuda.gridDim.x
 
@@ -472,10 +472,6 @@ def relevance_device(indptr, indices, degree, ais, lanes: int = 32, vertices: in
 #   4. ``ais_kernel`` and ``relevance_kernel`` on the device arrays.
 # Every step is deterministic: positions never depend on the order of atomics.
 
-@cuda.jit(device=True, inline=True)
-def _fixed_weight_dev(w):
-    """float32 weight -> int64 w * 2**40 (as ``fixed_weight``)."""
-    return numba.int64(numba.float64(w) * FIX_SCALE)
 
 
 @kernel_cache
@@ -499,9 +495,7 @@ def edge_write_kernel(block: int, items: int):
     before thread 0 reads the block totals.
     """
     seg_len = block * items
-    from . import scoring
-
-    score_key_dev = scoring.score_key_dev
+    from .scoring import threshold_hit_dev
 
     @cuda.jit
     def write_edges(acc, n_docs, qinfo, dn, metric, min_key, offsets, base, row0, col0,
@@ -524,8 +518,6 @@ def edge_write_kernel(block: int, items: int):
                 if d < n_docs:
                     acc[row + d] = 0
             return
-        me = numba.int64(qinfo[q, 2])
-        after = numba.int64(qinfo[q, 3])
         my_count = numba.int64(0)
         my_sum = numba.int64(0)
         for i in range(items):
@@ -533,14 +525,13 @@ def edge_write_kernel(block: int, items: int):
             hit = 0
             w = numba.float32(0.0)
             if d < n_docs:
-                if d != me and d > after:
-                    key = score_key_dev(metric, acc[row + d], qinfo[q, 0], qinfo[q, 1], dn[d])
-                    if key >= min_key:
-                        hit = 1
-                        w = numba.float32(key)
+                found, key = threshold_hit_dev(acc, row, d, q, qinfo, dn, metric, min_key)
+                if found:
+                    hit = 1
+                    w = numba.float32(key)
                 acc[row + d] = 0  # leave the rows zeroed for the next batch
             flags[tid] = hit
-            total = _block_exclusive_scan(flags, tid, block)
+            total = block_exclusive_scan_dev(flags, tid, block)
             if hit:
                 pos = at + flags[tid]
                 col = col0 + d
@@ -682,7 +673,7 @@ def lower_sort_kernel(block: int, words: int):
                     for k in range(tid * per_thread, min(words, (tid + 1) * per_thread)):
                         c += cuda.popc(bits[k])
                     flags[tid] = c
-                    total = _block_exclusive_scan(flags, tid, block)
+                    total = block_exclusive_scan_dev(flags, tid, block)
                     run = flags[tid]
                     for k in range(tid * per_thread, min(words, (tid + 1) * per_thread)):
                         prefix[k] = run

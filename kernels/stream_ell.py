@@ -45,6 +45,7 @@ import numpy as np
 from numba import cuda, prange
 
 from ._factory import kernel_cache
+from .primitives import better_cpu, better_dev, lower_bound_cpu, lower_bound_dev
 
 EMPTY = -1
 ALIGN = 32  # elements: 128 bytes for int32/float32 columns
@@ -69,13 +70,19 @@ def table_size_for(n_postings: int) -> int:
 def batch_layout(n_upd: int, K: int, table_size: int, n_postings: int, n_unique: int):
     """Offsets into (ibuf, fbuf): (o_upd_terms, o_key, o_val, o_post_doc, o_first, o_post_weight,
     ibuf_len, fbuf_len)."""
+    o_terms, o_key, o_val, o_pdoc, o_first, o_pw = _offsets(n_upd, K, table_size, n_postings)
+    return o_terms, o_key, o_val, o_pdoc, o_first, o_pw, o_first + n_unique + 1, o_pw + n_postings
+
+
+def _offsets(n_upd, K, table_size, n_postings):
+    """(o_upd_terms, o_key, o_val, o_post_doc, o_first, o_post_weight): where each part of the
+    packed buffers starts (module docstring); host, kernel and CPU twin alike."""
     o_terms = n_upd
     o_key = o_terms + n_upd * K
     o_val = o_key + table_size
     o_pdoc = o_val + table_size
     o_first = o_pdoc + n_postings
-    o_pw = n_upd * K
-    return o_terms, o_key, o_val, o_pdoc, o_first, o_pw, o_first + n_unique + 1, o_pw + n_postings
+    return o_terms, o_key, o_val, o_pdoc, o_first, n_upd * K
 
 
 # ----------------------------------------------------------------------------- shared device/host code
@@ -92,47 +99,27 @@ def _probe(ibuf, o_key, mask, term):
         h = (h + 1) & mask
 
 
-def _lower_bound(ibuf, n, value):
-    """First i in [0, n) with ibuf[i] >= value (ibuf[:n] sorted ascending), n if none."""
-    lo = 0
-    hi = n
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if ibuf[mid] < value:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-def _better(sim, row, best_sim, best_row):
-    """(sim, row) beats (best_sim, best_row): larger similarity, ties to the lower row; row -1 never wins."""
-    if row < 0:
-        return False
-    if best_row < 0:
-        return True
-    return sim > best_sim or (sim == best_sim and row < best_row)
-
-
-def _slot(term, n, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base):
-    """Score slot n of ``row`` (its term ``term`` >= 0) against the batch: probe the hash table and,
-    on a hit only, read the slot's weight and add weight * posting weight into acc[base + doc]."""
-    h = probe_dev(ibuf, o_key, mask, term)
-    if h >= 0:
-        w = numba.float64(ell_weights[n, row])
-        u = ibuf[o_val + h]
-        for p in range(ibuf[o_first + u], ibuf[o_first + u + 1]):
-            acc[base + ibuf[o_pdoc + p]] += w * numba.float64(fbuf[o_pw + p])
+def _make_slot(probe):
+    def slot(term, n, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base):
+        """Score slot n of ``row`` (its term ``term`` >= 0) against the batch: probe the hash table
+        and, on a hit only, read the slot's weight and add weight * posting weight into
+        acc[base + doc]. The per-item function of the kernel and of its CPU twin."""
+        h = probe(ibuf, o_key, mask, term)
+        if h >= 0:
+            w = numba.float64(ell_weights[n, row])
+            u = ibuf[o_val + h]
+            for p in range(ibuf[o_first + u], ibuf[o_first + u + 1]):
+                acc[base + ibuf[o_pdoc + p]] += w * numba.float64(fbuf[o_pw + p])
+    return slot
 
 
 probe_dev = cuda.jit(device=True, inline=True)(_probe)
-lower_bound_dev = cuda.jit(device=True, inline=True)(_lower_bound)
-better_dev = cuda.jit(device=True, inline=True)(_better)
 probe_cpu = numba.njit(inline="always")(_probe)
-lower_bound_cpu = numba.njit(inline="always")(_lower_bound)
-better_cpu = numba.njit(inline="always")(_better)
-slot_dev = cuda.jit(device=True, inline=True)(_slot)
-SCAN_UNROLL = 8  # term loads a scanning thread issues at once (the kernel's straight-line t0..t7)
+slot_dev = cuda.jit(device=True, inline=True)(_make_slot(probe_dev))
+offsets_dev = cuda.jit(device=True, inline=True)(_offsets)
+offsets_cpu = numba.njit(inline="always")(_offsets)
+slot_cpu = numba.njit(inline="always")(_make_slot(probe_cpu))
+SCAN_UNROLL = 8  # term loads a scanning thread issues at once (a fully unrolled loop in the kernel)
 
 
 # ----------------------------------------------------------------------------- CUDA kernels
@@ -169,6 +156,8 @@ def score_kernel(threads_per_block: int, max_docs: int):
        ties keep the lower row). syncthreads. The G candidates of each document are merged by a
        tree (ceil(log2 G) rounds, a syncthreads after each) with the (similarity desc, row asc)
        rule, and thread d writes part_*[d * n_blocks + b].
+    Length: scoring and the block-local reduction are one kernel (no round trip of acc through
+    global memory); that is why it is over 120 lines.
     """
     tpb = int(threads_per_block)
     mdocs = int(max_docs)
@@ -191,12 +180,7 @@ def score_kernel(threads_per_block: int, max_docs: int):
         row = row0 + tx
         K = ell_terms.shape[0]
         mask = numba.int64(table_size - 1)
-        o_terms = n_upd
-        o_key = o_terms + n_upd * K
-        o_val = o_key + table_size
-        o_pdoc = o_val + table_size
-        o_first = o_pdoc + n_postings
-        o_pw = n_upd * K
+        o_terms, o_key, o_val, o_pdoc, o_first, o_pw = offsets_dev(n_upd, K, table_size, n_postings)
 
         for i in range(tx, acc_len, tpb):
             acc[i] = 0.0
@@ -205,7 +189,7 @@ def score_kernel(threads_per_block: int, max_docs: int):
         if row < n_rows:
             mine = -1
             if n_upd > 0:
-                u = lower_bound_dev(ibuf, n_upd, row)
+                u = lower_bound_dev(ibuf, 0, n_upd, row)
                 if u < n_upd and ibuf[u] == row:
                     mine = u
             base = tx * pitch
@@ -216,49 +200,23 @@ def score_kernel(threads_per_block: int, max_docs: int):
                     ell_terms[n, row] = term
                     ell_weights[n, row] = w
                     if term >= 0:
-                        h = probe_dev(ibuf, o_key, mask, term)
-                        if h >= 0:
-                            u = ibuf[o_val + h]
-                            for p in range(ibuf[o_first + u], ibuf[o_first + u + 1]):
-                                acc[base + ibuf[o_pdoc + p]] += numba.float64(w) * numba.float64(fbuf[o_pw + p])
+                        slot_dev(term, n, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
             else:
                 # SCAN_UNROLL independent term loads are issued before the first is probed, so a
                 # thread keeps 8 loads in flight instead of 1 (the scan is latency-bound: with one
                 # load at a time every slot waits a full DRAM round trip).
+                terms = cuda.local.array(SCAN_UNROLL, numba.int32)  # registers once unrolled
                 n = 0
                 while n < K:
-                    t0 = ell_terms[n, row]
-                    t1 = ell_terms[n + 1, row] if n + 1 < K else EMPTY
-                    t2 = ell_terms[n + 2, row] if n + 2 < K else EMPTY
-                    t3 = ell_terms[n + 3, row] if n + 3 < K else EMPTY
-                    t4 = ell_terms[n + 4, row] if n + 4 < K else EMPTY
-                    t5 = ell_terms[n + 5, row] if n + 5 < K else EMPTY
-                    t6 = ell_terms[n + 6, row] if n + 6 < K else EMPTY
-                    t7 = ell_terms[n + 7, row] if n + 7 < K else EMPTY
-                    if t0 < 0:
+                    for h in range(SCAN_UNROLL):
+                        terms[h] = ell_terms[n + h, row] if n + h < K else EMPTY
+                    h = 0
+                    while h < SCAN_UNROLL and terms[h] >= 0:
+                        slot_dev(terms[h], n + h, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw,
+                                 mask, acc, base)
+                        h += 1
+                    if h < SCAN_UNROLL:
                         break
-                    slot_dev(t0, n, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-                    if t1 < 0:
-                        break
-                    slot_dev(t1, n + 1, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-                    if t2 < 0:
-                        break
-                    slot_dev(t2, n + 2, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-                    if t3 < 0:
-                        break
-                    slot_dev(t3, n + 3, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-                    if t4 < 0:
-                        break
-                    slot_dev(t4, n + 4, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-                    if t5 < 0:
-                        break
-                    slot_dev(t5, n + 5, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-                    if t6 < 0:
-                        break
-                    slot_dev(t6, n + 6, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
-                    if t7 < 0:
-                        break
-                    slot_dev(t7, n + 7, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc, base)
                     n += SCAN_UNROLL
         cuda.syncthreads()  # every row of the block has its similarities in acc
 
@@ -393,18 +351,13 @@ def score_blocks_cpu(threads_per_block, max_docs, ell_terms, ell_weights, n_rows
     K = ell_terms.shape[0]
     n_blocks = (n_rows + tpb - 1) // tpb
     mask = np.int64(table_size - 1)
-    o_terms = n_upd
-    o_key = o_terms + n_upd * K
-    o_val = o_key + table_size
-    o_pdoc = o_val + table_size
-    o_first = o_pdoc + n_postings
-    o_pw = n_upd * K
+    o_terms, o_key, o_val, o_pdoc, o_first, o_pw = offsets_cpu(n_upd, K, table_size, n_postings)
     for block in prange(n_blocks):
         row0 = block * tpb
         n_here = min(tpb, n_rows - row0)
-        acc = np.zeros((n_here, max_docs), np.float64)
-        lo = lower_bound_cpu(ibuf, n_upd, row0)
-        hi = lower_bound_cpu(ibuf, n_upd, row0 + tpb)
+        acc = np.zeros(n_here * max_docs, np.float64)  # acc[i * max_docs + d], as the kernel's rows
+        lo = lower_bound_cpu(ibuf, 0, n_upd, row0)
+        hi = lower_bound_cpu(ibuf, 0, n_upd, row0 + tpb)
         for u in range(lo, hi):  # update buffer rows of this block: written, then scored
             row = ibuf[u]
             for n in range(K):
@@ -424,20 +377,16 @@ def score_blocks_cpu(threads_per_block, max_docs, ell_terms, ell_weights, n_rows
                     alive[i] = False
                     continue
                 any_alive = True
-                h = probe_cpu(ibuf, o_key, mask, term)
-                if h >= 0:
-                    w = np.float64(ell_weights[n, row])
-                    u = ibuf[o_val + h]
-                    for p in range(ibuf[o_first + u], ibuf[o_first + u + 1]):
-                        acc[i, ibuf[o_pdoc + p]] += w * np.float64(fbuf[o_pw + p])
+                slot_cpu(term, n, row, ell_weights, ibuf, fbuf, o_key, o_val, o_first, o_pdoc, o_pw, mask, acc,
+                         i * max_docs)
             if not any_alive:
                 break
         for d in range(n_docs):
             best = NO_SIM
             best_r = -1
             for i in range(n_here):
-                if acc[i, d] > best:
-                    best = acc[i, d]
+                if acc[i * max_docs + d] > best:
+                    best = acc[i * max_docs + d]
                     best_r = row0 + i
             part_sim[d * n_blocks + block] = best
             part_row[d * n_blocks + block] = best_r

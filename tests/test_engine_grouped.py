@@ -160,10 +160,10 @@ def test_query_stats_multi_matches_query_stats():
 @pytest.mark.parametrize("n_chunks", [2, 3, 7])
 def test_parallel_postings_build_equals_serial(n_chunks):
     from gputext.io.corpus import csr_arrays
-    from gputext.kernels import scoring
+    from gputext.kernels import postings
     X = random_corpus(300, 40, 0.1, seed=41, signed=True, empty_rows=(0, 5, 299))
     arrays = csr_arrays(X)
-    serial = scoring.build_postings_cpu(*arrays, 40)
-    parallel = scoring.build_postings(*arrays, 40, n_chunks=n_chunks)
+    serial = postings.build_postings_cpu(*arrays, 40)
+    parallel = postings.build_postings(*arrays, 40, n_chunks=n_chunks)
     for a, b in zip(serial, parallel):
         assert a.dtype == b.dtype and np.array_equal(a, b)

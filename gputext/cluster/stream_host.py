@@ -22,7 +22,8 @@ import numba
 import numpy as np
 from numba import prange
 
-from ..kernels.stream_ell import EMPTY, HASH_MULT, NO_SIM
+from ..kernels.primitives import better_cpu as better  # the selection's tie rule (kernels/primitives.py)
+from ..kernels.stream_ell import EMPTY, HASH_MULT, NO_SIM, offsets_cpu, probe_cpu
 
 # resolve() status codes
 DONE, RESTART, GROW_CLUSTERS, GROW_INDEX = 0, 1, 2, 3
@@ -31,18 +32,6 @@ N_CLUSTERS, N_CHANGED, EPOCH, N_DIRTY, TOTAL_NNZ, N_UPDATES, N_RECHECKS = range(
 N_COUNTERS = 7
 INDEX_BLOCK = 8  # entries (cluster, slot, version) per block of an inverted-index posting list
 
-
-@numba.njit(inline="always")
-def better(sim, row, best_sim, best_row):
-    """(sim, row) beats (best_sim, best_row): larger similarity, ties to the lower row; row -1 never wins."""
-    if row < 0:
-        return False
-    if best_row < 0:
-        return True
-    return sim > best_sim or (sim == best_sim and row < best_row)
-
-
-# ----------------------------------------------------------------------------- documents
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def prepare_docs(indptr, indices, data, max_terms):
@@ -405,12 +394,8 @@ def pack_batch(ibuf, fbuf, upd_rows, n_upd, c_terms, c_weights, d_indptr, d_term
         for n in range(K):
             ibuf[n_upd + u * K + n] = c_terms[r, n]
             fbuf[u * K + n] = c_weights[r, n]
-    o_key = n_upd + n_upd * K
-    o_val = o_key + table_size
-    o_pdoc = o_val + table_size
-    o_pw = n_upd * K
     n_post = d_indptr[j1] - d_indptr[j0]
-    o_first = o_pdoc + n_post
+    _, o_key, o_val, o_pdoc, o_first, o_pw = offsets_cpu(n_upd, K, table_size, n_post)
     mask = np.int64(table_size - 1)
     for h in range(table_size):
         ibuf[o_key + h] = EMPTY
@@ -434,11 +419,7 @@ def pack_batch(ibuf, fbuf, upd_rows, n_upd, c_terms, c_weights, d_indptr, d_term
     ibuf[o_first + n_unique] = running
     for j in range(j0, j1):
         for p in range(d_indptr[j], d_indptr[j + 1]):
-            t = d_terms[p]
-            h = (np.int64(t) * HASH_MULT) & mask
-            while ibuf[o_key + h] != t:
-                h = (h + 1) & mask
-            u = ibuf[o_val + h]
+            u = ibuf[o_val + probe_cpu(ibuf, o_key, mask, d_terms[p])]
             slot = ibuf[o_first + u] + counts[u]
             counts[u] += 1
             ibuf[o_pdoc + slot] = j - j0

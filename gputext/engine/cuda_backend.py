@@ -25,7 +25,7 @@ import scipy.sparse as sp
 from ..device.launch import DriverCalls, Launch, blocks, device_address, next_pow2
 from ..device.memory import Workspace, packed_layout, resources
 from ..io.corpus import csr_arrays
-from ..kernels import scan, scoring
+from ..kernels import postings, scan, scoring
 from ..progress import progress
 from .index import Index
 from .merge import merge_topk
@@ -70,7 +70,7 @@ class DeviceShard:
         if metric not in self.norm_terms:
             from numba import cuda
             out = cuda.device_array(max(self.n_docs, 1), np.float64)
-            scoring.doc_norm_terms[blocks(self.n_docs, block), block](self.d_sq, self.d_l1, metric, out)
+            postings.doc_norm_terms[blocks(self.n_docs, block), block](self.d_sq, self.d_l1, metric, out)
             self.norm_terms[metric] = out
         return self.norm_terms[metric]
 
@@ -103,18 +103,18 @@ def shard_from_device(d_indptr, d_indices, d_data, n_terms: int, doc_lo: int, do
     b = geom.build_block
     d_df = cuda.to_device(np.zeros(n_terms, np.int32))
     if nnz:
-        scoring.count_df[blocks(nnz, b), b](d_indices, d_df)
+        postings.count_df[blocks(nnz, b), b](d_indices, d_df)
     d_term_ptr = scan.exclusive_scan_device(d_df, geom.scan_block, geom.scan_items)
     d_cursor = cuda.to_device(np.zeros(n_terms, np.int32))
     d_post_doc = cuda.device_array(max(nnz, 1), np.int32)
     d_post_w = cuda.device_array(max(nnz, 1), np.float32)
     if nnz:
-        scoring.scatter_postings[blocks(nnz, b), b](d_indptr, d_indices, d_data, d_term_ptr, d_cursor,
-                                                     d_post_doc, d_post_w)
+        postings.scatter_postings[blocks(nnz, b), b](d_indptr, d_indices, d_data, d_term_ptr, d_cursor,
+                                                      d_post_doc, d_post_w)
     d_sq = cuda.device_array(max(n_docs, 1), np.float64)
     d_l1 = cuda.device_array(max(n_docs, 1), np.float64)
     if n_docs:
-        scoring.doc_norms[blocks(n_docs, b), b](d_indptr, d_data, d_sq, d_l1)
+        postings.doc_norms[blocks(n_docs, b), b](d_indptr, d_data, d_sq, d_l1)
     df = np.diff(d_term_ptr.copy_to_host())
     nbytes = 8 * max(nnz, 1) + 8 * (n_terms + 1) + 16 * max(n_docs, 1)
     return DeviceShard(doc_lo, doc_hi, d_term_ptr, d_post_doc, d_post_w, d_sq, d_l1, df, nbytes)

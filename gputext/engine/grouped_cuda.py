@@ -18,7 +18,7 @@ from ..device.launch import blocks, next_pow2
 from ..device.memory import resources
 from ..device.timer import StageTimer, elapsed_ms
 from ..io.corpus import csr_arrays
-from ..kernels import scoring
+from ..kernels import grouped
 from ..progress import progress
 from .cuda_backend import ROWS_SHARE, SIM_BATCH
 from .index import Index
@@ -111,7 +111,7 @@ def segment_table(index: Index, dev: SortedIndex, seg_range: np.ndarray, geom):
         dev.tables.clear()
         table = cuda.device_array((index.n_terms, n_seg + 1), np.int64)
         sb = geom.build_block
-        scoring.segment_offsets[min(blocks(table.size, sb), 65535 * 4), sb](dev.term_ptr, dev.post_doc,
+        grouped.segment_offsets[min(blocks(table.size, sb), 65535 * 4), sb](dev.term_ptr, dev.post_doc,
                                                                             cuda.to_device(bounds), table)
         dev.tables.update(key=tkey, table=table)
     return dev.tables["table"]
@@ -173,7 +173,7 @@ class _GroupedRun:
         self.d_dn = dev.dn[key]
         self.d_qptr, self.d_qind, self.d_qdat, self.d_qinfo, self.d_codes = upload_queries(Q, qinfo, codes, packed)
         sizes = np.diff(group_ptr)
-        self.block, items, cap = scoring.grouped_geometry(k, int(sizes.max(initial=1)), geom.group_block,
+        self.block, items, cap = grouped.grouped_geometry(k, int(sizes.max(initial=1)), geom.group_block,
                                                           geom.group_items)
         self.items = items
         self.per_group, seg_range = segment_ranges(group_ptr, self.block * items)
@@ -184,9 +184,9 @@ class _GroupedRun:
         self.plan = merge_plan(self.per_group, fan)
         self.d_plan = [(cuda.to_device(lo), cuda.to_device(hi), lo.size) for lo, hi, _ in self.plan]
         merge_width = next_pow2(min(fan, int(self.per_group.max(initial=1))) * k)  # the most lists one block merges
-        self.select = scoring.grouped_topk_kernel(self.block, items, cap, geom.group_max_registers,
+        self.select = grouped.grouped_topk_kernel(self.block, items, cap, geom.group_max_registers,
                                                   bool(geom.group_counting))
-        self.merge = scoring.merge_lists_kernel(geom.merge_block, merge_width) if self.plan else None
+        self.merge = grouped.merge_lists_kernel(geom.merge_block, merge_width) if self.plan else None
         timer.mark("query_upload")
 
     def launch_batch(self, i, lo, hi, k, n_m, n_groups, width, pad_last, want_docs, geom, stream):
@@ -207,7 +207,7 @@ class _GroupedRun:
         d_out = work.get(f"out{i % 2}", (nb, n_groups, width), np.float32)
         d_docs = work.get(f"docs{i % 2}", (nb, n_groups, n_m, k) if want_docs else (1, 1, 1, 1), np.int64)
         fb = geom.finish_block
-        scoring.grouped_finish[min(blocks(nb * n_groups * width, fb), 65535 * 4), fb, stream](
+        grouped.grouped_finish[min(blocks(nb * n_groups * width, fb), 65535 * 4), fb, stream](
             l_doc, l_key, self.d_qinfo, lo, self.d_codes, int(pad_last), int(want_docs), d_out, d_docs)
         return d_out, d_docs
 

@@ -17,7 +17,7 @@ import scipy.sparse as sp
 
 from ..errors import FormatError, InputError
 from ..io.corpus import Corpus, canonical_csr, csr_arrays, read_corpus, write_corpus
-from ..kernels import scoring
+from ..kernels import postings, scoring
 
 
 @dataclass
@@ -95,7 +95,7 @@ class Index:
         """Postings built by the CPU twin (once)."""
         if self._postings is None:
             indptr, indices, data = csr_arrays(self.X)
-            self._postings = Postings(*scoring.build_postings(indptr, indices, data, self.n_terms))
+            self._postings = Postings(*postings.build_postings(indptr, indices, data, self.n_terms))
         return self._postings
 
     @property
@@ -107,7 +107,7 @@ class Index:
             return self._postings.term_maxabs
         if self._maxabs is None:
             _, indices, data = csr_arrays(self.X)
-            self._maxabs = scoring.term_maxabs_cpu(indices, data, self.n_terms)
+            self._maxabs = postings.term_maxabs_cpu(indices, data, self.n_terms)
         return self._maxabs
 
     def with_term_maxabs(self, term_maxabs: np.ndarray) -> "Index":

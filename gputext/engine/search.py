@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from ..backend import Backend, as_backend
 from ..errors import InputError
 from ..io.corpus import csr_arrays
-from ..kernels import scoring
+from ..kernels import grouped, scoring
 from ..similarity import METRICS as METRIC_CODES
 from ..similarity import SIMILARITIES, metric_code
 from .index import Index
@@ -332,7 +332,7 @@ def _topk_grouped_cpu(index, Q, k, codes, group_ptr, self_doc, pad_last, out, do
     with progress(len(batches) if len(batches) > 1 else 0, "scoring (cpu)", quiet) as bar:
         for lo, hi in batches:
             indptr, indices, data = csr_arrays(Q[lo:hi]) if (lo, hi) != (0, n_q) else csr_arrays(Q)
-            scoring.topk_grouped_cpu(indptr, indices, data, np.ascontiguousarray(scale[:, lo:hi]),
+            grouped.topk_grouped_cpu(indptr, indices, data, np.ascontiguousarray(scale[:, lo:hi]),
                                      np.ascontiguousarray(qn[:, lo:hi]), self_doc[lo:hi], p.term_ptr, p.post_doc,
                                      p.post_w, dn, group_ptr, codes, k, int(pad_last), _cpu_chunks(hi - lo),
                                      out[lo:hi], docs[lo:hi] if want else docs)

@@ -18,7 +18,7 @@ Each metric has its own k nearest documents (they differ for L1). Inverted metho
 Index over the labelled training documents ordered by class (each class a contiguous group) and
 one grouped search (gputext.engine.search_topk_grouped) for every query (training and test
 documents together), every class and the three metrics, written straight into the matrix; the
-centroid columns follow for all classes at once (kernels.scoring.centroid_features_cpu, on the
+centroid columns follow for all classes at once (kernels.centroids.centroid_features_cpu, on the
 host for both backends so that they agree bit for bit). Dense method: one dense index per class.
 A training document of c is left out of c's lists (exclude_self) *and* out of c's centroid
 (the centroid of the other n_c - 1 documents), so that training and test meta-features are
@@ -176,7 +176,7 @@ def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info, lead: int, clien
     With a Dask client the index is a gputext.distributed.DistributedIndex (same results)."""
     from ..engine import Index, search_topk_grouped
     from ..io.corpus import csr_arrays
-    from ..kernels import scoring
+    from ..kernels import centroids as kc
 
     n_all = Q.shape[0]
     width = 3 * k + 2
@@ -204,10 +204,10 @@ def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info, lead: int, clien
     def centroid_columns():  # host work, overlapped with the device's on cuda
         t = time.perf_counter()
         ip, ix, dx = csr_arrays(index.X)
-        S, ss = scoring.group_sums_cpu(ip, ix, dx, group_ptr, index.n_terms)
+        S, ss = kc.group_sums_cpu(ip, ix, dx, group_ptr, index.n_terms)
         own_group = np.full(n_all, -1, np.int64)
         own_group[:lead] = y[:lead]
-        scoring.centroid_features_cpu(*csr_arrays(Q), S, ss, counts, own_group, centroids, 0, 1)
+        kc.centroid_features_cpu(*csr_arrays(Q), S, ss, counts, own_group, centroids, 0, 1)
         stages["centroid_ms"] = 1e3 * (time.perf_counter() - t)
 
     t = time.perf_counter()
@@ -218,7 +218,7 @@ def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info, lead: int, clien
         index.close()
     stages["search_ms"] = 1e3 * (time.perf_counter() - t)  # includes the centroid features
     t = time.perf_counter()
-    scoring.set_columns_cpu(M, centroids, 3 * k)
+    kc.set_columns_cpu(M, centroids, 3 * k)
     stages["assembly_ms"] = 1e3 * (time.perf_counter() - t)
     info["search_seconds"] = stages["search_ms"] / 1e3
     info["stages"] = {**stages, **{"search." + key: v for key, v in search_stats.get("stages", {}).items()}}
