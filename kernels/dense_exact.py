@@ -146,16 +146,18 @@ def make_select_kernel(threads_per_block: int, buffer_size: int, max_candidates:
 
 
 @lru_cache(maxsize=None)
-def _make_lane_cross(unroll: int):
-    """Device function lane_cross(X, Q, d, row, lane, is_l1, xs, qs) -> float64: lane ``lane``'s
-    partial of the canonical cross term of document d and query row ``row``: terms j = lane,
-    lane + 32, ... in increasing order (sum of X*Q, or of |Q - X| for l1), ``unroll`` loads of
-    each row issued before they are used (xs, qs: float64 local arrays of ``unroll`` entries,
-    registers once unrolled); the order of the additions does not depend on ``unroll``."""
+def _make_lane_cross(unroll: int, l1: bool):
+    """Device function lane_cross(X, Q, d, row, lane, xs, qs) -> float64: lane ``lane``'s partial
+    of the canonical cross term of document d and query row ``row``: terms j = lane, lane + 32,
+    ... in increasing order (sum of X*Q, or of |Q - X| when ``l1``, a compile-time constant so
+    that each form is its own straight loop), ``unroll`` loads of each row issued before they are
+    used (xs, qs: float64 local arrays of ``unroll`` entries, registers once unrolled); the order
+    of the additions does not depend on ``unroll``."""
     UN = int(unroll)
+    is_l1 = bool(l1)
 
     @cuda.jit(device=True, inline=True)
-    def lane_cross(X, Q, d, row, lane, is_l1, xs, qs):
+    def lane_cross(X, Q, d, row, lane, xs, qs):
         n_terms = X.shape[1]
         acc = 0.0
         j = lane
@@ -218,7 +220,7 @@ def make_rescore_kernel(threads_per_block: int):
     TPB = int(threads_per_block)
     assert TPB % EXACT_LANES == 0
     GROUPS = TPB // EXACT_LANES
-    lane_cross = _make_lane_cross(1)
+    cross_dot, cross_l1 = _make_lane_cross(1, False), _make_lane_cross(1, True)
 
     @cuda.jit
     def dense_rescore(X, Q, row_ids, cand_idx, cand_count, qq, dd, metric, cand_score):
@@ -251,7 +253,10 @@ def make_rescore_kernel(threads_per_block: int):
                     row = row_ids[r]
             acc = 0.0
             if active:
-                acc = lane_cross(X, Q, d, row, lane, metric == 3, xs, qs)
+                if metric == 3:
+                    acc = cross_l1(X, Q, d, row, lane, xs, qs)
+                else:
+                    acc = cross_dot(X, Q, d, row, lane, xs, qs)
             block_tree_sum_dev(part, acc, tid, lane, EXACT_LANES)  # the canonical tree
             if active and lane == 0:
                 cand_score[r, sl, i] = _final_dev(metric, part[tid], qq[row], dd[d])
@@ -382,7 +387,7 @@ def make_finish_kernel(threads_per_block: int, buffer_size: int, max_candidates:
     GROUPS = TPB // EXACT_LANES
     block_select = make_block_select(TPB, CAP, MAXC)
     scratch = block_select_scratch(TPB, CAP, MAXC)
-    lane_cross = _make_lane_cross(UN)
+    cross_dot, cross_l1 = _make_lane_cross(UN, False), _make_lane_cross(UN, True)
 
     @jit_kernel(max_registers)
     def dense_finish(X, Q, row_ids, cand_idx, cand_key, cand_count, cand_complete, cand_thr, kprime, qq, dd, metric, k,
@@ -433,7 +438,10 @@ def make_finish_kernel(threads_per_block: int, buffer_size: int, max_candidates:
                 d = 0
                 if c < n:
                     d = win[c]
-                    acc = lane_cross(X, Q, d, row, lane, metric == 3, xs, qs)
+                    if metric == 3:
+                        acc = cross_l1(X, Q, d, row, lane, xs, qs)
+                    else:
+                        acc = cross_dot(X, Q, d, row, lane, xs, qs)
                 block_tree_sum_dev(part, acc, tid, lane, EXACT_LANES)  # the canonical tree
                 if lane == 0 and c < n:
                     ss[c] = _final_dev(metric, part[tid], qq[row], dd[d])

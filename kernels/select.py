@@ -171,8 +171,12 @@ def topk_scratch(block: int, cap: int):
 
     @cuda.jit(device=True, inline=True)
     def scratch():
-        return (cuda.shared.array(block, numba.float64), cuda.shared.array(cap, numba.float64),
-                cuda.shared.array(cap, numba.int32), cuda.shared.array(1, numba.int32))
+        # one array a line: the simulator tells shared arrays apart by the line that declares them
+        tmax = cuda.shared.array(block, numba.float64)
+        cand_key = cuda.shared.array(cap, numba.float64)
+        cand_doc = cuda.shared.array(cap, numba.int32)
+        counter = cuda.shared.array(1, numba.int32)
+        return tmax, cand_key, cand_doc, counter
 
     return scratch
 
@@ -272,8 +276,14 @@ def block_select_scratch(threads_per_block: int, buffer_size: int, max_candidate
 
     @cuda.jit(device=True, inline=True)
     def scratch():
-        return (cuda.shared.array(TPB, int64), cuda.shared.array(CAP, uint64), cuda.shared.array(256, int32),
-                cuda.shared.array(8, int64), cuda.shared.array(2, uint64), cuda.shared.array(MAXC, int32))
+        # one array a line: the simulator tells shared arrays apart by the line that declares them
+        gmax = cuda.shared.array(TPB, int64)
+        buf = cuda.shared.array(CAP, uint64)
+        hist = cuda.shared.array(256, int32)
+        st = cuda.shared.array(8, int64)
+        sp = cuda.shared.array(2, uint64)
+        win = cuda.shared.array(MAXC, int32)
+        return gmax, buf, hist, st, sp, win
 
     return scratch
 
