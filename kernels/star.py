@@ -119,7 +119,7 @@ def term_stats_ranges(indices, data, starts, n_terms, chunks):
     len(starts) - 1 (the rows of each row shard): the largest |weight| (float32 (R, n_terms)) and
     the number of entries (int64 (R, n_terms)), in one pass.  Each range is cut into ``chunks``
     pieces, one per prange task with private maxima and counts, then reduced per term; maxima
-    and integer counts are exact, so the maxima equal gputext.kernels.scoring.term_maxabs_cpu over
+    and integer counts are exact, so the maxima equal gputext.kernels.postings.term_maxabs_cpu over
     each range and the counts its bincount."""
     n_r = starts.shape[0] - 1
     part_max = np.zeros((n_r * chunks, n_terms), np.float32)
