@@ -10,10 +10,11 @@ What lives where:
     primitives.py   building blocks, each compiled for the device (``*_dev``) and the CPU
                     (``*_cpu``): the tie comparator (key descending, id ascending), lower bound,
                     float32 ordered bits, bitonic sorts of (key, id) pairs and of keys, block scans,
-                    block tree sums; host helpers next_pow2 / blocks_for
+                    block tree sums
     select.py       the one selection library: a running best-k list (CPU), block-wide top-k of a
                     segment (sort or counting), the dense kNN's radix block selection
-    metrics.py      the one table of metric names and codes (cosine, dot, l2, l1)
+    metrics.py      the one table of metric names and codes (cosine, dot, l2, l1); no numba
+    geometry.py     next_pow2, blocks: launch arithmetic for kernels and host; no numba
     _factory.py     kernel_cache (one compilation per geometry), jit_kernel (register caps)
     scan.py         exclusive prefix sum of a device array (index build, graph offsets)
 

@@ -27,9 +27,11 @@ import numba
 import numpy as np
 from numba import cuda, prange
 
-from . import scoring
 from ._factory import kernel_cache
-from .scoring import contribution_cpu, contribution_dev, last_le_dev, score_key_cpu, score_key_dev
+from .geometry import next_pow2
+from .primitives import block_exclusive_scan_dev, last_le_dev, lower_bound_cpu
+from .scoring import contribution_cpu, contribution_dev, score_key_cpu, score_key_dev
+from .select import offer_cpu, select_cap, select_top_keys
 
 
 # ----------------------------------------------------------------------------- per-item functions
@@ -55,9 +57,9 @@ def _make_block_range(lower_bound):
 
 posting_value_cpu = numba.njit(inline="always")(_make_posting_value(contribution_cpu))
 posting_value_dev = cuda.jit(device=True, inline=True)(_make_posting_value(contribution_dev))
-block_range_cpu = numba.njit(inline="always")(_make_block_range(scoring.lower_bound_cpu))
+block_range_cpu = numba.njit(inline="always")(_make_block_range(lower_bound_cpu))
 block_range_dev = cuda.jit(device=True, inline=True)(_make_block_range(cuda.jit(device=True, inline=True)(
-    scoring.lower_bound_cpu.py_func)))
+    lower_bound_cpu.py_func)))
 
 
 # ----------------------------------------------------------------------------- geometry
@@ -78,14 +80,14 @@ def blocked_geometry(k: int, n_queries: int, n_docs: int, shared_limit: int, n_s
     small to give 2 blocks per multiprocessor, items shrink (more, shorter document blocks).
     Explicit block/items/tile (tests, the simulator) are taken as given."""
     if block is None:
-        block = max(128, scoring._next_pow2(k))
+        block = max(128, next_pow2(k))
     if block < k or block & (block - 1):
         raise ValueError(f"block must be a power of two >= k, got block={block}, k={k}")
 
     def fits(it, tl):
-        return shared_bytes(block, it, tl, scoring._cap(k, it)) <= shared_limit
+        return shared_bytes(block, it, tl, select_cap(k, it)) <= shared_limit
 
-    tiles = [tile] if tile else [t for t in (8, 4, 2, 1) if t <= max_tile and t <= max(1, scoring._next_pow2(n_queries))]
+    tiles = [tile] if tile else [t for t in (8, 4, 2, 1) if t <= max_tile and t <= max(1, next_pow2(n_queries))]
     chosen = None
     for tl in tiles:
         for it in ([items] if items else (16, 8, 4, 2, 1)):
@@ -101,7 +103,7 @@ def blocked_geometry(k: int, n_queries: int, n_docs: int, shared_limit: int, n_s
         n_tiles = -(-max(n_queries, 1) // tl)
         while it > 1 and -(-max(n_docs, 1) // (block * it)) * n_tiles < 2 * n_sm:
             it //= 2
-    return block, it, tl, scoring._cap(k, it)
+    return block, it, tl, select_cap(k, it)
 
 
 # ----------------------------------------------------------------------------- CUDA kernel
@@ -216,7 +218,7 @@ def blocked_topk_kernel(block: int, items: int, tile: int, cap: int, counting: b
                 else:
                     skipped += last - first
             t_off[tid] = cnt
-            total = scoring._block_exclusive_scan(t_off, tid, block)  # synchronises; t_off now exclusive
+            total = block_exclusive_scan_dev(t_off, tid, block)  # synchronises; t_off now exclusive
             if tid == 0:
                 t_off[block] = total
             cuda.syncthreads()  # t_off[block] visible
@@ -255,7 +257,7 @@ def blocked_topk_kernel(block: int, items: int, tile: int, cap: int, counting: b
                 keys[loc] = key
                 if key > best:
                     best = key
-            scoring._select_top_keys(keys, n_items, best, d_lo, k, cap, tmax, cand_key, cand_doc, counter, t_off,
+            select_top_keys(keys, n_items, best, d_lo, k, cap, tmax, cand_key, cand_doc, counter, t_off,
                                      tid, block, counting)
             for j in range(tid, k, block):
                 out_doc[q, c, j] = cand_doc[j]
@@ -387,7 +389,7 @@ def topk_blocked_cpu(tile_ptr, ent_term, ent_q, ent_w, scale, qn, self_doc, term
                         continue
                     key = score_key_cpu(metric, acc[b, d - d_lo], scale[q], qn[q], dn[d])
                     if filled[b] < k or key >= keys[k - 1]:
-                        filled[b] = scoring._offer(key, d, keys, docs, filled[b], k)
+                        filled[b] = offer_cpu(key, d, keys, docs, filled[b], k, True)
 
 
 def ptx_kernels():

@@ -11,13 +11,9 @@ import numba
 import numpy as np
 from numba import cuda
 
-from .primitives import ordered_bits_cpu, ordered_bits_dev
-
 EXACT_LANES = 32
-_SIGN = 2147483648  # 2**31
-_ALL32 = 4294967295  # 2**32 - 1
-_ordered_cpu = ordered_bits_cpu
-_ordered_dev = ordered_bits_dev
+SIGN_BIT = 2147483648  # 2**31
+ALL32 = 4294967295  # 2**32 - 1
 
 
 def _final_score_py(metric, cross, qq, dd):
@@ -34,19 +30,19 @@ def _final_score_py(metric, cross, qq, dd):
     return cross
 
 
-_final_cpu = numba.njit(inline="always", cache=True)(_final_score_py)
-_final_dev = cuda.jit(device=True, inline=True)(_final_score_py)
+final_cpu = numba.njit(inline="always", cache=True)(_final_score_py)
+final_dev = cuda.jit(device=True, inline=True)(_final_score_py)
 
 
 def ordered_to_float32(ordered: np.ndarray) -> np.ndarray:
-    """Host helper: invert ``_ordered_py`` (int64 array) back to float32 values."""
+    """Host helper: invert primitives.ordered_bits (int64 array) back to float32 values."""
     o = np.asarray(ordered, dtype=np.int64)
-    bits = np.where(o >= _SIGN, o - _SIGN, _ALL32 - o).astype(np.uint32)
+    bits = np.where(o >= SIGN_BIT, o - SIGN_BIT, ALL32 - o).astype(np.uint32)
     return bits.view(np.float32)
 
 
 @numba.njit(cache=True, inline="always")
-def _canonical_cross(x, q, is_l1, p):
+def canonical_cross(x, q, is_l1, p):
     """Canonical float64 cross term of two float32 rows: dot (is_l1 False) or sum |q - x|.
     p: float64 scratch (EXACT_LANES,), overwritten."""
     p[:] = 0.0
@@ -77,7 +73,7 @@ def canonical_sumsq_cpu(X, out):
     """out[i] = canonical float64 sum of X[i, j]**2. X (n, n_terms) float32 C; out (n,) float64."""
     for i in numba.prange(X.shape[0]):
         p = np.empty(EXACT_LANES, dtype=np.float64)
-        out[i] = _canonical_cross(X[i], X[i], False, p)
+        out[i] = canonical_cross(X[i], X[i], False, p)
 
 
 @numba.njit(cache=True)
@@ -90,7 +86,7 @@ def query_norms_serial(Q, n, qq, rq):
     p = np.empty(EXACT_LANES, dtype=np.float64)
     for i in range(Q.shape[0]):
         if i < n:
-            v = _canonical_cross(Q[i], Q[i], False, p)
+            v = canonical_cross(Q[i], Q[i], False, p)
         else:
             v = 0.0
         qq[i] = v

@@ -11,8 +11,8 @@ import numpy as np
 from numba import cuda, float64, int64, uint32
 
 from ._factory import jit_kernel
-from .dense_common import _ALL32, _SIGN, EXACT_LANES, _canonical_cross, _final_cpu, _final_dev, _ordered_cpu, _ordered_dev
-from .primitives import block_tree_sum_dev, sort_pairs_scored_dev
+from .dense_common import ALL32, EXACT_LANES, SIGN_BIT, canonical_cross, final_cpu, final_dev
+from .primitives import block_tree_sum_dev, ordered_bits_cpu, ordered_bits_dev, sort_pairs_scored_dev
 from .select import ORDERED_LOW as _LOW
 from .select import block_select_scratch, make_block_select, offer_cpu
 
@@ -55,7 +55,7 @@ def select_candidates_cpu(key_bits, row_ids, kprime, n_slices, self_doc,
             for j in range(lo, hi):
                 if j != selfcol:
                     cand_idx[r, base + c] = j
-                    cand_key[r, base + c] = _ordered_cpu(key_bits[row, j])
+                    cand_key[r, base + c] = ordered_bits_cpu(key_bits[row, j])
                     c += 1
             cand_count[r, sl] = c
             cand_complete[r, sl] = 1
@@ -65,7 +65,7 @@ def select_candidates_cpu(key_bits, row_ids, kprime, n_slices, self_doc,
         c = 0
         for j in range(lo, hi):
             if j != selfcol:
-                vals[c] = _ordered_cpu(key_bits[row, j])
+                vals[c] = ordered_bits_cpu(key_bits[row, j])
                 c += 1
         vals.sort()
         kth = vals[n_avail - kprime]
@@ -79,7 +79,7 @@ def select_candidates_cpu(key_bits, row_ids, kprime, n_slices, self_doc,
         for j in range(lo, hi):
             if j == selfcol:
                 continue
-            u = _ordered_cpu(key_bits[row, j])
+            u = ordered_bits_cpu(key_bits[row, j])
             if u > kth or (u == kth and eq_taken < need_eq):
                 if u == kth:
                     eq_taken += 1
@@ -132,7 +132,7 @@ def make_select_kernel(threads_per_block: int, buffer_size: int, max_candidates:
                 if i < n:
                     d = win[i]
                     cand_idx[r, base + i] = d
-                    cand_key[r, base + i] = uint32(_ordered_dev(key_bits[row, d]))
+                    cand_key[r, base + i] = uint32(ordered_bits_dev(key_bits[row, d]))
                 else:
                     cand_idx[r, base + i] = -1
                     cand_key[r, base + i] = uint32(0)
@@ -200,8 +200,8 @@ def rescore_cpu(X, Q, row_ids, cand_idx, cand_count, qq, dd, metric, cand_score)
         p = np.empty(EXACT_LANES, dtype=np.float64)
         for i in range(cand_count[r, sl]):
             d = cand_idx[r, sl, i]
-            cross = _canonical_cross(X[d], Q[row], is_l1, p)
-            cand_score[r, sl, i] = _final_cpu(metric, cross, qq[row], dd[d])
+            cross = canonical_cross(X[d], Q[row], is_l1, p)
+            cand_score[r, sl, i] = final_cpu(metric, cross, qq[row], dd[d])
 
 
 @lru_cache(maxsize=None)
@@ -259,7 +259,7 @@ def make_rescore_kernel(threads_per_block: int):
                     acc = cross_dot(X, Q, d, row, lane, xs, qs)
             block_tree_sum_dev(part, acc, tid, lane, EXACT_LANES)  # the canonical tree
             if active and lane == 0:
-                cand_score[r, sl, i] = _final_dev(metric, part[tid], qq[row], dd[d])
+                cand_score[r, sl, i] = final_dev(metric, part[tid], qq[row], dd[d])
             cuda.syncthreads()  # sums read before the next round overwrites them
 
     return dense_rescore
@@ -339,7 +339,7 @@ def finish_cpu(X, Q, row_ids, cand_idx, cand_key, cand_count, cand_complete, can
         filled = 0
         for i in range(n):  # rescored and sorted best first
             d = docs[i]
-            v = _final_cpu(metric, _canonical_cross(X[d], Q[row], is_l1, p), qq[row], dd[d])
+            v = final_cpu(metric, canonical_cross(X[d], Q[row], is_l1, p), qq[row], dd[d])
             filled = offer_cpu(v, d, s, ix, filled, n, larger)
         for i in range(k):
             if i < n:
@@ -444,7 +444,7 @@ def make_finish_kernel(threads_per_block: int, buffer_size: int, max_candidates:
                         acc = cross_dot(X, Q, d, row, lane, xs, qs)
                 block_tree_sum_dev(part, acc, tid, lane, EXACT_LANES)  # the canonical tree
                 if lane == 0 and c < n:
-                    ss[c] = _final_dev(metric, part[tid], qq[row], dd[d])
+                    ss[c] = final_dev(metric, part[tid], qq[row], dd[d])
                 cuda.syncthreads()  # sums read before the next round overwrites them
             size = 1
             while size < n:
@@ -500,10 +500,10 @@ def certify_unpack_cpu(res, k, metric, gamma, nonneg, nq, qq, max_norm, max_sq, 
             st = 1
         else:
             o = np.int64(res[r, 2 * k + 1])
-            if o >= _SIGN:
-                one[0] = np.uint32(o - _SIGN)
+            if o >= SIGN_BIT:
+                one[0] = np.uint32(o - SIGN_BIT)
             else:
-                one[0] = np.uint32(_ALL32 - o)
+                one[0] = np.uint32(ALL32 - o)
             thr = np.float64(as_f[0])
             if metric <= 1:
                 scale = 1.0 if metric == 0 else nq[q] * max_norm
@@ -554,8 +554,8 @@ def exact_topk_cpu(X, Q, n_queries, qq, dd, metric, k, self_doc, out_idx, out_sc
         for d in range(n_docs):
             if d == selfcol:
                 continue
-            cross = _canonical_cross(X[d], Q[q], is_l1, p)
-            v = _final_cpu(metric, cross, qq[q], dd[d])
+            cross = canonical_cross(X[d], Q[q], is_l1, p)
+            v = final_cpu(metric, cross, qq[q], dd[d])
             n = offer_cpu(v, d, s, ix, n, k, larger)
         for i in range(k):
             if i < n:

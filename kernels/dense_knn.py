@@ -45,13 +45,15 @@ from __future__ import annotations
 # The pipeline's stages live in modules named for what they do (dense_common: canonical sums and
 # scores; dense_keys: stage 1; dense_exact: stage 2; the block selection is kernels/select.py);
 # this module is their one entry point: host code imports ``kernels.dense_knn as kd``.
-from .dense_common import (EXACT_LANES, _ordered_cpu, _ordered_dev, canonical_sumsq_cpu, ordered_to_float32,  # noqa: F401
-                           query_norms_serial, row_abs_sums_cpu)
+from .dense_common import (EXACT_LANES, canonical_sumsq_cpu, ordered_to_float32, query_norms_serial,  # noqa: F401
+                           row_abs_sums_cpu)
 from .dense_exact import (RES_EXTRA, certify_unpack_cpu, exact_topk_cpu, finish_cpu, make_finish_kernel,  # noqa: F401
                           make_rescore_kernel, make_select_kernel, rescore_cpu, select_candidates_cpu)
 from .dense_keys import (approx_keys_cpu, chain_length, gemm_keys_cpu, gemm_launch, make_gemm_kernel,  # noqa: F401
                          make_matvec_kernel, matvec_keys_cpu)
 from .metrics import LARGER_IS_BETTER, METRIC_CODE, METRICS  # noqa: F401
+from .primitives import ordered_bits_cpu as _ordered_cpu  # noqa: F401 (kd._ordered_cpu: tests, scripts)
+from .primitives import ordered_bits_dev as _ordered_dev  # noqa: F401
 
 __all__ = ["EXACT_LANES", "LARGER_IS_BETTER", "METRICS", "METRIC_CODE", "RES_EXTRA", "approx_keys_cpu",
            "canonical_sumsq_cpu", "certify_unpack_cpu", "chain_length", "exact_topk_cpu", "finish_cpu", "gemm_keys_cpu",

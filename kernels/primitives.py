@@ -305,13 +305,3 @@ block_exclusive_scan_dev = _dev(_make_block_exclusive_scan(block_inclusive_scan_
 block_exclusive_scan_cpu = _cpu(_make_block_exclusive_scan(block_inclusive_scan_cpu, _no_barrier_cpu))
 block_tree_sum_dev = _dev(_make_block_tree_sum(_sync))
 block_tree_sum_cpu = _cpu(_make_block_tree_sum(_no_barrier_cpu))
-
-
-def next_pow2(n: int) -> int:
-    """Host helper: the smallest power of two >= n (1 for n <= 1)."""
-    return 1 << max(0, int(n - 1).bit_length())
-
-
-def blocks_for(n: int, per_block: int) -> int:
-    """Host helper: blocks of ``per_block`` items that cover n items (at least 1)."""
-    return max(1, (int(n) + per_block - 1) // per_block)

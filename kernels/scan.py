@@ -16,7 +16,8 @@ import numpy as np
 from numba import cuda
 
 from ._factory import kernel_cache
-from .primitives import block_inclusive_scan_dev, blocks_for
+from .geometry import blocks
+from .primitives import block_inclusive_scan_dev
 
 
 @kernel_cache
@@ -68,7 +69,7 @@ def exclusive_scan_device(d_values, block: int = 256, items: int = 8):
 def _scan_into(d_values, d_out, n, block, items):
     scan_blocks, add_block_offsets = scan_kernels(block, items)
     per_block = block * items
-    n_blocks = blocks_for(n + 1, per_block)
+    n_blocks = blocks(n + 1, per_block)
     d_sums = cuda.device_array(n_blocks, dtype=np.int64)
     scan_blocks[n_blocks, block](d_values, d_out, d_sums, n)
     if n_blocks > 1:

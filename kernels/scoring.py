@@ -45,7 +45,9 @@ from numba import cuda, prange
 
 from ._factory import kernel_cache
 from .metrics import COSINE, DOT, L1, L2
+from .metrics import METRIC_CODE as METRICS  # noqa: F401 (scoring.METRICS: name -> code, kept for host code)
 from .primitives import block_exclusive_scan_dev, last_le_dev
+from .postings import term_maxabs_cpu  # noqa: F401 (kept for host code: gputext.distributed)
 from .select import merge_sorted_lists, offer_cpu, select_top_keys, topk_geometry, topk_scratch, write_first_k
 
 NEG_INF = -np.inf

@@ -26,7 +26,8 @@ import numba
 from numba import cuda, int32, int64, uint64
 
 from ._factory import kernel_cache
-from .primitives import (before_cpu, block_exclusive_scan_dev, better_dev, next_pow2, ordered_bits_dev,
+from .geometry import next_pow2
+from .primitives import (before_cpu, block_exclusive_scan_dev, better_dev, ordered_bits_dev,
                          sort_keys_ascending_dev, sort_keys_descending_dev, sort_pairs_best_first_dev)
 
 

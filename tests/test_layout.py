@@ -29,12 +29,6 @@ KNOWN = {  # (importing module, module, name): removed by the work named in the 
     ("gputext.io.rows", "gputext.io.corpus", "_where"),
     ("gputext.cluster.stream_io", "gputext.io.corpus", "_open"),
     ("gputext.cluster.stream_io", "gputext.io.corpus", "_read_dataframe"),
-    ("gputext.kernels.star", "gputext.kernels.scoring", "_block_exclusive_scan"),
-    ("gputext.kernels.blocked", "gputext.kernels.scoring", "_block_exclusive_scan"),  # issue 15 item 2 makes it public (select.py)
-    ("gputext.kernels.blocked", "gputext.kernels.scoring", "_select_top_keys"),  # issue 15 item 2 makes it public (select.py)
-    ("gputext.kernels.blocked", "gputext.kernels.scoring", "_offer"),  # issue 15 item 2 makes it public (select.py)
-    ("gputext.kernels.blocked", "gputext.kernels.scoring", "_cap"),  # issue 15 item 2 makes it public (select.py)
-    ("gputext.kernels.blocked", "gputext.kernels.scoring", "_next_pow2"),  # issue 15 item 2 makes it public (select.py)
     ("gputext.cluster.dclus", "gputext.io.corpus", "_index_dataset"),
     ("gputext.cluster.dclus", "gputext.io.corpus", "_open"),
     ("gputext.cluster.dclus", "gputext.io.corpus", "_read_csr"),

@@ -32,19 +32,11 @@ import ctypes
 
 import numpy as np
 
+from ..kernels.geometry import blocks, next_pow2  # noqa: F401 (launch arithmetic, written once)
+
 
 class RawLaunchUnavailable(RuntimeError):
     """This numba-cuda / driver binding does not offer what a raw launch needs."""
-
-
-def blocks(n: int, block: int) -> int:
-    """Blocks of ``block`` items covering n items (at least 1)."""
-    return max(1, (int(n) + block - 1) // block)
-
-
-def next_pow2(n: int) -> int:
-    """The smallest power of two >= n (1 for n <= 1)."""
-    return 1 << max(0, int(n) - 1).bit_length()
 
 
 def _binding():
