@@ -29,6 +29,7 @@ from numba import cuda, prange
 
 from ._factory import kernel_cache
 from .geometry import next_pow2
+from .metrics import COSINE, DOT
 from .primitives import block_exclusive_scan_dev, last_le_dev, lower_bound_cpu
 from .scoring import contribution_cpu, contribution_dev, score_key_cpu, score_key_dev
 from .select import offer_cpu, select_cap, select_top_keys
@@ -279,9 +280,9 @@ def _bound_key(metric, s_ub, qn, dn_min):
     never exceeds |q_t| |d_t| scale). dn_min: the block's smallest positive document norm (+inf when
     every norm is 0). Documents sharing no term score 0, so the bound is at least 0. Inflated by
     BOUND_SLACK so that the bound's own float64 rounding never makes it smaller than a key."""
-    if metric == scoring.DOT:
+    if metric == DOT:
         return s_ub * BOUND_SLACK
-    if metric == scoring.COSINE:
+    if metric == COSINE:
         denom = qn * dn_min
         if s_ub > 0.0 and denom > 0.0 and dn_min < math.inf:
             return s_ub / denom * BOUND_SLACK
