@@ -31,55 +31,24 @@ One run on the GPU host, peers measured in the same run:
 """
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
 import os
-import platform
-import statistics
 import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
-import numpy as np
-import scipy.sparse as sp
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (puts the checkout first on sys.path)
+import numpy as np  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
 
 warnings.filterwarnings("ignore")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-RESULTS: dict = {"sections": {}}
-TABLE: list[tuple] = []  # (section, what, value, goal / note)
-
-
-def log(msg: str) -> None:
-    print(msg, flush=True)
-
-
-def row(section, what, value, note=""):
-    TABLE.append((section, what, value, note))
-    log(f"  {section} | {what}: {value} {note}")
-
-
-# ----------------------------------------------------------------------------- timing
-
-
-def gpu_ms(fn, repeats: int, warmup: int = 2) -> float:
-    """Median milliseconds of fn() between two CUDA events on the default stream."""
-    from numba import cuda
-    for _ in range(warmup):
-        fn()
-    cuda.synchronize()
-    out = []
-    for _ in range(repeats):
-        start, end = cuda.event(), cuda.event()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        out.append(cuda.event_elapsed_time(start, end))
-    return statistics.median(out)
+REPORT = harness.Report("out", {"sections": {}})  # --out is set in main()
+RESULTS = REPORT.results
+log, row, median = harness.log, REPORT.row, harness.median
+gpu_ms = harness.gpu_ms  # median ms of CUDA events after a warm-up (gpu_ms(fn, repeats, warmup=2))
 
 
 def stage_breakdown(index, Q, k, repeats):
@@ -92,13 +61,13 @@ def stage_breakdown(index, Q, k, repeats):
         runs.append(dict(index.last_run.get("stages_ms", {})))
     index.profile = False
     runs = runs[1:]
-    stages = {name: statistics.median(r.get(name, 0.0) for r in runs) for name in runs[0]}
+    stages = {name: median(r.get(name, 0.0) for r in runs) for name in runs[0]}
     walls = []
     for _ in range(repeats):
         t = time.perf_counter()
         index.search(Q, k)
         walls.append((time.perf_counter() - t) * 1e3)
-    stages["host_wall_total"] = statistics.median(walls)
+    stages["host_wall_total"] = median(walls)
     stages["rounds"] = index.last_run.get("rounds")
     stages["kernel"] = index.last_run.get("kernel")
     stages["cublas_error"] = getattr(index, "_cublas_broken", "") or None
@@ -189,15 +158,6 @@ def breakdown_rows(section, label, stages):
     row(section, f"stages of {label} (ms, CUDA events)", parts,
         f"keys by {stages.get('kernel')}; rounds {stages.get('rounds')}; unprofiled host wall {stages['host_wall_total']:.3f} ms"
         + (f"; CuPy failed: {stages['cublas_error']}" if stages.get("cublas_error") else ""))
-
-
-def copy_bandwidth(nbytes: int, repeats: int) -> float:
-    """Device-to-device copy bandwidth (bytes read + written per second)."""
-    from numba import cuda
-    a = cuda.device_array(nbytes // 4, np.float32)
-    b = cuda.device_array(nbytes // 4, np.float32)
-    ms = gpu_ms(lambda: b.copy_to_device(a), repeats)
-    return 2 * nbytes / (ms / 1e3)
 
 
 def nominal_bandwidth(name: str) -> float | None:
@@ -613,11 +573,8 @@ def method_auto(args, files, has_gpu):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=os.environ.get("OUT") or "out")
+    ap = harness.parser(__doc__)
     ap.add_argument("--datasets", help="folder with 20newsgroups/ and cnae9/")
-    ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    ap.add_argument("--quick", action="store_true", help="small sizes (under a minute)")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--skip", default="", help="comma list of sections to skip: one,batches,exact,meta,auto")
     args = ap.parse_args()
@@ -627,18 +584,15 @@ def main():
     from gputext.backend import resolve
     backend = resolve(args.device)
     has_gpu = backend.is_cuda and not backend.simulator
-    dev_name = backend.reason
-    if has_gpu:
-        from numba import cuda
-        d = cuda.get_current_device()
-        dev_name = d.name.decode() if isinstance(d.name, bytes) else str(d.name)
-    RESULTS.update(device=dev_name, host=platform.node(), cpu_count=os.cpu_count(), quick=args.quick,
-                   date=datetime.datetime.now().isoformat(timespec="seconds"), command=" ".join(sys.argv))
-    log(f"device: {backend.describe()}; {os.cpu_count()} CPU cores")
+    env = harness.probe(backend)
+    dev_name = env.get("gpu", backend.reason)
+    RESULTS.update(device=dev_name, host=env["host"], cpu_count=env["cpu_count"], quick=args.quick, date=env["date"],
+                   command=" ".join(sys.argv), env=env)
+    log(f"device: {backend.describe()}; {env['cpu_count']} CPU cores")
     t0 = time.perf_counter()
     tuned = None
     if has_gpu:
-        copy_bw = copy_bandwidth(1 << 30, args.repeats)
+        copy_bw = harness.copy_bandwidth(1 << 30, args.repeats)
         RESULTS["copy_bandwidth"] = copy_bw
         row("device", "device-to-device copy", f"{copy_bw / 1e9:.0f} GB/s", dev_name)
         if "one" not in skip:
@@ -655,15 +609,10 @@ def main():
     if "auto" not in skip:
         method_auto(args, files, has_gpu)
     RESULTS["seconds"] = time.perf_counter() - t0
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu_knn_classify.json").write_text(json.dumps({**RESULTS, "table": TABLE}, indent=1, default=str))
-    print(f"\n## gpu_knn_classify ({dev_name}, {RESULTS['date']}, {RESULTS['seconds']:.0f} s{', quick' if args.quick else ''})\n")
-    print("| section | measurement | value | goal / note |")
-    print("| --- | --- | --- | --- |")
-    for section, what, value, note in TABLE:
-        print(f"| {section} | {what} | {value} | {note} |")
-
+    RESULTS["table"] = REPORT.table
+    REPORT.out = args.out
+    REPORT.write("gpu_knn_classify.json", f"\n## gpu_knn_classify ({dev_name}, {RESULTS['date']}, {RESULTS['seconds']:.0f} s"
+                                          f"{', quick' if args.quick else ''})\n\n" + REPORT.rows_md())
 
 if __name__ == "__main__":
     main()
