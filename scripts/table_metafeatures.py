@@ -27,10 +27,8 @@ Writes OUT/table_metafeatures.md and OUT/table_metafeatures.json.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -39,9 +37,10 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (puts the checkout first on sys.path)
+import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 DATASETS = {
     "20ng": ("20newsgroups", "20newsgroups-train.tab", "20newsgroups-test.tab"),
     "r8": ("reuters-r8", "reuters-r8-train.tab", "reuters-r8-test.tab"),
@@ -52,11 +51,11 @@ QUICK_TRAIN, QUICK_TEST = 1200, 400
 
 
 def datasets_dir(arg: str | None) -> Path:
-    for cand in ([arg] if arg else []) + [os.environ.get("GPUTEXT_DATASETS"), ROOT.parent / "shared" / "datasets",
-                                          ROOT / "shared" / "datasets"]:
-        if cand and Path(cand).is_dir():
-            return Path(cand)
-    sys.exit("datasets not found: give --datasets DIR (the folder with 20newsgroups/, reuters-r8/, ...)")
+    """harness.datasets(arg), or exit with a line saying where they are expected."""
+    ddir = harness.datasets(arg)
+    if ddir is None:
+        sys.exit("datasets not found: give --datasets DIR (the folder with 20newsgroups/, reuters-r8/, ...)")
+    return ddir
 
 
 def build(name: str, ddir: Path, cache: Path, quick: bool) -> tuple[str, str]:
@@ -277,7 +276,7 @@ def fmt(v, spec=".4f"):
 
 def write_report(out: Path, eff_rows, time_rows, args, backend_desc):
     lines = [f"# GT-kNN Tables 2/3 and 4/6 reproduced ({time.strftime('%Y-%m-%d %H:%M')})", "",
-             f"Host: {platform.node()}, {os.cpu_count()} CPU cores; device: {backend_desc}; k = {args.k}; "
+             f"Host: {args.env['host']}, {args.env['cpu_count']} CPU cores; device: {backend_desc}; k = {args.k}; "
              f"protocol: {args.protocol}{' (quick: subsets)' if args.quick else ''}.", ""]
     if eff_rows:
         lines += ["## Tables 2/3: micro-/macro-F1", "",
@@ -304,28 +303,24 @@ def write_report(out: Path, eff_rows, time_rows, args, backend_desc):
                          f"{fmt(dev / 2**20 if dev is not None else None, '.0f')} | {eq if r.get('seconds') else r.get('note', '')} |")
         lines += ["", "Host peak = the process's maximum resident set (Python, numba and the corpora included); "
                   "device peak = most device memory in use above the level before the run."]
-    text = "\n".join(lines) + "\n"
-    (out / "table_metafeatures.md").write_text(text)
-    (out / "table_metafeatures.json").write_text(json.dumps({"effectiveness": eff_rows, "efficiency": time_rows,
-                                                             "k": args.k, "protocol": args.protocol,
-                                                             "quick": args.quick}, indent=1, default=str))
-    print(text)
+    # rewritten after every dataset, so that a round cut short by its time limit keeps what it measured
+    harness.Report(str(out), {"effectiveness": eff_rows, "efficiency": time_rows, "k": args.k,
+                              "protocol": args.protocol, "quick": args.quick, "env": args.env}).write(
+        "table_metafeatures.json", "\n".join(lines) + "\n", md_name="table_metafeatures.md")
 
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--_measure":
         measure_child(*sys.argv[2:6], int(sys.argv[6]), sys.argv[7])
         return
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.parser(__doc__, quick="subsets of each dataset and a 2-value C grid", out=os.environ.get("OUT") and
+                        os.path.join(os.environ["OUT"], "knn_classify") or "out/knn_classify")
     ap.add_argument("--datasets")
-    ap.add_argument("--out", default=os.environ.get("OUT") and os.path.join(os.environ["OUT"], "knn_classify") or "out/knn_classify")
     ap.add_argument("--only", default="20ng,r8,r52,cnae9")
     ap.add_argument("--protocol", choices=["split", "folds"], default="split")
     ap.add_argument("--folds", type=int, default=5)
-    ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     ap.add_argument("-k", "--k", type=int, default=30)
     ap.add_argument("--jobs", type=int)
-    ap.add_argument("--quick", action="store_true", help="subsets of each dataset and a 2-value C grid")
     ap.add_argument("--skip-efficiency", action="store_true")
     ap.add_argument("--skip-effectiveness", action="store_true")
     ap.add_argument("--solvers", default="tron",
@@ -349,6 +344,7 @@ def main():
     from gputext.backend import resolve
     backend = resolve(args.device)
     has_gpu = backend.is_cuda and not backend.simulator
+    args.env = harness.probe(backend)
     print(f"device: {backend.describe()}" + ("" if has_gpu else "  (no GPU: GPU rows are skipped)"), flush=True)
     ddir = datasets_dir(args.datasets)
     out = Path(args.out)
