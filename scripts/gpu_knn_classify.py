@@ -45,7 +45,7 @@ import scipy.sparse as sp  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
-REPORT = harness.Report("out", {"sections": {}})  # --out is set in main()
+REPORT = harness.Report("out", {"sections": {}})  # --out is given to write_table at the end
 RESULTS = REPORT.results
 log, row, median = harness.log, REPORT.row, harness.median
 gpu_ms = harness.gpu_ms  # median ms of CUDA events after a warm-up (gpu_ms(fn, repeats, warmup=2))
@@ -609,10 +609,8 @@ def main():
     if "auto" not in skip:
         method_auto(args, files, has_gpu)
     RESULTS["seconds"] = time.perf_counter() - t0
-    RESULTS["table"] = REPORT.table
-    REPORT.out = args.out
-    REPORT.write("gpu_knn_classify.json", f"\n## gpu_knn_classify ({dev_name}, {RESULTS['date']}, {RESULTS['seconds']:.0f} s"
-                                          f"{', quick' if args.quick else ''})\n\n" + REPORT.rows_md())
+    REPORT.write_table(args.out, "gpu_knn_classify")
+
 
 if __name__ == "__main__":
     main()

@@ -40,7 +40,7 @@ import scipy.sparse as sp  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
-REPORT = harness.Report("out", {"sections": {}})  # --out is set in main()
+REPORT = harness.Report("out", {"sections": {}})  # --out is given to write_table at the end
 RESULTS = REPORT.results
 log, row, timed_runs, median = harness.log, REPORT.row, harness.wall_runs, harness.median
 
@@ -345,10 +345,7 @@ def main():
         if name not in skip:
             REPORT.section(name, section, args, has_gpu, threads, key="sections")
     RESULTS["seconds"] = time.perf_counter() - t0
-    RESULTS["table"] = REPORT.table
-    REPORT.out = args.out
-    REPORT.write("gpu_meta.json", f"\n## gpu_meta ({dev_name}, {RESULTS['date']}, {RESULTS['seconds']:.0f} s"
-                                  f"{', quick' if args.quick else ''})\n\n" + REPORT.rows_md())
+    REPORT.write_table(args.out, "gpu_meta")
 
 
 if __name__ == "__main__":

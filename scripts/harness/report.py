@@ -81,3 +81,12 @@ class Report:
         if markdown:
             print(markdown, flush=True)
         return path
+
+    def write_table(self, out: str, name: str) -> str:
+        """For a script whose report is its row table (gpu_meta, gpu_knn_classify): the rows go
+        under results["table"], OUT/name.json is written and "## name (device, date, seconds)"
+        over the table is printed (device, date, seconds and quick read from results)."""
+        r = self.results
+        self.out, r["table"] = out, self.table
+        title = f"{name} ({r.get('device')}, {r.get('date')}, {r.get('seconds', 0):.0f} s{', quick' if r.get('quick') else ''})"
+        return self.write(f"{name}.json", f"\n## {title}\n\n" + self.rows_md())
