@@ -93,7 +93,7 @@ def compare(ours: dict, ref: dict, ref_f) -> dict:
     """Max relative objective difference; test predictions equal where both gaps exceed 1e-6."""
     theirs = np.asarray(ref_f)
     out = {"max_rel": float(np.max(np.abs(np.asarray(ours["f"]) - theirs) / theirs))}
-    if "pred" in ours and ref.get("pred") is not None:
+    if "pred" in ours and ref.get("pred") is not None and len(ref["pred"]) == len(ours["pred"]):
         clear = (np.asarray(ours["gap"]) > 1e-6) & (np.asarray(ref["gap"]) > 1e-6)
         same = np.asarray(ours["pred"])[clear] == np.asarray(ref["pred"])[clear]
         out.update(pred_compared=int(clear.sum()), pred_differ=int((~same).sum()))
