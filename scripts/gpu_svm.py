@@ -4,7 +4,7 @@ trained by our TRON (gputext.linear), LinearSVC (LIBLINEAR) in the same run.
 
 Sections (20NG train / test, tf-idf, k = 30, C grid 0.0625..16, C by stratified 5-fold CV):
 
-  warmup      every kernel compiled on a 300-document slice (meta, bow, both); its seconds.
+  warmup      every kernel compiled on 300 evenly spaced documents (meta, bow, both); its seconds.
   classify    `knn classify --model svm --features meta|both|bow` in process (svm_classify:
               meta-features, 5-fold choice of C with every fold and C trained together, final fit,
               prediction): wall seconds end to end and per stage, micro/macro-F1, chosen C.
@@ -59,10 +59,16 @@ def corpora(args):
     return build("20ng", ddir, cache, args.quick)
 
 
+def _spread(n: int, m: int) -> np.ndarray:
+    """m row indices spread evenly over [0, n) (all of them when n <= m)."""
+    return np.unique(np.linspace(0, n - 1, min(n, m)).astype(np.int64))
+
+
 def warmup(train, test, backend):
     from gputext.knn.svm import svm_classify
     t0 = time.perf_counter()
-    small_tr, small_te = train.take(np.arange(min(300, train.n_docs))), test.take(np.arange(min(100, test.n_docs)))
+    # evenly spaced rows: the .tab files are sorted by class, so a leading slice holds one class only
+    small_tr, small_te = train.take(_spread(train.n_docs, 300)), test.take(_spread(test.n_docs, 100))
     for features in ("meta", "bow", "both"):
         svm_classify(small_tr, small_te, features, 30, C_grid=(0.25, 1.0), device=backend)
     return {"seconds": time.perf_counter() - t0}
