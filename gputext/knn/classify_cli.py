@@ -171,7 +171,7 @@ def classify(train_path, test_path, k, model, features, multilabel, top_r, thres
         return
     if model == "svm":
         from .svm import svm_classify
-        where = getattr(backend, "name", backend) if solver == "tron" else "CPU"
+        where = str(getattr(backend, "name", backend)).upper() if solver == "tron" else "CPU"
         stage = f"svm on {features}: features, {'C by 5-fold cross-validation, ' if C is None else ''}fit ({where})"
         with heartbeat(stage, quiet):
             res = svm_classify(train, test, features, k, grid, C, 5, method, backend, seed, jobs, quiet, solver=solver)
