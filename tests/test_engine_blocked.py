@@ -198,7 +198,7 @@ def test_bound_is_never_below_a_key(metric):
     np.put_along_axis(key_of, docs.astype(np.int64), keys, 1)
     indptr, indices, data = csr_arrays(Q)
     _, qn = query_stats(indptr, indices, data, index.term_maxabs, code)
-    term_row, bmax, dn_min, bound_len = bound_tables(index, np.unique(indices), 16, code, 1 << 20)
+    term_row, bmax, dn_min, bound_len = bound_tables(index, 16, code, 1 << 20)
     for i in range(Q.shape[0]):
         for b in range(bmax.shape[1]):
             s_ub = sum(abs(float(w)) * float(bmax[term_row[t], b]) for t, w in

@@ -56,21 +56,24 @@ def geometry_for(k: int, n_q: int, n_docs: int, geom, simulator: bool):
                                     geom.blocked_tile)
 
 
-def bound_tables(index: Index, terms: np.ndarray, seg_len: int, code: int, budget: int):
-    """The safe-pruning bounds of kernels.blocked.topk_blocked_cpu for the given (query) terms:
-    (term_row int32 (n_terms,), bmax float32 (terms.size, n_bound), dn_min float64 (n_bound,),
-    bound_len). bound_len is the smallest seg_len x 2^j whose table fits ``budget`` bytes (one
-    pass over the terms' postings builds it)."""
-    p = index.cpu()
-    bound_len = seg_len
-    while 4 * terms.size * -(-index.n_docs // bound_len) > budget and bound_len < index.n_docs:
-        bound_len *= 2
-    n_bound = max(1, -(-index.n_docs // bound_len))
-    term_row = np.full(index.n_terms, -1, np.int32)
-    term_row[terms] = np.arange(terms.size, dtype=np.int32)
-    bmax = blocked.block_max_table(p.term_ptr, p.post_doc, p.post_w, terms.astype(np.int64), bound_len, n_bound)
-    dn_min = blocked.block_min_norm(index.norm_terms(code), bound_len, n_bound)
-    return term_row, bmax, dn_min, bound_len
+def bound_tables(index: Index, seg_len: int, code: int, budget: int):
+    """The safe-pruning bounds of kernels.blocked (made once per (index, block length, metric,
+    budget) and kept on the Index): (term_row int32 (n_terms,) = 0..n_terms-1, bmax float32
+    (n_terms, n_bound) = each term's largest |weight| per bound block, dn_min float64 (n_bound,)
+    = each bound block's smallest positive norm term, bound_len). bound_len is the smallest
+    seg_len x 2^j whose table fits ``budget`` bytes; one parallel pass over the postings builds it."""
+    key = ("blocked_bounds", seg_len, code, budget)
+    if key not in index.device_cache:
+        p = index.cpu()
+        bound_len = seg_len
+        while 4 * index.n_terms * -(-index.n_docs // bound_len) > budget and bound_len < index.n_docs:
+            bound_len *= 2
+        n_bound = max(1, -(-index.n_docs // bound_len))
+        terms = np.arange(index.n_terms, dtype=np.int64)
+        bmax = blocked.block_max_table(p.term_ptr, p.post_doc, p.post_w, terms, bound_len, n_bound)
+        dn_min = blocked.block_min_norm(index.norm_terms(code), bound_len, n_bound)
+        index.device_cache[key] = (terms.astype(np.int32), bmax, dn_min, bound_len)
+    return index.device_cache[key]
 
 
 def topk_blocked_cpu(index: Index, Q, k, code, self_doc, batch_size, quiet, geom, report: SearchReport):
@@ -92,8 +95,7 @@ def topk_blocked_cpu(index: Index, Q, k, code, self_doc, batch_size, quiet, geom
     seg_len = block * items
     prune = bool(geom.blocked_prune) and code in (scoring.COSINE, scoring.DOT) and index.n_docs > 0
     if prune:
-        term_row, bmax, dn_min, bound_len = bound_tables(index, np.unique(arrays[1]), seg_len, code,
-                                                         geom.blocked_bound_bytes)
+        term_row, bmax, dn_min, bound_len = bound_tables(index, seg_len, code, geom.blocked_bound_bytes)
     else:
         term_row, bmax, dn_min, bound_len = np.empty(0, np.int32), np.zeros((1, 1), np.float32), np.zeros(1), seg_len
     out_doc = np.empty((n_q, k), np.int32)
@@ -117,17 +119,15 @@ def topk_blocked_cpu(index: Index, Q, k, code, self_doc, batch_size, quiet, geom
     return out_doc, out_key
 
 
-def probe_blocks(Qb, term_row, bmax, dn_min, bound_len: int, seg_len: int, n_seg: int, tile: int, n_probe: int,
+def probe_blocks(Qb, bmax, dn_min, bound_len: int, seg_len: int, n_seg: int, tile: int, n_probe: int,
                  code: int) -> np.ndarray:
     """int32 (n_tiles, n_probe): for each tile of the batch Qb (CSR, n queries), the document
     blocks of the bound blocks whose bounds are the highest for the tile's queries (each query's
     bounds scaled to its largest, summed over the tile), -1 past the last. The probe pass scores
-    them first: its k-th key is a lower bound of each query's final k-th key. Only a ranking: the
-    pruning's safety comes from the bound in the kernel, not from this choice."""
+    them first: its k-th key is a lower bound of each query's final k-th key. Only a ranking (in
+    float32): the pruning's safety comes from the bound in the kernel, not from this choice."""
     n = Qb.shape[0]
-    A = abs(Qb).astype(np.float64).tocsc()[:, np.flatnonzero(term_row >= 0)]
-    rows = term_row[term_row >= 0]
-    ub = np.asarray(A @ bmax[rows].astype(np.float64))  # (n, n_bound)
+    ub = np.asarray(abs(Qb).astype(np.float32) @ bmax, dtype=np.float64)  # (n, n_bound)
     if code == scoring.COSINE:
         ub = ub / np.where(np.isfinite(dn_min) & (dn_min > 0), dn_min, np.inf)
     ub = ub / np.maximum(ub.max(axis=1, keepdims=True), 1e-300)
@@ -187,9 +187,11 @@ def topk_blocked_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geo
     n_probe = max(1, min(int(geom.blocked_probe), n_seg))
     work = res.workspace
     if prune:
-        term_row, bmax, dn_min, bound_len = bound_tables(index, np.unique(arrays[1]), seg_len, code,
-                                                         geom.blocked_bound_bytes)
-        d_row, d_bmax, d_dnmin = res.upload_packed((term_row, bmax, dn_min), into=work, name="blocked_bounds")
+        term_row, bmax, dn_min, bound_len = bound_tables(index, seg_len, code, geom.blocked_bound_bytes)
+        dkey = ("blocked_bounds_device", seg_len, code, geom.blocked_bound_bytes)
+        if dkey not in index.device_cache:  # uploaded once per Index, like the postings
+            index.device_cache[dkey] = tuple(cuda.to_device(a) for a in (term_row, bmax, dn_min))
+        d_row, d_bmax, d_dnmin = index.device_cache[dkey]
     else:
         bound_len = seg_len
         d_row, d_bmax, d_dnmin = (cuda.to_device(np.zeros(1, np.int32)), cuda.to_device(np.zeros((1, 1), np.float32)),
@@ -226,8 +228,7 @@ def topk_blocked_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geo
             parts = [tile_ptr, ent_term if m else np.zeros(1, np.int32), ent_q if m else np.zeros(1, np.int32),
                      ent_w if m else np.zeros(1, np.float32), qinfo]
             if prune:
-                parts.append(probe_blocks(Q[lo:hi], term_row, bmax, dn_min, bound_len, seg_len, n_seg, tile, n_probe,
-                                          code))
+                parts.append(probe_blocks(Q[lo:hi], bmax, dn_min, bound_len, seg_len, n_seg, tile, n_probe, code))
             up = res.upload_packed(tuple(parts), into=work, name="blocked_upload")
             args = (*up[:5], dev.term_ptr, dev.post_doc, dev.post_w, d_dn, code, k)
             theta = work.get("blocked_theta", (n, 1, k), np.float64)
