@@ -278,7 +278,8 @@ def _bound_key(metric, s_ub, qn, dn_min):
     bound: l2, l1). s_ub = sum over the query's terms of |q_t| x the block's largest |d_t|: every
     document's acc / scale is at most that (each int64(c * scale) truncates towards zero, so it
     never exceeds |q_t| |d_t| scale). dn_min: the block's smallest positive document norm (+inf when
-    every norm is 0). Documents sharing no term score 0, so the bound is at least 0. Inflated by
+    every norm is 0); 1 when the table already holds |d_t| / |d|_2 (cosine: the tighter bound
+    sum |q_t| max(|d_t| / |d|_2) / |q|_2, engine.blocked.bound_tables). Documents sharing no term score 0, so the bound is at least 0. Inflated by
     BOUND_SLACK so that the bound's own float64 rounding never makes it smaller than a key."""
     if metric == DOT:
         return s_ub * BOUND_SLACK
@@ -295,18 +296,29 @@ bound_key_dev = cuda.jit(device=True, inline=True)(_bound_key)
 
 
 @numba.njit(parallel=True, cache=True)
-def block_max_table(term_ptr, post_doc, post_w, terms, bound_len, n_bound):
+def block_max_table(term_ptr, post_doc, post_w, terms, bound_len, n_bound, norm):
     """float32 (terms.size, n_bound): row i, column b = the largest |weight| of term terms[i] among
-    documents [b*bound_len, (b+1)*bound_len) (0 where the term has none). Terms in parallel."""
+    documents [b*bound_len, (b+1)*bound_len) (0 where the term has none); with norm (float64
+    (n_docs,), cosine: |d|_2) the largest |weight| / norm[d] instead, computed in float64 and
+    rounded up to float32 (a bound must never shrink). Terms in parallel."""
     out = np.zeros((terms.shape[0], n_bound), np.float32)
+    scaled = norm.shape[0] > 0
     for i in prange(terms.shape[0]):
         t = terms[i]
         row = out[i]
         for r in range(term_ptr[t], term_ptr[t + 1]):
-            b = post_doc[r] // bound_len
-            a = abs(post_w[r])
-            if a > row[b]:
-                row[b] = a
+            d = post_doc[r]
+            b = d // bound_len
+            a = abs(np.float64(post_w[r]))
+            if scaled:
+                if norm[d] <= 0.0:
+                    continue
+                a = a / norm[d]
+            v = np.float32(a)
+            if np.float64(v) < a:
+                v = np.nextafter(v, np.float32(np.inf))
+            if v > row[b]:
+                row[b] = v
     return out
 
 

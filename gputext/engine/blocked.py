@@ -59,8 +59,9 @@ def geometry_for(k: int, n_q: int, n_docs: int, geom, simulator: bool):
 def bound_tables(index: Index, seg_len: int, code: int, budget: int):
     """The safe-pruning bounds of kernels.blocked (made once per (index, block length, metric,
     budget) and kept on the Index): (term_row int32 (n_terms,) = 0..n_terms-1, bmax float32
-    (n_terms, n_bound) = each term's largest |weight| per bound block, dn_min float64 (n_bound,)
-    = each bound block's smallest positive norm term, bound_len). bound_len is the smallest
+    (n_terms, n_bound) = each term's largest |weight| per bound block (cosine: largest |weight| /
+    |d|_2, rounded up, so the bound is sum |q_t| bmax / |q|_2, and dn_min = 1), dn_min float64
+    (n_bound,) = each bound block's smallest positive norm term (dot: unused), bound_len). bound_len is the smallest
     seg_len x 2^j whose table fits ``budget`` bytes; one parallel pass over the postings builds it."""
     key = ("blocked_bounds", seg_len, code, budget)
     if key not in index.device_cache:
@@ -70,8 +71,10 @@ def bound_tables(index: Index, seg_len: int, code: int, budget: int):
             bound_len *= 2
         n_bound = max(1, -(-index.n_docs // bound_len))
         terms = np.arange(index.n_terms, dtype=np.int64)
-        bmax = blocked.block_max_table(p.term_ptr, p.post_doc, p.post_w, terms, bound_len, n_bound)
-        dn_min = blocked.block_min_norm(index.norm_terms(code), bound_len, n_bound)
+        cosine = code == scoring.COSINE
+        bmax = blocked.block_max_table(p.term_ptr, p.post_doc, p.post_w, terms, bound_len, n_bound,
+                                       index.norm_terms(code) if cosine else np.empty(0))
+        dn_min = np.ones(n_bound) if cosine else blocked.block_min_norm(index.norm_terms(code), bound_len, n_bound)
         index.device_cache[key] = (terms.astype(np.int32), bmax, dn_min, bound_len)
     return index.device_cache[key]
 
