@@ -201,33 +201,43 @@ def other_methods(a, index, Q, sub, rows_result, cpu_result, row, bw):
     accumulators stay in shared memory); the bandwidth fraction of that against the copy
     bandwidth. Exactness: the method on the device == the rows method and the CPU twin on the
     --check subset ({m}_equals_rows, {m}_equals_cpu), and the method's own CPU twin == the CPU
-    twin on 8 of them ({m}_cpu_twin_equals_cpu)."""
+    twin on 8 of them ({m}_cpu_twin_equals_cpu). A method that fails is recorded as
+    gputext_{m}_error (the run goes on)."""
+    for m in a.methods:
+        try:
+            time_method(a, m, index, Q, sub, rows_result, cpu_result, row, bw)
+        except Exception as exc:
+            row[f"gputext_{m}_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+            harness.log(f"  {m}: {row[f'gputext_{m}_error']}")
+
+
+def time_method(a, m, index, Q, sub, rows_result, cpu_result, row, bw):
+    """One method of other_methods."""
     from gputext.engine import search_topk
 
     n_q = Q.shape[0]
-    for m in a.methods:
-        stats = {}
-        t = median_time(lambda: search_topk(index, Q, a.k, "cosine", a.backend, stats=stats, method=m),
-                        a.repeats if n_q < 10000 else 1)
-        postings, n_seg = stats.get("postings", 0), stats.get("segments") or 0
-        moved = 8 * postings + 24 * n_q * n_seg * a.k
-        row.update({f"gputext_{m}_s": t, f"gputext_{m}_speedup_vs_rows": row["gputext_s"] / t,
-                    f"gputext_{m}_postings": postings, f"gputext_{m}_postings_skipped": stats.get("postings_skipped"),
-                    f"gputext_{m}_geometry": str(stats.get("geometry")),
-                    f"gputext_{m}_segments": n_seg, f"gputext_{m}_batch_size": stats.get("batch_size"),
-                    f"gputext_{m}_bytes_moved": moved})
-        if bw:
-            row[f"gputext_{m}_bandwidth_fraction"] = moved / t / bw
-        gi, gs = search_topk(index, sub, a.k, "cosine", a.backend, method=m)
-        row[f"{m}_equals_rows"] = bool(np.array_equal(gi, rows_result[0]) and np.array_equal(gs, rows_result[1]))
-        row[f"{m}_equals_cpu"] = bool(np.array_equal(gi, cpu_result[0]) and np.array_equal(gs, cpu_result[1]))
-        few = min(8, sub.shape[0])
-        ti, ts = search_topk(index, sub[:few], a.k, "cosine", "cpu", method=m)
-        row[f"{m}_cpu_twin_equals_cpu"] = bool(np.array_equal(ti, cpu_result[0][:few]) and
-                                               np.array_equal(ts, cpu_result[1][:few]))
-        harness.log(f"  {m}: {t:.4f} s ({row['gputext_s'] / t:.2f}x rows), geometry {stats.get('geometry')}, "
-                    f"postings scored {postings} skipped {stats.get('postings_skipped')}, "
-                    f"{n_seg} document blocks, exact {row[f'{m}_equals_cpu'] and row[f'{m}_cpu_twin_equals_cpu']}")
+    stats = {}
+    t = median_time(lambda: search_topk(index, Q, a.k, "cosine", a.backend, stats=stats, method=m),
+                    a.repeats if n_q < 10000 else 1)
+    postings, n_seg = stats.get("postings", 0), stats.get("segments") or 0
+    moved = 8 * postings + 24 * n_q * n_seg * a.k
+    row.update({f"gputext_{m}_s": t, f"gputext_{m}_speedup_vs_rows": row["gputext_s"] / t,
+                f"gputext_{m}_postings": postings, f"gputext_{m}_postings_skipped": stats.get("postings_skipped"),
+                f"gputext_{m}_geometry": str(stats.get("geometry")),
+                f"gputext_{m}_segments": n_seg, f"gputext_{m}_batch_size": stats.get("batch_size"),
+                f"gputext_{m}_bytes_moved": moved})
+    if bw:
+        row[f"gputext_{m}_bandwidth_fraction"] = moved / t / bw
+    gi, gs = search_topk(index, sub, a.k, "cosine", a.backend, method=m)
+    row[f"{m}_equals_rows"] = bool(np.array_equal(gi, rows_result[0]) and np.array_equal(gs, rows_result[1]))
+    row[f"{m}_equals_cpu"] = bool(np.array_equal(gi, cpu_result[0]) and np.array_equal(gs, cpu_result[1]))
+    few = min(8, sub.shape[0])
+    ti, ts = search_topk(index, sub[:few], a.k, "cosine", "cpu", method=m)
+    row[f"{m}_cpu_twin_equals_cpu"] = bool(np.array_equal(ti, cpu_result[0][:few]) and
+                                           np.array_equal(ts, cpu_result[1][:few]))
+    harness.log(f"  {m}: {t:.4f} s ({row['gputext_s'] / t:.2f}x rows), geometry {stats.get('geometry')}, "
+                f"postings scored {postings} skipped {stats.get('postings_skipped')}, "
+                f"{n_seg} document blocks, exact {row[f'{m}_equals_cpu'] and row[f'{m}_cpu_twin_equals_cpu']}")
 
 
 def peer_agrees(fn, our_scores, n):
@@ -475,6 +485,9 @@ def markdown(rows, peers, methods=()):
         cells = [f"{r['n_docs']:.0e}", str(r["n_queries"]), f"{r['gputext_s']:.4f}", f"{r['gputext_qps']:.0f}",
                  f"{(r.get('gputext_peak_device_bytes') or 0) / 2**20:.0f}", f"{r.get('bandwidth_fraction', float('nan')):.2f}"]
         for m in methods:
+            if f"gputext_{m}_s" not in r:
+                cells.append("failed" if f"gputext_{m}_error" in r else "-")
+                continue
             cells.append(f"{r[f'gputext_{m}_s']:.4f} ({r[f'gputext_{m}_speedup_vs_rows']:.2f}x, "
                          f"{r.get(f'gputext_{m}_bandwidth_fraction', float('nan')):.2f})")
         for p in peers:
@@ -489,7 +502,7 @@ def markdown(rows, peers, methods=()):
         if bad:
             cells[-1] += " [wrong results: " + ", ".join(bad) + "]"
         exact = r["cuda_equals_cpu"] and r["equals_float64_reference"]
-        exact &= all(r[f"{m}_equals_cpu"] and r[f"{m}_cpu_twin_equals_cpu"] for m in methods)
+        exact &= all(r.get(f"{m}_equals_cpu") and r.get(f"{m}_cpu_twin_equals_cpu") for m in methods)
         cells.append("yes" if exact else "NO")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
