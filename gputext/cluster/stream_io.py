@@ -45,6 +45,7 @@ from .. import __version__
 from ..backend import Backend
 from ..errors import FormatError, InputError
 from ..io import Corpus, atomic_output, write_corpus
+from ..io.readers import json_text_record
 from ..io.rows import CorpusRows
 from ..io.tokenize import load_stopwords, tokenize
 from ..io.weighting import Reference, apply_weighting, document_frequency
@@ -393,18 +394,7 @@ class _LineReader:
 
 def _parse(lineno: int, line: str, position: int):
     """(id, text) of one JSONL line; raises InputError naming the line."""
-    where = f"stdin line {lineno}"
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno}); expected "
-                         '{"id": ..., "text": "..."}') from None
-    if not isinstance(record, dict):
-        raise InputError(f"{where}: expected a JSON object with a 'text' field, found {type(record).__name__}")
-    text = record.get("text")
-    if not isinstance(text, str):
-        raise InputError(f"{where}: expected a string field 'text', found "
-                         f"{'none' if text is None else type(text).__name__}")
+    record, text = json_text_record(line, f"stdin line {lineno}", '; expected {"id": ..., "text": "..."}')
     doc_id = record.get("id", position)
     return doc_id, text
 

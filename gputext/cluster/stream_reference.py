@@ -29,20 +29,31 @@ import numpy as np
 import scipy.sparse as sp
 
 
+def top_terms(terms: np.ndarray, values: np.ndarray, max_terms: int):
+    """(terms, values) cut to the ``max_terms`` largest values (value descending, ties to the lower
+    term id), kept in the input's (ascending term) order; unchanged when there are no more."""
+    if len(terms) > max_terms:
+        order = np.lexsort((terms, -values))[:max_terms]  # value desc, then term asc
+        order.sort()
+        terms, values = terms[order], values[order]
+    return terms, values
+
+
+def magnitude_in_order(values) -> float:
+    """sqrt of the float64 sum of squares, added left to right (term order)."""
+    total = 0.0
+    for v in values:
+        total += float(v) * float(v)
+    return math.sqrt(total)
+
+
 def prepare_document(terms: np.ndarray, weights: np.ndarray, max_terms: int):
     """(terms int64 ascending, weights float32 normalised, magnitude float) of one weighted row."""
     terms = np.asarray(terms, dtype=np.int64)
     weights = np.asarray(weights, dtype=np.float64)
     keep = weights > 0
-    terms, weights = terms[keep], weights[keep]
-    if len(terms) > max_terms:
-        order = np.lexsort((terms, -weights))[:max_terms]  # weight desc, then term asc
-        order.sort()
-        terms, weights = terms[order], weights[order]
-    total = 0.0
-    for w in weights:
-        total += float(w) * float(w)
-    magnitude = math.sqrt(total)
+    terms, weights = top_terms(terms[keep], weights[keep], max_terms)
+    magnitude = magnitude_in_order(weights)
     stored = (weights / magnitude).astype(np.float32) if len(terms) else np.zeros(0, np.float32)
     return terms, stored, magnitude
 
@@ -71,14 +82,8 @@ def add_document(c_terms, c_weights, c_mag, d_terms, d_weights, d_mag, max_terms
             raw[t] = float(w) * d_mag
     terms = np.array(sorted(raw), dtype=np.int64)
     values = np.array([raw[int(t)] for t in terms], dtype=np.float64)
-    if len(terms) > max_terms:
-        order = np.lexsort((terms, -values))[:max_terms]
-        order.sort()
-        terms, values = terms[order], values[order]
-    total = 0.0
-    for v in values:
-        total += float(v) * float(v)
-    magnitude = math.sqrt(total)
+    terms, values = top_terms(terms, values, max_terms)
+    magnitude = magnitude_in_order(values)
     return terms, (values / magnitude).astype(np.float32), magnitude
 
 

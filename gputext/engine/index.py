@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import FormatError, InputError
-from ..io.corpus import Corpus, canonical_csr, csr_arrays, read_corpus, write_corpus
+from ..io.corpus import Corpus, DocTermShape, canonical_csr, csr_arrays, read_corpus, write_corpus
 from ..kernels import postings, scoring
 
 
@@ -57,7 +57,7 @@ def check_weights(data: np.ndarray, what: str) -> None:
                          "rescale the features (e.g. divide each by its largest value)")
 
 
-class Index:
+class Index(DocTermShape):
     """Documents to search: ``Index.from_csr(X)``, ``Index.from_corpus(c)``, ``Index.load(path)``."""
 
     def __init__(self, X: sp.csr_matrix, corpus: Corpus | None = None, postings: Postings | None = None):
@@ -78,14 +78,6 @@ class Index:
     @classmethod
     def from_corpus(cls, corpus: Corpus) -> "Index":
         return cls(corpus.X, corpus)
-
-    @property
-    def n_docs(self) -> int:
-        return self.X.shape[0]
-
-    @property
-    def n_terms(self) -> int:
-        return self.X.shape[1]
 
     @property
     def nnz(self) -> int:

@@ -33,12 +33,19 @@ def check_queries(index: Index, Q) -> sp.csr_matrix:
 
 def self_docs(index: Index, n_queries: int, exclude_self) -> np.ndarray:
     """int64 (n_queries,): the document each query leaves out, or -1."""
+    return excluded_docs(exclude_self, n_queries, index.n_docs)
+
+
+def excluded_docs(exclude_self, n_queries: int, n_docs: int, indexed: str = "indexed corpus") -> np.ndarray:
+    """int64 (n_queries,) from ``exclude_self``: None/False -> all -1, True -> query i leaves out
+    document i (needs n_queries == n_docs), an array -> itself (one entry per query; the entries'
+    range is the caller's to check). ``indexed`` names the documents in the error line."""
     if exclude_self is None or exclude_self is False:
         return np.full(n_queries, -1, np.int64)
     if exclude_self is True:
-        if n_queries != index.n_docs:
-            raise InputError(f"exclude_self needs the queries to be the indexed corpus: expected "
-                             f"{index.n_docs} queries, got {n_queries}")
+        if n_queries != n_docs:
+            raise InputError(f"exclude_self needs the queries to be the {indexed}: expected "
+                             f"{n_docs} queries, got {n_queries}")
         return np.arange(n_queries, dtype=np.int64)
     docs = np.asarray(exclude_self, dtype=np.int64)
     if docs.shape != (n_queries,):

@@ -61,8 +61,22 @@ class Categorical:
         return out
 
 
+class DocTermShape:
+    """``n_docs`` and ``n_terms`` of a class that holds its documents x terms matrix as ``X``."""
+
+    X: sp.spmatrix
+
+    @property
+    def n_docs(self) -> int:
+        return self.X.shape[0]
+
+    @property
+    def n_terms(self) -> int:
+        return self.X.shape[1]
+
+
 @dataclass
-class Corpus:
+class Corpus(DocTermShape):
     """A document-term matrix with its row and column annotations.
 
     X        csr_matrix (n_docs, n_terms) float32, indices int32 sorted within rows, indptr int64
@@ -91,14 +105,6 @@ class Corpus:
             self.terms = np.array([f"t{j}" for j in range(n_terms)], dtype=object)
         self.doc_ids = np.asarray(self.doc_ids, dtype=object)
         self.terms = np.asarray(self.terms, dtype=object)
-
-    @property
-    def n_docs(self) -> int:
-        return self.X.shape[0]
-
-    @property
-    def n_terms(self) -> int:
-        return self.X.shape[1]
 
     @property
     def params(self) -> dict:

@@ -122,11 +122,17 @@ def read_bytes(path: str) -> bytes:
                              "or uci (docword + vocab files)")
         with open(path, "rb") as fh:
             data = fh.read()
+    return _checked_bytes(data, name, lambda: gzip.decompress(data))
+
+
+def _checked_bytes(data: bytes, name: str, gunzip) -> bytes:
+    """``data`` (or ``gunzip()`` of it when it starts with the gzip magic), refusing empty, binary
+    and HDF5 input with one line naming ``name``."""
     if not data:
         raise InputError(f"{name}: file is empty, expected documents")
     if data[:2] == b"\x1f\x8b":
         try:
-            data = gzip.decompress(data)
+            data = gunzip()
         except (OSError, EOFError) as exc:
             raise InputError(f"{name}: gzip data is corrupt or truncated ({exc})") from None
         if not data:
@@ -151,20 +157,31 @@ def read_head(path: str, n_bytes: int = 1 << 16) -> str:
     check_exists(path)
     with open(path, "rb") as fh:
         data = fh.read(n_bytes)
-    if not data:
-        raise InputError(f"{name}: file is empty, expected documents")
-    if data[:2] == b"\x1f\x8b":
-        try:
-            with gzip.open(path, "rb") as fh:
-                data = fh.read(n_bytes)
-        except (OSError, EOFError) as exc:
-            raise InputError(f"{name}: gzip data is corrupt or truncated ({exc})") from None
-        if not data:
-            raise InputError(f"{name}: file is empty after gunzip, expected documents")
-    _check_head(data, name)
+
+    def gunzip_head() -> bytes:
+        with gzip.open(path, "rb") as gz:
+            return gz.read(n_bytes)
+
+    data = _checked_bytes(data, name, gunzip_head)
     text = data.decode("utf-8", "replace")
     text = text[1:] if text.startswith("\ufeff") else text
     return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def json_text_record(line: str, where: str, expected: str = "") -> tuple[dict, str]:
+    """(record, its 'text' string) of one JSONL line; InputError starting with ``where`` otherwise
+    (``expected`` is added to the invalid-JSON message, e.g. the record shape to give)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno}){expected}") from None
+    if not isinstance(record, dict):
+        raise InputError(f"{where}: expected a JSON object with a 'text' field, found {type(record).__name__}")
+    text = record.get("text")
+    if not isinstance(text, str):
+        raise InputError(f"{where}: expected a string field 'text', found "
+                         f"{'none' if text is None else type(text).__name__}")
+    return record, text
 
 
 def decode_text(data: bytes, name: str, warn_each: bool = True) -> tuple[str, bool]:
@@ -402,16 +419,7 @@ def read_jsonl(path: str) -> TextInput:
         if not line.strip():
             continue
         where = f"{name}:{lineno}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(record, dict):
-            raise InputError(f"{where}: expected a JSON object with a 'text' field, found {type(record).__name__}")
-        text = record.get("text")
-        if not isinstance(text, str):
-            raise InputError(f"{where}: expected a string field 'text', found "
-                             f"{'none' if text is None else type(text).__name__}")
+        record, text = json_text_record(line, where)
         if "label" in record and "labels" in record:
             raise InputError(f"{where}: has both 'label' and 'labels'; give one (labels: a list for multi-label)")
         if "labels" in record:

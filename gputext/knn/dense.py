@@ -30,6 +30,7 @@ import scipy.sparse as sp
 
 from ..backend import Backend, as_backend
 from ..engine.index import check_weights
+from ..engine.query import excluded_docs
 from ..errors import InputError
 from ..progress import progress
 from ..similarity import METRICS as METRIC_CODES
@@ -164,16 +165,7 @@ def _rows_dense(Q, lo: int, hi: int, n_alloc: int) -> np.ndarray:
 
 
 def _self_docs(exclude_self, n_queries: int, n_docs: int) -> np.ndarray:
-    if exclude_self is None or exclude_self is False:
-        return np.full(n_queries, -1, np.int64)
-    if exclude_self is True:
-        if n_queries != n_docs:
-            raise InputError(f"exclude_self needs the queries to be the indexed documents: expected {n_docs} "
-                             f"queries, got {n_queries}")
-        return np.arange(n_queries, dtype=np.int64)
-    docs = np.asarray(exclude_self, dtype=np.int64)
-    if docs.shape != (n_queries,):
-        raise InputError(f"exclude_self array must have one entry per query ({n_queries}), got shape {docs.shape}")
+    docs = excluded_docs(exclude_self, n_queries, n_docs, "indexed documents")
     if docs.size and (docs.max() >= n_docs or docs.min() < -1):
         raise InputError(f"exclude_self entries must be -1 or document indices in [0, {n_docs}), "
                          f"got values in [{docs.min()}, {docs.max()}]")

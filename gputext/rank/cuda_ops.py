@@ -20,19 +20,15 @@ from ..device.launch import blocks as grid_blocks, next_pow2
 
 from ..kernels import ranksvm as K
 from .data import RankingData
-from .geometry import RankGeometry, slot_arrays
+from .geometry import RankGeometry, RankOpsSizes, slot_arrays, solver_arrays
 
 
-class CudaRankOps:
+class CudaRankOps(RankOpsSizes):
     backend_name = "cuda"
 
     def __init__(self, data: RankingData, geometry: RankGeometry | None = None):
-        g = geometry or RankGeometry()
-        self.g = g
-        self.data = data
-        L, Q, m = data.n_docs, data.n_queries, data.n_features
-        self.L, self.Q, self.m = L, Q, m
-        self.n_levels = K.n_levels_for(len(data.levels))
+        super().__init__(data, geometry)
+        g, L, Q, m = self.g, self.L, self.Q, self.m
         self.dense = data.is_dense
         if self.dense:
             self.d_X = cuda.to_device(data.dense_matrix())
@@ -63,18 +59,7 @@ class CudaRankOps:
         alloc = lambda shape, dtype: cuda.device_array(shape, dtype)  # noqa: E731
         self.slots = [slot_arrays(alloc, L, Q, self.n_levels) for _ in range(2)]
         self.current, self.trial = 0, 1
-        self.d_s = cuda.device_array(L, np.float64)
-        self.d_sweights = cuda.device_array((2, L), np.float64)
-        self.d_sums_minus = cuda.device_array((2, L), np.float64)
-        self.d_sums_plus = cuda.device_array((2, L), np.float64)
-        self.d_W0 = cuda.device_array((self.n_levels, L + Q), np.float64)
-        self.d_W1 = cuda.device_array((self.n_levels, L + Q), np.float64)
-        self.d_vbuf = cuda.device_array((2, L), np.int32)
-        self.d_rbuf = cuda.device_array((2, L), np.int32)
-        self.d_a = cuda.device_array((1, L), np.float64)
-        self.d_alpha_minus = cuda.device_array((1, L), np.float64)
-        self.d_alpha_plus = cuda.device_array((1, L), np.float64)
-        self.d_u = cuda.device_array(L, np.float64)
+        self.__dict__.update({"d_" + name: a for name, a in solver_arrays(alloc, L, Q, self.n_levels).items()})
         self.d_v = cuda.device_array(m, np.float64)
         self.d_out = cuda.device_array(m, np.float64)
         self.d_loss_partial = cuda.device_array(g.elementwise_blocks, np.float64)

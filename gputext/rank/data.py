@@ -13,11 +13,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InputError
-from ..io.corpus import Corpus, canonical_csr, csr_arrays
+from ..io.corpus import Corpus, DocTermShape, canonical_csr, csr_arrays
 
 
 @dataclass
-class RankingData:
+class RankingData(DocTermShape):
     """Training data grouped by query (all arrays in grouped row order).
 
     X            csr_matrix (n_docs, n_features) float32, rows grouped by query
@@ -38,12 +38,8 @@ class RankingData:
     n_pairs: int
 
     @property
-    def n_docs(self) -> int:
-        return self.X.shape[0]
-
-    @property
     def n_features(self) -> int:
-        return self.X.shape[1]
+        return self.n_terms
 
     @property
     def n_queries(self) -> int:

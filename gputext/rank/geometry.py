@@ -1,10 +1,12 @@
-"""Launch geometry of the RankSVM objective and the per-slot arrays both backends keep
+"""Launch geometry of the RankSVM objective, the sizes and the arrays both backends keep
 (gputext.rank.ops for the CPU twin, gputext.rank.cuda_ops for the device)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..kernels import ranksvm as K
 
 
 @dataclass(frozen=True)
@@ -54,3 +56,30 @@ def slot_arrays(alloc, n_docs: int, n_queries: int, n_levels: int) -> dict:
         beta_minus=alloc((n_docs,), np.int32), beta_plus=alloc((n_docs,), np.int32),
         z=alloc((n_docs,), np.float64),
     )
+
+
+def solver_arrays(alloc, n_docs: int, n_queries: int, n_levels: int) -> dict:
+    """The solver's arrays outside the slots, allocated by ``alloc(shape, dtype)``: scores s and u
+    (n_docs,) float64; sweights, sums_minus, sums_plus (2, n_docs) float64; W0, W1 (n_levels,
+    n_docs + n_queries) float64; vbuf, rbuf (2, n_docs) int32; a, alpha_minus, alpha_plus (1, n_docs)
+    float64. The CPU twin keeps them under these names, the CUDA ops with a ``d_`` prefix."""
+    L, Q = n_docs, n_queries
+    return dict(
+        s=alloc(L, np.float64), sweights=alloc((2, L), np.float64),
+        sums_minus=alloc((2, L), np.float64), sums_plus=alloc((2, L), np.float64),
+        W0=alloc((n_levels, L + Q), np.float64), W1=alloc((n_levels, L + Q), np.float64),
+        vbuf=alloc((2, L), np.int32), rbuf=alloc((2, L), np.int32),
+        a=alloc((1, L), np.float64), alpha_minus=alloc((1, L), np.float64), alpha_plus=alloc((1, L), np.float64),
+        u=alloc(L, np.float64),
+    )
+
+
+class RankOpsSizes:
+    """What both backends' ops keep of the problem: ``g`` (RankGeometry), ``data`` (RankingData),
+    ``L`` documents, ``Q`` queries, ``m`` features and ``n_levels`` wavelet levels."""
+
+    def __init__(self, data, geometry: RankGeometry | None = None):
+        self.g = geometry or RankGeometry()
+        self.data = data
+        self.L, self.Q, self.m = data.n_docs, data.n_queries, data.n_features
+        self.n_levels = K.n_levels_for(len(data.levels))

@@ -24,7 +24,7 @@ import numpy as np
 from ..backend import Backend
 from ..kernels import ranksvm as K
 from .data import RankingData
-from .geometry import RankGeometry, slot_arrays
+from .geometry import RankGeometry, RankOpsSizes, slot_arrays, solver_arrays
 
 __all__ = ["RankGeometry", "CpuRankOps", "make_ops", "matvec", "threads_for", "cpu_threads_limited"]
 
@@ -52,18 +52,15 @@ def cpu_threads_limited(work: int):
         numba.set_num_threads(previous)
 
 
-class CpuRankOps:
+class CpuRankOps(RankOpsSizes):
     """The CPU twin: numba parallel loops over rows, columns and queries (all of numba's threads
     for large problems, fewer for small ones: see threads_for)."""
 
     backend_name = "cpu"
 
     def __init__(self, data: RankingData, geometry: RankGeometry | None = None):
-        g = geometry or RankGeometry()
-        self.g = g
-        self.data = data
-        L, Q, m = data.n_docs, data.n_queries, data.n_features
-        self.n_levels = K.n_levels_for(len(data.levels))
+        super().__init__(data, geometry)
+        g, L, Q, m = self.g, self.L, self.Q, self.m
         self.dense = data.dense_matrix() if data.is_dense else None
         self.work = max(data.X.nnz, 8 * L)  # entries touched per product (threads_for)
         if self.dense is None:
@@ -74,18 +71,7 @@ class CpuRankOps:
         alloc = lambda shape, dtype: np.zeros(shape, dtype)  # noqa: E731
         self.slots = [slot_arrays(alloc, L, Q, self.n_levels) for _ in range(2)]
         self.current, self.trial = 0, 1
-        self.s = np.zeros(L, np.float64)
-        self.sweights = np.zeros((2, L), np.float64)
-        self.sums_minus = np.zeros((2, L), np.float64)
-        self.sums_plus = np.zeros((2, L), np.float64)
-        self.W0 = np.zeros((self.n_levels, L + Q), np.float64)
-        self.W1 = np.zeros((self.n_levels, L + Q), np.float64)
-        self.vbuf = np.zeros((2, L), np.int32)
-        self.rbuf = np.zeros((2, L), np.int32)
-        self.a = np.zeros((1, L), np.float64)
-        self.alpha_minus = np.zeros((1, L), np.float64)
-        self.alpha_plus = np.zeros((1, L), np.float64)
-        self.u = np.zeros(L, np.float64)
+        self.__dict__.update(solver_arrays(alloc, L, Q, self.n_levels))
         self.loss_partial = np.zeros(max(1, g.cpu_loss_parts), np.float64)
         n_blocks = max(1, -(-L // g.cpu_rows_per_block))
         self.partial = np.zeros((m, n_blocks), np.float64)
