@@ -136,7 +136,7 @@ def classify(train_path, test_path, k, model, features, multilabel, top_r, thres
       gputext knn classify --train train.h5 --test test.h5 --model svm --features both
       gputext knn classify --train train.h5 --test test.h5 --model svm --folds 5
     """
-    from ..io.corpus import Categorical, read_corpus
+    from ..io.corpus import read_corpus
 
     if (top_r is not None or threshold is not None) and not multilabel:
         raise click.UsageError("--top-r and --threshold need --multilabel")
@@ -191,16 +191,23 @@ def classify(train_path, test_path, k, model, features, multilabel, top_r, thres
                      f"ranking loss {m['ranking_loss']:.4f}  average precision {m['average_precision']:.4f}")
         click.echo(line, err=to_err)
     if output:
-        params = {"classify": _flat({**res.info, "metrics": m, "seconds": res.seconds, "train": str(train_path),
-                                     "model": model})}
-        if multilabel:
-            params["classify"]["label_names"] = np.asarray(res.label_names, dtype=object)
-            result = _result_corpus(test, {}, {"label_scores": res.label_scores,
-                                               "predicted_labels": sp.csr_matrix(res.predicted_labels, dtype=np.float32)},
-                                    params)
-        else:
-            result = _result_corpus(test, {"predicted": Categorical(res.predicted, res.categories)}, {}, params)
-        write_result(result, output)
+        _write_predictions(res, test, train_path, model, multilabel, output)
+
+
+def _write_predictions(res, test, train_path, model: str, multilabel: bool, output: str) -> None:
+    """classify's -o: the test documents with /obs/predicted, or (multi-label) /obsm/label_scores and
+    /obsm/predicted_labels; the run's info, metrics and seconds under /uns/gputext/classify."""
+    from ..io.corpus import Categorical
+    params = {"classify": _flat({**res.info, "metrics": res.metrics, "seconds": res.seconds, "train": str(train_path),
+                                 "model": model})}
+    if multilabel:
+        params["classify"]["label_names"] = np.asarray(res.label_names, dtype=object)
+        result = _result_corpus(test, {}, {"label_scores": res.label_scores,
+                                           "predicted_labels": sp.csr_matrix(res.predicted_labels, dtype=np.float32)},
+                                params)
+    else:
+        result = _result_corpus(test, {"predicted": Categorical(res.predicted, res.categories)}, {}, params)
+    write_result(result, output)
 
 
 @click.command()
