@@ -20,6 +20,7 @@ _EXPORTS = {
     "StreamClustering": "gputext.estimators.clustering",
     "RankSVM": "gputext.estimators.ranking",
     "LinearSVC": "gputext.estimators.svm",
+    "TfidfVectorizer": "gputext.estimators.text",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -277,7 +277,9 @@ class _Training:
 # ----------------------------------------------------------------------------- building
 
 
-def _filter_terms(counts: sp.csr_matrix, terms: np.ndarray, min_df, max_df) -> tuple[sp.csr_matrix, np.ndarray]:
+def filter_terms_by_df(counts: sp.csr_matrix, terms: np.ndarray, min_df, max_df) -> tuple[sp.csr_matrix, np.ndarray]:
+    """Keep the columns (terms) with min_df <= df <= max_df and df > 0 (bounds as parse_df_bound
+    returns them: int documents or float fraction of counts.shape[0]); -> (counts, terms)."""
     n_docs = counts.shape[0]
     df = document_frequency(counts)
     keep = (df >= _df_limit(min_df, n_docs)) & (df <= _df_limit(max_df, n_docs)) & (df > 0)
@@ -359,7 +361,7 @@ def build_corpus(inputs: str | Sequence[str], format: str = "auto", stopwords: s
         qid, relevance = docs.qid, docs.relevance
 
     if training is None and kind == "counts":
-        counts, terms = _filter_terms(counts, terms, min_df, max_df)
+        counts, terms = filter_terms_by_df(counts, terms, min_df, max_df)
     if counts.shape[1] == 0:
         what = "stopwords, --min-df and --max-df" if isinstance(docs, TextInput) else "--min-df and --max-df"
         raise InputError(f"no terms left in {n_docs} documents after {what}: the corpus would have zero "
