@@ -96,7 +96,7 @@ def test_tfidf_pipeline_under_cross_val_score_is_close_to_the_cli(ng20):
     assert abs(score - cli_f1) < 0.03
 
 
-@pytest.mark.skipif(bool(os.environ.get("CI")), reason="tokenising 18,821 documents and a second kNN: ~15 CPU "
+@pytest.mark.skipif(bool(os.environ.get("CI")), reason="tokenising 18,821 documents twice and a second kNN: ~7 CPU "
                     "seconds CI's budget does without (run by hand; 2026-11-25 on the 2-core VM: micro-F1 0.7825, "
                     "the CLI's, predictions equal)")
 def test_gputext_tfidf_pipeline_equals_the_cli(ng20, cli_knn30):
