@@ -5,8 +5,8 @@ Each check an estimator is expected to fail is listed in EXPECTED_FAILURES with 
 import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from gputext.estimators import (KNeighborsClassifier, KNNMetaFeatures, NearestNeighbors, RankSVM, StarClustering,
-                                StreamClustering)
+from gputext.estimators import (KNeighborsClassifier, KNNMetaFeatures, LinearSVC, NearestNeighbors, RankSVM,
+                                StarClustering, StreamClustering)
 
 ESTIMATORS = [
     NearestNeighbors(n_neighbors=3, device="cpu"),
@@ -17,6 +17,7 @@ ESTIMATORS = [
     StarClustering(beta=0.5, device="cpu"),
     StreamClustering(threshold=0.5, max_terms=8, device="cpu"),
     RankSVM(device="cpu"),
+    LinearSVC(device="cpu"),
 ]
 
 LEAVE_ONE_OUT = ("fit_transform returns the training rows' leave-one-out meta-features (each row left out of its own "

@@ -17,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ..linear.problem import decide
 from ..linear.solver import DEFAULT_MAX_ITER, train_path
@@ -48,11 +50,46 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         self.max_iter = max_iter
         self.device = device
 
-    def fit(self, X, y):
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+    def _check_X(self, X, reset: bool, y="no_validation"):
+        """X checked as scikit-learn does (finite numbers, 2-d, n_features_in_); a (sparse, dense)
+        pair is checked block by block and kept as blocks. Returns X, or (X, y) when y is given."""
+        if not isinstance(X, tuple):
+            if isinstance(y, str) and y == "no_validation":
+                return validate_data(self, X, accept_sparse="csr", dtype=[np.float32, np.float64], reset=reset)
+            return validate_data(self, X, y, accept_sparse="csr", dtype=[np.float32, np.float64], reset=reset)
+        if len(X) != 2:
+            raise ValueError(f"a tuple X is the pair (sparse block, dense block), got {len(X)} items")
+        X = tuple(check_array(P, accept_sparse="csr", dtype=[np.float32, np.float64]) for P in X)
+        if X[0].shape[0] != X[1].shape[0]:
+            raise ValueError(f"the sparse and dense blocks have {X[0].shape[0]} and {X[1].shape[0]} rows")
+        n_features = X[0].shape[1] + X[1].shape[1]
+        if reset:
+            self.n_features_in_ = n_features
+        elif n_features != self.n_features_in_:
+            raise ValueError(f"X has {n_features} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input.")
+        if isinstance(y, str) and y == "no_validation":
+            return X
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
         y = np.asarray(y)
+        if y.ndim != 1 or y.shape[0] != X[0].shape[0]:
+            raise ValueError(f"y must be 1-d with one label per row of X ({X[0].shape[0]}), got shape {y.shape}")
+        return X, y
+
+    def fit(self, X, y):
+        """X (n_samples, n_features): dense, scipy sparse, or a (sparse, dense) pair; y (n_samples,) labels."""
+        X, y = self._check_X(X, reset=True, y=y)
+        check_classification_targets(y)
         self.classes_, codes = np.unique(y, return_inverse=True)
         if self.classes_.size < 2:
-            raise ValueError(f"LinearSVC needs at least 2 classes, got {self.classes_.size}")
+            raise ValueError(f"LinearSVC needs samples of at least 2 classes in the data, but the data contains only one class: "
+                             f"{self.classes_[0]!r}")
         if not (self.C > 0):
             raise ValueError(f"C must be positive, got {self.C}")
         bias = float(self.intercept_scaling) if self.fit_intercept else 0.0
@@ -68,8 +105,11 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         return self
 
     def decision_function(self, X) -> np.ndarray:
-        scores = decision_scores(X, self.coef_, self.intercept_)
+        check_is_fitted(self)
+        scores = decision_scores(self._check_X(X, reset=False), self.coef_, self.intercept_)
         return scores[:, 0] if self.classes_.size == 2 else scores
 
     def predict(self, X) -> np.ndarray:
-        return self.classes_[decide(decision_scores(X, self.coef_, self.intercept_), self.classes_.size)]
+        check_is_fitted(self)
+        scores = decision_scores(self._check_X(X, reset=False), self.coef_, self.intercept_)
+        return self.classes_[decide(scores, self.classes_.size)]
