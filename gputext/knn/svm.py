@@ -173,6 +173,7 @@ def _fit_tron(F, y, C, C_grid, cv_folds: int, seed: int, device, tol: float):
     model = LinearSVC(C=chosen, tol=tol, device=backend)
     W = res.weights[chosen]
     model.classes_, model.coef_, model.intercept_ = classes, W[:-1].T.copy(), W[-1].copy()
+    model.n_features_in_ = model.coef_.shape[1]
     model.info_ = res.info
     return model, chosen, dict(res.mean_accuracy)
 
