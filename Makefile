@@ -31,11 +31,16 @@ demo: $(STAMP)
 demo-steps::
 	@true
 
-# Two passes: everything on the CPU (kernels also compiled to PTX for real), then the kernel
-# tests again inside numba's CUDA simulator, which must be switched on before numba is imported.
+# Two passes, side by side (CI has 2 cores; each pass is mostly one busy process): everything on the
+# CPU (kernels also compiled to PTX for real), and the kernel tests inside numba's CUDA simulator,
+# which must be switched on before numba is imported (hence its own process).
 test: $(STAMP)
-	$(PYTEST) -m "not cudasim and not gpu"
-	NUMBA_ENABLE_CUDASIM=1 $(PYTEST) -m "cudasim"; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
+	@echo "make test: the CPU pass and the simulator pass run side by side (the simulator's log follows the CPU pass)"
+	@log=$$(mktemp); \
+	NUMBA_ENABLE_CUDASIM=1 $(PYTEST) -m "cudasim" -p no:cacheprovider >$$log 2>&1 & sim=$$!; \
+	$(PYTEST) -m "not cudasim and not gpu"; cpu=$$?; \
+	wait $$sim; rc=$$?; echo "== simulator pass (NUMBA_ENABLE_CUDASIM=1 pytest -m cudasim) =="; cat $$log; rm -f $$log; \
+	[ $$cpu -eq 0 ] && { [ $$rc -eq 0 ] || [ $$rc -eq 5 ]; }
 
 test-gpu: $(STAMP)
 	$(PYTEST) -m gpu
