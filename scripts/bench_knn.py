@@ -60,6 +60,9 @@ def parse_args():
                    help="single-query latency mode: p50 over --singles warm single queries (ours with pre-marshalled "
                         "and with numba-dispatched launches, CuPy SpMM + top-k), and the 10,000-query batch")
     p.add_argument("--singles", type=int, default=300, help="single queries timed in --latency mode")
+    p.add_argument("--geometries", default="",
+                   help="--latency: also time these engine geometries, ';'-separated 'name:key=value,...' "
+                        "(gputext.engine.Geometry fields), e.g. 'sorted:sorted_postings=1;items8:accumulate_items=8'")
     p.add_argument("--methods", default="rows",
                    help="engine top-k methods timed (search_topk method=): rows (the default, always run) and blocked")
     a = p.parse_args()
@@ -319,6 +322,81 @@ def cupy_single(X, k):
                                   cp.asnumpy)
 
 
+def parse_geometry(spec: str):
+    """'name:key=value,...' -> (name, Geometry); values are ints, floats or 0/1 for booleans."""
+    from dataclasses import fields
+
+    from gputext.engine import Geometry
+    name, _, body = spec.partition(":")
+    kinds = {f.name: f.type for f in fields(Geometry)}
+    kw = {}
+    for item in filter(None, body.split(",")):
+        key, _, value = item.partition("=")
+        kw[key] = bool(int(value)) if "bool" in str(kinds[key]) else (float(value) if "." in value else int(value))
+    return name, Geometry(**kw)
+
+
+def sweep_geometries(a, X, singles, Q, backend, events) -> dict:
+    """p50 single-query latency and the batch's median time for each --geometries entry (each on
+    its own Index, so a geometry that changes the device index builds its own), every result
+    checked against the default geometry's."""
+    from gputext.engine import Index, search_topk
+    base = Index.from_csr(X)
+    ref = [search_topk(base, q, a.k, "cosine", backend) for q in singles[: a.check]]
+    ref_batch = search_topk(base, Q, a.k, "cosine", backend)
+    out = {}
+    for spec in a.geometries.split(";"):
+        name, geom = parse_geometry(spec)
+        index = Index.from_csr(X)
+        t = time.perf_counter()
+        search_topk(index, singles[0], a.k, "cosine", backend, geometry=geom)
+        first = time.perf_counter() - t
+        host, dev = time_singles(lambda q: search_topk(index, q, a.k, "cosine", backend, geometry=geom),
+                                 singles, events)
+        same = all(np.array_equal(search_topk(index, q, a.k, "cosine", backend, geometry=geom)[0], r[0])
+                   for q, r in zip(singles[: a.check], ref))
+        batch = search_topk(index, Q, a.k, "cosine", backend, geometry=geom)
+        same &= bool(np.array_equal(batch[0], ref_batch[0]) and np.array_equal(batch[1], ref_batch[1], equal_nan=True))
+        secs = median_time(lambda: search_topk(index, Q, a.k, "cosine", backend, geometry=geom), a.repeats)
+        out[name] = {"spec": spec, "host_ms": percentiles(host), "events_ms": percentiles(dev), "first_call_s": first,
+                     f"queries_{Q.shape[0]}_s": secs, "equal_default": same}
+        print(f"geometry {name}: single p50 {np.median(host):.3f} ms host / {np.median(dev):.3f} ms events, "
+              f"{Q.shape[0]} queries {secs:.4f} s, first call {first:.2f} s, equal {same}", flush=True)
+        del index
+    return out
+
+
+def stage_times(index, singles, k, backend, geom) -> dict:
+    """CUDA-event milliseconds (p50 of 50) of each launch of one warm single query's TopkPlan,
+    each launch repeated on its own after a real search set its inputs (the repeated accumulation
+    only adds more into the score rows; they are re-zeroed before the next real search)."""
+    from numba import cuda
+
+    from gputext.device.launch import blocks
+    from gputext.engine import search_topk
+    stats = {}
+    search_topk(index, singles[0], k, "cosine", backend, geometry=geom, stats=stats)
+    shard = index.device_cache["shard"]
+    plan = next(p for p in shard.plans.values() if p.rows >= 1)
+    steps = [("accumulate", lambda: plan.accumulate(grid=blocks(stats["postings"], plan.acc_block * plan.acc_items))),
+             ("select", lambda: plan.select(grid=(plan.n_seg, 1)))]
+    steps += [(f"merge{i}", (lambda L=L, g=g: L(grid=(g, 1)))) for i, (L, g) in enumerate(plan.merges)]
+    steps.append(("zero_rows", lambda: shard.zero_rows(plan.acc, plan.acc_block)))
+    out = {"postings": int(stats["postings"]), "segments": int(plan.n_seg)}
+    for name, fn in steps:
+        times = []
+        for _ in range(50):
+            s, e = cuda.event(), cuda.event()
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            times.append(cuda.event_elapsed_time(s, e))
+        out[name] = float(np.median(times))
+    shard.rows_dirty = True
+    return out
+
+
 def latency(a, backend, out: Path) -> None:
     """Single exact query at the first --sizes corpus (10^6 by default): p50 of host wall and CUDA
     events over --singles warm single queries, each a different query row, for our engine with
@@ -368,6 +446,11 @@ def latency(a, backend, out: Path) -> None:
     except Exception as exc:  # a peer that cannot run is reported, not fatal
         report["cupy_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
     Q = Qall[:n_batch]
+    if backend.is_cuda:
+        report["stages_ms"] = stage_times(index, singles, a.k, backend, geom)
+        print("stages of one query (events, p50 of 50):", report["stages_ms"], flush=True)
+    if a.geometries:
+        report["geometries"] = sweep_geometries(a, X, singles, Q, backend, numba_events)
     report[f"gputext_{n_batch}_queries_s"] = median_time(lambda: search_topk(index, Q, a.k, "cosine", backend,
                                                                              geometry=geom), a.repeats)
     print(f"gputext {n_batch} queries: {report[f'gputext_{n_batch}_queries_s']:.4f} s (median of {a.repeats})", flush=True)

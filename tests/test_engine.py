@@ -115,13 +115,17 @@ def test_index_file_round_trip(tmp_path):
 
 
 @pytest.mark.cudasim
-@pytest.mark.parametrize("metric", METRICS)
-def test_cuda_equals_cpu_in_simulator(metric):
+@pytest.mark.parametrize("metric,sorted_postings", [(m, False) for m in METRICS] + [("cosine", True), ("l1", True)])
+def test_cuda_equals_cpu_in_simulator(metric, sorted_postings):
     X = random_corpus(40, 12, 0.2, seed=12, signed=metric == "dot", empty_rows=(7,), duplicates=((3, 39),))
     Q = sp.vstack([random_corpus(2, 12, 0.3, seed=13), X[3]]).tocsr()
     index = Index.from_csr(X)
     ic, sc = search_topk(index, Q, 5, metric, device="cpu")
-    ig, sg = search_topk(index, Q, 5, metric, device="cuda", geometry=TINY)
+    geom = Geometry(**{**TINY.__dict__, "sorted_postings": sorted_postings})
+    ig, sg = search_topk(index, Q, 5, metric, device="cuda", geometry=geom)
+    if sorted_postings:  # the device shard is the CPU twin's build, lists sorted by document
+        shard = index.device_cache["shard"]
+        assert np.array_equal(shard.post_doc.copy_to_host(), index.cpu().post_doc)
     assert np.array_equal(ic, ig) and np.array_equal(sc, sg)
     ref_idx, ref_sc = topk(X, Q, 5, metric)
     assert same_up_to_ties(ig, sg, ref_idx, ref_sc)

@@ -27,7 +27,7 @@ from ..device.memory import Workspace, packed_layout, resources
 from ..io.corpus import csr_arrays
 from ..kernels import postings, scan, scoring
 from ..progress import progress
-from .index import Index
+from .index import Index, Postings
 from .merge import merge_topk
 from .report import SearchReport
 
@@ -83,13 +83,26 @@ class DeviceShard:
         return self.doc_hi - self.doc_lo
 
 
-def build_shard(X: sp.csr_matrix, doc_lo: int, doc_hi: int, geom) -> DeviceShard:
-    """Build rows [doc_lo, doc_hi) of X into a device index: upload the rows, then
-    ``shard_from_device``."""
+def build_shard(X: sp.csr_matrix, doc_lo: int, doc_hi: int, geom, cpu_postings=None) -> DeviceShard:
+    """Build rows [doc_lo, doc_hi) of X into a device index.
+
+    With ``geom.sorted_postings`` the CPU twin's build (lists sorted by document; ``cpu_postings``
+    when the caller has it for exactly these rows, e.g. Index.cpu() of a one-shard index) is
+    uploaded: neighbouring postings of a frequent term then add into neighbouring score entries,
+    so a warp's atomics share cache sectors. Otherwise the rows are uploaded and built on the
+    device (``shard_from_device``: lists in arbitrary order)."""
     from numba import cuda
     indptr, indices, data = csr_arrays(X[doc_lo:doc_hi])
-    return shard_from_device(cuda.to_device(indptr), cuda.to_device(indices), cuda.to_device(data),
-                             X.shape[1], doc_lo, doc_hi, geom)
+    if not getattr(geom, "sorted_postings", False):
+        return shard_from_device(cuda.to_device(indptr), cuda.to_device(indices), cuda.to_device(data),
+                                 X.shape[1], doc_lo, doc_hi, geom)
+    p = cpu_postings or Postings(*postings.build_postings(indptr, indices, data, X.shape[1]))
+    n_docs = doc_hi - doc_lo
+    d_term_ptr, d_post_doc, d_post_w, d_sq, d_l1 = (
+        cuda.to_device(a if a.size else np.zeros(1, a.dtype))
+        for a in (p.term_ptr, p.post_doc, p.post_w, p.d_sq, p.d_l1))
+    nbytes = 8 * max(p.post_doc.size, 1) + 8 * (X.shape[1] + 1) + 16 * max(n_docs, 1)
+    return DeviceShard(doc_lo, doc_hi, d_term_ptr, d_post_doc, d_post_w, d_sq, d_l1, np.diff(p.term_ptr), nbytes)
 
 
 def shard_from_device(d_indptr, d_indices, d_data, n_terms: int, doc_lo: int, doc_hi: int, geom) -> DeviceShard:
@@ -150,7 +163,8 @@ def device_shards(index: Index, geom, report: SearchReport):
     ranges = plan_shards(index)
     report.shards = len(ranges)
     if len(ranges) == 1:
-        cached = build_shard(index.X, 0, index.n_docs, geom)
+        cached = build_shard(index.X, 0, index.n_docs, geom,
+                             index.cpu() if getattr(geom, "sorted_postings", False) else None)
         index.device_cache["shard"] = cached
         report.index_bytes = cached.nbytes
         yield cached

@@ -57,6 +57,7 @@ class Geometry:
     segment_table_bytes: int = 256 << 20  # largest (term, segment) offset table; beyond: binary search
     packed_upload: bool = True  # grouped selector: index and queries each in one pinned transfer (upload_packed)
     fast_launch: bool = True  # top-k: pre-marshalled launches, one driver call each (gputext.device.Launch; real GPU)
+    sorted_postings: bool = False  # rows top-k: upload the CPU twin's build (lists sorted by document) instead of building on the device
     blocked_block: int | None = None  # blocked top-k: threads a block; None = max(128, next pow2 of k)
     blocked_items: int | None = None  # ... documents per thread in a document block; None = from shared memory / SMs
     blocked_tile: int | None = None  # ... queries per tile; None = from shared memory (<= 8)
