@@ -10,7 +10,8 @@ from gputext.errors import InputError
 
 METRICS = ["cosine", "dot", "l2", "l1"]
 TINY = Geometry(accumulate_block=8, accumulate_items=2, select_block=8, select_items=2, merge_block=8,
-                merge_width=16, build_block=8, scan_block=8, scan_items=2)
+                merge_width=16, build_block=8, scan_block=8, scan_items=2,
+                sorted_postings=False)  # the device build; test_cuda_equals_cpu_in_simulator also runs the uploaded one
 
 
 @pytest.mark.parametrize("metric", METRICS)
@@ -114,16 +115,21 @@ def test_index_file_round_trip(tmp_path):
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
 
 
+# sorted: the CPU twin's postings uploaded (the default); narrow: the small-batch merge width
+# (32 entries = groups of 4 lists of k = 5, 3 segments, so the one level narrows to 16 entries)
+VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), ("l1", {"sorted_postings": True}),
+                                         ("cosine", {"merge_width": 64, "merge_width_small": 32})]
+
+
 @pytest.mark.cudasim
-@pytest.mark.parametrize("metric,sorted_postings", [(m, False) for m in METRICS] + [("cosine", True), ("l1", True)])
-def test_cuda_equals_cpu_in_simulator(metric, sorted_postings):
+@pytest.mark.parametrize("metric,change", VARIANTS)
+def test_cuda_equals_cpu_in_simulator(metric, change):
     X = random_corpus(40, 12, 0.2, seed=12, signed=metric == "dot", empty_rows=(7,), duplicates=((3, 39),))
     Q = sp.vstack([random_corpus(2, 12, 0.3, seed=13), X[3]]).tocsr()
     index = Index.from_csr(X)
     ic, sc = search_topk(index, Q, 5, metric, device="cpu")
-    geom = Geometry(**{**TINY.__dict__, "sorted_postings": sorted_postings})
-    ig, sg = search_topk(index, Q, 5, metric, device="cuda", geometry=geom)
-    if sorted_postings:  # the device shard is the CPU twin's build, lists sorted by document
+    ig, sg = search_topk(index, Q, 5, metric, device="cuda", geometry=Geometry(**{**TINY.__dict__, **change}))
+    if change.get("sorted_postings"):  # the device shard is the CPU twin's build, lists sorted by document
         shard = index.device_cache["shard"]
         assert np.array_equal(shard.post_doc.copy_to_host(), index.cpu().post_doc)
     assert np.array_equal(ic, ig) and np.array_equal(sc, sg)

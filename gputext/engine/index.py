@@ -83,12 +83,16 @@ class Index(DocTermShape):
     def nnz(self) -> int:
         return self.X.nnz
 
-    def cpu(self) -> Postings:
-        """Postings built by the CPU twin (once)."""
-        if self._postings is None:
-            indptr, indices, data = csr_arrays(self.X)
-            self._postings = Postings(*postings.build_postings(indptr, indices, data, self.n_terms))
-        return self._postings
+    def cpu(self, keep: bool = True) -> Postings:
+        """Postings built by the CPU twin (once; keep=False builds them without holding them here,
+        for a caller that only uploads them)."""
+        if self._postings is not None:
+            return self._postings
+        indptr, indices, data = csr_arrays(self.X)
+        built = Postings(*postings.build_postings(indptr, indices, data, self.n_terms))
+        if keep:
+            self._postings = built
+        return built
 
     @property
     def term_maxabs(self) -> np.ndarray:

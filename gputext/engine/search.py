@@ -42,7 +42,8 @@ class Geometry:
     select_block: int | None = None  # None: max(256, next pow2 of k)
     select_items: int | None = None  # None: as many as fit 46 KB of shared memory
     merge_block: int = 256
-    merge_width: int = 2048
+    merge_width: int = 2048  # entries one merge block sorts (groups of merge_width // k lists) ...
+    merge_width_small: int = 256  # ... and for batches of fewer than 32 queries (rows top-k): more, smaller merges run in parallel
     build_block: int = 256
     scan_block: int = 256
     scan_items: int = 8
@@ -57,7 +58,7 @@ class Geometry:
     segment_table_bytes: int = 256 << 20  # largest (term, segment) offset table; beyond: binary search
     packed_upload: bool = True  # grouped selector: index and queries each in one pinned transfer (upload_packed)
     fast_launch: bool = True  # top-k: pre-marshalled launches, one driver call each (gputext.device.Launch; real GPU)
-    sorted_postings: bool = False  # rows top-k: upload the CPU twin's build (lists sorted by document) instead of building on the device
+    sorted_postings: bool = True  # rows top-k: upload the CPU twin's build (lists sorted by document: a warp's atomics share sectors) instead of building on the device (lists in any order)
     blocked_block: int | None = None  # blocked top-k: threads a block; None = max(128, next pow2 of k)
     blocked_items: int | None = None  # ... documents per thread in a document block; None = from shared memory / SMs
     blocked_tile: int | None = None  # ... queries per tile; None = from shared memory (<= 8)
