@@ -376,8 +376,9 @@ def stage_times(index, singles, k, backend, geom) -> dict:
     from gputext.engine import search_topk
     stats = {}
     search_topk(index, singles[0], k, "cosine", backend, geometry=geom, stats=stats)
-    shard = index.device_cache["shard"]
-    plan = next(p for p in shard.plans.values() if p.rows >= 1)
+    shard = index.device_cache.get("shard") or next(v for key, v in index.device_cache.items()
+                                                     if isinstance(key, tuple) and key[0] == "shards")[0]
+    plan = next(p for p in shard.plans.values() if p.rows >= 1)  # the first shard's (of several: stats' postings are all shards')
     steps = [("accumulate", lambda: plan.accumulate(grid=blocks(stats["postings"], plan.acc_block * plan.acc_items))),
              ("select", lambda: plan.select(grid=(plan.n_seg, 1)))]
     steps += [(f"merge{i}", (lambda L=L, g=g: L(grid=(g, 1)))) for i, (L, g) in enumerate(plan.merges)]

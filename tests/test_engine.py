@@ -116,9 +116,11 @@ def test_index_file_round_trip(tmp_path):
 
 
 # sorted: the CPU twin's postings uploaded (the default); narrow: the small-batch merge width
-# (32 entries = groups of 4 lists of k = 5, 3 segments, so the one level narrows to 16 entries)
+# (32 entries = groups of 4 lists of k = 5, 3 segments, so the one level narrows to 16 entries);
+# shard_docs: three resident shards of 13-14 documents (the tied duplicates 3 and 39 in different ones)
 VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), ("l1", {"sorted_postings": True}),
-                                         ("cosine", {"merge_width": 64, "merge_width_small": 32})]
+                                         ("cosine", {"merge_width": 64, "merge_width_small": 32}),
+                                         ("l2", {"shard_docs": 16}), ("dot", {"shard_docs": 16, "sorted_postings": True})]
 
 
 @pytest.mark.cudasim
@@ -129,7 +131,9 @@ def test_cuda_equals_cpu_in_simulator(metric, change):
     index = Index.from_csr(X)
     ic, sc = search_topk(index, Q, 5, metric, device="cpu")
     ig, sg = search_topk(index, Q, 5, metric, device="cuda", geometry=Geometry(**{**TINY.__dict__, **change}))
-    if change.get("sorted_postings"):  # the device shard is the CPU twin's build, lists sorted by document
+    if "shard_docs" in change:
+        assert [(s.doc_lo, s.doc_hi) for s in index.device_cache[("shards", 3)]] == [(0, 13), (13, 26), (26, 40)]
+    elif change.get("sorted_postings"):  # the device shard is the CPU twin's build, lists sorted by document
         shard = index.device_cache["shard"]
         assert np.array_equal(shard.post_doc.copy_to_host(), index.cpu().post_doc)
     assert np.array_equal(ic, ig) and np.array_equal(sc, sg)

@@ -175,6 +175,7 @@ class Resources:
         self.pinned = PinnedPool()
         self._streams: dict = {}
         self._sms = 0
+        self._l2 = None
 
     # ------------------------------------------------------------------ memory
 
@@ -203,6 +204,19 @@ class Resources:
             return max(1, min(n_rows, limit))
         budget = self.share(share)
         return max(1, min(n_rows, limit, int(budget // max(per_row_bytes, 1))))
+
+    @property
+    def l2_bytes(self) -> int:
+        """The device's L2 cache in bytes (0 in the simulator or when the driver does not say)."""
+        if self._l2 is None:
+            self._l2 = 0
+            if not self.simulator:
+                try:
+                    from numba import cuda
+                    self._l2 = int(getattr(cuda.get_current_device(), "L2_CACHE_SIZE", 0) or 0)
+                except Exception:
+                    self._l2 = 0
+        return self._l2
 
     @property
     def multiprocessors(self) -> int:

@@ -153,8 +153,43 @@ def plan_shards(index: Index) -> list[tuple[int, int]]:
     return ranges
 
 
-def device_shards(index: Index, geom, report: SearchReport):
-    """Yield device shards; a single shard is kept on the Index for later searches."""
+def l2_shard_docs(geom) -> int:
+    """Documents per resident shard of the rows top-k (0: do not split): Geometry.shard_docs, or
+    by default as many as keep one query's int64 score row within half of the device's L2 (the
+    accumulation's atomics then stay in L2 instead of going to HBM: H100, 10^7 documents)."""
+    if geom.shard_docs is not None:
+        return int(geom.shard_docs)
+    l2 = resources().l2_bytes
+    return l2 // 16 if l2 else 0
+
+
+def split_shards(index: Index, geom, report: SearchReport):
+    """The index cut into equal document ranges of at most l2_shard_docs(geom), built once and
+    kept on the Index (key ("shards", n)); None when one shard is enough or the index does not fit
+    the device as a whole (plan_shards then streams it)."""
+    cap = l2_shard_docs(geom)
+    if cap <= 0 or index.n_docs <= cap:
+        return None
+    n = -(-index.n_docs // cap)
+    key = ("shards", n)
+    shards = index.device_cache.get(key)
+    if shards is None:
+        if len(plan_shards(index)) > 1:
+            return None
+        cuts = [index.n_docs * i // n for i in range(n + 1)]
+        shards = index.device_cache[key] = [build_shard(index.X, lo, hi, geom) for lo, hi in zip(cuts, cuts[1:])]
+    report.shards = n
+    report.index_bytes = max(s.nbytes for s in shards)
+    return shards
+
+
+def device_shards(index: Index, geom, report: SearchReport, split: bool = False):
+    """Yield device shards; a single shard is kept on the Index for later searches. split: the
+    rows top-k's resident shards of at most l2_shard_docs documents each (split_shards)."""
+    shards = split_shards(index, geom, report) if split else None
+    if shards is not None:
+        yield from shards
+        return
     cached = index.device_cache.get("shard")
     if cached is not None:
         report.shards = 1
@@ -388,7 +423,7 @@ def topk_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geom, repor
     n_q = Q.shape[0]
     parts = []
     report.postings = 0
-    for shard in device_shards(index, geom, report):
+    for shard in device_shards(index, geom, report, split=True):
         n_seg = blocks(shard.n_docs, block * items)
         rows = batch_rows(shard, n_q, batch_size, 24 * n_seg * k)
         report.batch_size = rows
