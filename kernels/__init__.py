@@ -30,7 +30,9 @@ What lives where:
     dense_keys.py   stage 1: approximate float32 keys (matvec, register-tiled GEMM)
     dense_exact.py  stage 2: candidate selection, exact rescoring, merge + sort, certificate
   RankSVM (gputext.rank):
-    ranksvm.py      pair structure (sort, binary searches, wavelet matrix), matvecs, finishes
+    ranksvm.py      pair structure (sort, binary searches, wavelet matrix), matvecs, finishes: the
+                    per-item functions and CPU twins (no numba.cuda: the CPU path starts without it)
+    ranksvm_cuda.py their CUDA kernels (imported only by gputext/rank/cuda_ops.py)
   clustering (gputext.cluster):
     stream_ell.py   stream clustering's best-cluster search over the ELL centroid matrix
                     (its host side is gputext/cluster/stream_host.py)

@@ -46,6 +46,10 @@ eval_finish            z and the per-block partial sums of the loss (shared-memo
 hess_finish            u = (beta- + beta+) a - (alpha- + alpha+)
 =====================  =======================================================================
 
+The kernels live in ranksvm_cuda.py, imported only where a CUDA path runs: this module (shared
+per-item logic and CPU twins) does not import numba.cuda, which would cost a CPU-only process such
+as ``gputext rank train --device cpu`` ~0.3 s of start-up.
+
 X^T u is deterministic on both backends: no atomics; every output is a fixed-order sum (dense:
 per row block, then a fixed tree over blocks; sparse: per column over a CSC copy). The CPU twins
 (``*_cpu``, numba.njit(parallel=True)) take the same arrays; their prefix sums are sequential, so
@@ -57,17 +61,11 @@ import math
 
 import numba
 import numpy as np
-from numba import cuda, prange
-
-from ._factory import kernel_cache
-from .linear_svm import csr_matmat_cpu
-from .primitives import (block_inclusive_scan2_dev, block_inclusive_scan_dev, block_tree_sum_dev,
-                         sort_pairs_ascending_dev)
+from numba import prange
 
 # ----------------------------------------------------------------------------- shared logic
-# Plain Python functions compiled twice: numba.njit for the CPU twin, cuda.jit(device=True) inside
-# the kernel factories (kept out of module scope: tests/test_ptx.py compiles every module-level
-# CUDA dispatcher as a kernel).
+# Plain Python functions compiled twice: numba.njit here for the CPU twins, cuda.jit(device=True) in
+# ranksvm_cuda.py's kernel factories.
 
 
 def _first_lower_active(ss, st, p, sp):
@@ -144,7 +142,7 @@ def _make_wavelet_walk(below, amount):
     return walk
 
 
-def _make_items(jit):
+def make_items(jit):
     """The per-item functions of rank_structure / wavelet_sums, compiled by ``jit`` (the CUDA
     device decorator or numba.njit): the kernels and their CPU twins run the same code per sorted
     position, per level entry and per row; only the loops over items (threads vs. a serial loop)
@@ -225,10 +223,10 @@ def _make_items(jit):
 
 
 (_query_rows_cpu, _position_cpu, _level_entry_cpu, _level_scatter_cpu, _betas_cpu, _channel_split_cpu,
- _pair_sums_cpu) = _make_items(numba.njit(cache=False, inline="always"))
+ _pair_sums_cpu) = make_items(numba.njit(cache=False, inline="always"))
 
 
-def _eval_row(i, sweights, beta_minus, beta_plus, sums_minus, sums_plus, z):
+def eval_row(i, sweights, beta_minus, beta_plus, sums_minus, sums_plus, z):
     """Row i: z[i] = (b- + b+) s'_i - (g- + g+) - (b- - b+); returns its loss term
     b- (1 - s'_i)^2 + 2 (1 - s'_i) g- + d-."""
     bm = numba.float64(beta_minus[i])
@@ -240,8 +238,7 @@ def _eval_row(i, sweights, beta_minus, beta_plus, sums_minus, sums_plus, z):
     return bm * c * c + 2.0 * c * gm + sums_minus[1, i]
 
 
-_eval_row_cpu = numba.njit(inline="always")(_eval_row)
-_eval_row_dev = cuda.jit(device=True, inline=True)(_eval_row)
+_eval_row_cpu = numba.njit(inline="always")(eval_row)
 
 
 def n_levels_for(n_distinct: int) -> int:
@@ -286,15 +283,20 @@ def dense_rmatvec_cpu(Xd, u, rows_per_block, partial, out):
         out[c] = total
 
 
-@numba.njit(cache=True)
+@numba.njit(parallel=True, cache=True)
 def csr_matvec_cpu(indptr, indices, data, v, out):
     """out[r] = sum over row r's entries of data * v[indices]; CSR int64/int32/float32, v, out float64.
 
     Also X^T u: called with X's CSC copy (colptr, rows, data) it gives out[c] = sum over column
-    c's entries of data * u[rows]. The one-column case of linear_svm.csr_matmat_cpu (the SVM's
-    multi-column product): the same loop, entries summed in order.
+    c's entries of data * u[rows]. Entries summed in order from 0.0: the value of
+    linear_svm.csr_matmat_cpu's one-column case bit for bit (tests/test_rank_kernels.py), written
+    out here so that the CPU path does not import the SVM's kernel module and numba.cuda with it.
     """
-    csr_matmat_cpu(indptr, indices, data, v.reshape((v.shape[0], 1)), out.reshape((out.shape[0], 1)))
+    for r in prange(indptr.shape[0] - 1):
+        acc = 0.0
+        for p in range(indptr[r], indptr[r + 1]):
+            acc += numba.float64(data[p]) * v[indices[p]]
+        out[r] = acc
 
 
 @numba.njit(parallel=True, cache=True)
@@ -382,373 +384,3 @@ def hess_finish_cpu(beta_minus, beta_plus, a, alpha_minus, alpha_plus, u):
     """u[i] = (b- + b+) a[i] - (alpha- + alpha+)."""
     for i in prange(u.shape[0]):
         u[i] = numba.float64(beta_minus[i] + beta_plus[i]) * a[i] - (alpha_minus[i] + alpha_plus[i])
-
-
-# ----------------------------------------------------------------------------- CUDA kernels
-
-
-@cuda.jit
-def dense_rmatvec_partial(Xd, u, rows_per_block, partial):
-    """partial[c, b] = sum_{r in block b's rows} float64(Xd[r, c]) * u[r].
-
-    Block b takes rows [b*rows_per_block, (b+1)*rows_per_block); thread tid takes columns
-    tid, tid + blockDim, ... and sums its rows in order (four loads in flight per step, the sum
-    still in row order). A warp reads 32 consecutive columns of one row: coalesced. No shared
-    memory, no synchronisation. Xd (rows, cols) float32, u (rows,) float64,
-    partial (cols, n_blocks) float64.
-    """
-    b = cuda.blockIdx.x
-    n_rows = Xd.shape[0]
-    n_cols = Xd.shape[1]
-    r0 = numba.int64(b) * rows_per_block
-    r1 = min(n_rows, r0 + rows_per_block)
-    for c in range(cuda.threadIdx.x, n_cols, cuda.blockDim.x):
-        acc = 0.0
-        r = r0
-        while r + 4 <= r1:
-            x0 = numba.float64(Xd[r, c])
-            x1 = numba.float64(Xd[r + 1, c])
-            x2 = numba.float64(Xd[r + 2, c])
-            x3 = numba.float64(Xd[r + 3, c])
-            acc += x0 * u[r]
-            acc += x1 * u[r + 1]
-            acc += x2 * u[r + 2]
-            acc += x3 * u[r + 3]
-            r += 4
-        while r < r1:
-            acc += numba.float64(Xd[r, c]) * u[r]
-            r += 1
-        partial[c, b] = acc
-
-
-@cuda.jit
-def hess_finish(beta_minus, beta_plus, a, alpha_minus, alpha_plus, u):
-    """Grid-stride over rows i: u[i] = (b- + b+) a[i] - (alpha- + alpha+). No shared memory."""
-    start = cuda.grid(1)
-    stride = cuda.gridsize(1)
-    for i in range(start, u.shape[0], stride):
-        u[i] = numba.float64(beta_minus[i] + beta_plus[i]) * a[i] - (alpha_minus[i] + alpha_plus[i])
-
-
-@kernel_cache
-def _device_items():
-    """The per-item functions as CUDA device functions (made on first use: tests/test_ptx.py
-    compiles every module-level CUDA dispatcher as a kernel)."""
-    return _make_items(lambda fn: cuda.jit(device=True, inline=True)(fn))
-
-
-@kernel_cache
-def dense_matvec_kernel(threads: int, tile_cols: int):
-    """out = Xd v for dense Xd (rows, cols) float32, v (cols,) float64, out (rows,) float64.
-
-    Block b (grid-stride) takes rows [b*threads, (b+1)*threads); for each tile of ``tile_cols``
-    columns the block loads the threads x tile_cols tile into shared memory (consecutive threads
-    read consecutive columns of a row: coalesced; the tile row is padded by one to avoid bank
-    conflicts), syncthreads, then thread tid adds its row's tile products in column order,
-    syncthreads before the next tile. Shared: threads * (tile_cols + 1) float32.
-    """
-    width = tile_cols + 1
-
-    @cuda.jit
-    def dense_matvec(Xd, v, out):
-        tile = cuda.shared.array((threads, width), numba.float32)
-        tid = cuda.threadIdx.x
-        n_rows = Xd.shape[0]
-        n_cols = Xd.shape[1]
-        row0 = numba.int64(cuda.blockIdx.x) * threads
-        step = numba.int64(cuda.gridDim.x) * threads
-        while row0 < n_rows:
-            acc = 0.0
-            for c0 in range(0, n_cols, tile_cols):
-                for e in range(tid, threads * tile_cols, threads):
-                    r = e // tile_cols
-                    c = e - r * tile_cols
-                    x = numba.float32(0.0)
-                    if row0 + r < n_rows and c0 + c < n_cols:
-                        x = Xd[row0 + r, c0 + c]
-                    tile[r, c] = x
-                cuda.syncthreads()  # tile loaded
-                width_here = min(tile_cols, n_cols - c0)
-                for c in range(width_here):
-                    acc += numba.float64(tile[tid, c]) * v[c0 + c]
-                cuda.syncthreads()  # tile consumed before it is overwritten
-            if row0 + tid < n_rows:
-                out[row0 + tid] = acc
-            row0 += step
-
-    return dense_matvec
-
-
-@kernel_cache
-def column_reduce_kernel(threads: int):
-    """out[c] = sum_b partial[c, b] (partial (cols, n_blocks) float64): block c (grid-stride over
-    columns); thread tid sums b = tid, tid + threads, ... in order, then a shared-memory tree
-    (threads a power of two) with a syncthreads per round. Fixed order: deterministic."""
-
-    @cuda.jit
-    def column_reduce(partial, out):
-        buf = cuda.shared.array(threads, numba.float64)
-        tid = cuda.threadIdx.x
-        n_cols = partial.shape[0]
-        n_blocks = partial.shape[1]
-        for c in range(cuda.blockIdx.x, n_cols, cuda.gridDim.x):
-            acc = 0.0
-            for b in range(tid, n_blocks, threads):
-                acc += partial[c, b]
-            block_tree_sum_dev(buf, acc, tid, tid, threads)
-            if tid == 0:
-                out[c] = buf[0]
-            cuda.syncthreads()  # buf read before the next column reuses it
-
-    return column_reduce
-
-
-@kernel_cache
-def csr_matvec_kernel(threads: int, group: int):
-    """out = X v for CSR X (indptr int64, indices int32, data float32), v, out float64.
-
-    A group of ``group`` threads (a power of two dividing ``threads``) per row; block b takes rows
-    [b*rows_per_block, ...) grid-stride with rows_per_block = threads // group. Lane l sums the
-    row's entries l, l+group, ...; then a shared-memory tree within the group (a syncthreads per
-    round, taken by all threads of the block). Fixed order: deterministic.
-    """
-    rows_per_block = threads // group
-
-    @cuda.jit
-    def csr_matvec(indptr, indices, data, v, out):
-        buf = cuda.shared.array(threads, numba.float64)
-        tid = cuda.threadIdx.x
-        lane = tid % group
-        local = tid // group
-        n_rows = indptr.shape[0] - 1
-        row0 = numba.int64(cuda.blockIdx.x) * rows_per_block
-        step = numba.int64(cuda.gridDim.x) * rows_per_block
-        while row0 < n_rows:
-            row = row0 + local
-            acc = 0.0
-            if row < n_rows:
-                for k in range(indptr[row] + lane, indptr[row + 1], group):
-                    acc += numba.float64(data[k]) * v[indices[k]]
-            block_tree_sum_dev(buf, acc, tid, lane, group)
-            if lane == 0 and row < n_rows:
-                out[row] = buf[tid]
-            cuda.syncthreads()  # buf read before reuse
-            row0 += step
-
-    return csr_matvec
-
-
-@kernel_cache
-def csc_rmatvec_kernel(threads: int):
-    """out[c] = sum over column c of data * u[rows] (CSC colptr int64, rows int32, data float32):
-    block per column (grid-stride), thread tid takes entries tid, tid+threads, ..., then a
-    shared-memory tree (threads a power of two), a syncthreads per round. Deterministic."""
-
-    @cuda.jit
-    def csc_rmatvec(colptr, rows, data, u, out):
-        buf = cuda.shared.array(threads, numba.float64)
-        tid = cuda.threadIdx.x
-        n_cols = colptr.shape[0] - 1
-        for c in range(cuda.blockIdx.x, n_cols, cuda.gridDim.x):
-            acc = 0.0
-            for k in range(colptr[c] + tid, colptr[c + 1], threads):
-                acc += numba.float64(data[k]) * u[rows[k]]
-            block_tree_sum_dev(buf, acc, tid, tid, threads)
-            if tid == 0:
-                out[c] = buf[0]
-            cuda.syncthreads()  # buf read before reuse
-
-    return csc_rmatvec
-
-
-@kernel_cache
-def rank_structure_kernel(threads: int, sort_capacity: int):
-    """One block per query t (block t; ``threads`` threads, a power of two): the pair structure.
-
-    1. Sort the query's (score, local row) ascending: a bitonic sort in shared memory when
-       n <= sort_capacity (padded to a power of two with +inf keys), else the same bitonic sort in
-       global scratch gkeys/gidx at offset goff[t] (the host reserves next_pow2(n) slots for each
-       long query). Writes order, ssorted.
-    2. Thread tid takes sorted positions p = tid, tid+threads, ...: vsorted, the shifted score and
-       its square (sweights, per row), and lo/hi by binary search (the float64 predicates of the
-       brute-force definition).
-    3. Wavelet levels b = 0..n_levels-1 over vsorted: chunks of ``threads`` positions, one int32
-       block scan per chunk for the zero-bit prefix counts (rank0), then a stable scatter into the
-       next level's buffers (vbuf/rbuf, double-buffered by level parity). seqrow[b] keeps the local
-       row at every position of level b.
-    4. beta-/+ per row by O(n_levels) walks.
-    Shared: sort_capacity float64 + sort_capacity int32 + threads int32. syncthreads between the
-    steps and inside the scans and the sort; every thread runs the same loop trip counts.
-    Arrays as in ``rank_structure_cpu``, plus goff int64 (Q,), gkeys float64, gidx int32.
-    """
-    query_rows, position, level_entry, level_scatter, betas, _cs, _ps = _device_items()
-    inf = math.inf
-
-    @cuda.jit
-    def rank_structure(starts, scores, lrank, n_levels, goff, gkeys, gidx, order, ssorted, sweights,
-                       vsorted, lo, hi, seqrow, rank0, vbuf, rbuf, beta_minus, beta_plus):
-        skeys = cuda.shared.array(sort_capacity, numba.float64)
-        sidx = cuda.shared.array(sort_capacity, numba.int32)
-        sbuf = cuda.shared.array(threads, numba.int32)
-        tid = cuda.threadIdx.x
-        st, n, base = query_rows(starts, cuda.blockIdx.x)
-        if n < 0:
-            return  # past the last query: the whole block leaves together
-        size = 1
-        while size < n:
-            size *= 2
-        # 1. sort
-        if n <= sort_capacity:
-            for i in range(tid, size, threads):
-                if i < n:
-                    skeys[i] = scores[st + i]
-                else:
-                    skeys[i] = inf
-                sidx[i] = i
-            cuda.syncthreads()  # keys loaded
-            sort_pairs_ascending_dev(skeys, sidx, 0, size, tid, threads)
-            for p in range(tid, n, threads):
-                order[st + p] = sidx[p]
-                ssorted[st + p] = skeys[p]
-        else:
-            g = goff[cuda.blockIdx.x]
-            for i in range(tid, size, threads):
-                if i < n:
-                    gkeys[g + i] = scores[st + i]
-                else:
-                    gkeys[g + i] = inf
-                gidx[g + i] = i
-            cuda.syncthreads()  # keys loaded
-            sort_pairs_ascending_dev(gkeys, gidx, g, size, tid, threads)
-            for p in range(tid, n, threads):
-                order[st + p] = gidx[g + p]
-                ssorted[st + p] = gkeys[g + p]
-        cuda.syncthreads()  # order and ssorted complete
-        # 2. per position: label rank, shifted score, binary searches
-        ref = ssorted[st + n // 2]
-        for p in range(tid, n, threads):
-            position(p, st, n, ref, scores, lrank, order, ssorted, vsorted, sweights, lo, hi)
-        cuda.syncthreads()  # vsorted complete
-        # 3. wavelet levels
-        for b in range(n_levels):
-            shift = n_levels - 1 - b
-            if tid == 0:
-                rank0[b, base] = 0
-            carry = numba.int32(0)
-            for c0 in range(0, n, threads):
-                q = c0 + tid
-                zero = numba.int32(0)
-                if q < n:
-                    zero = numba.int32(level_entry(b, q, st, shift, vsorted, order, vbuf, rbuf, seqrow))
-                mine, total = block_inclusive_scan_dev(sbuf, zero, tid, threads)
-                if q < n:
-                    rank0[b, base + q + 1] = carry + mine
-                carry += total
-            cuda.syncthreads()  # rank0[b] complete
-            if b < n_levels - 1:
-                nz = rank0[b, base + n]
-                for q in range(tid, n, threads):
-                    level_scatter(b, q, st, base, shift, nz, vsorted, vbuf, rbuf, seqrow, rank0)
-                cuda.syncthreads()  # next level's buffers complete
-        # 4. counts
-        for p in range(tid, n, threads):
-            betas(p, st, base, n, n_levels, vsorted, order, lo, hi, rank0, beta_minus, beta_plus)
-
-    return rank_structure
-
-
-@kernel_cache
-def wavelet_sums_kernel(threads: int):
-    """One block per query t (``threads`` threads, a power of two): weighted pair statistics.
-
-    For each weight channel c (weights (C, L) float64, grouped rows) and level b: chunks of
-    ``threads`` level positions, thread tid gathers the weight of the row at position q
-    (seqrow), splits it by the level bit (rank0 steps), and two float64 block scans give the
-    prefix sums W0[b], W1[b] of the zero-bit and one-bit weights (carried across chunks).
-    syncthreads; then thread tid takes sorted positions p = tid, tid+threads, ... and writes
-    out_minus[c, row] = sum over M_row (labels below, positions [lo, n)) and, for c < n_plus,
-    out_plus[c, row] = sum over P_row (labels above, positions [0, hi)). A syncthreads before the
-    next channel reuses W0/W1. Shared: 2 * threads float64.
-    """
-    query_rows, _p, _le, _ls, _b, channel_split, pair_sums = _device_items()
-
-    @cuda.jit
-    def wavelet_sums(starts, order, vsorted, lo, hi, seqrow, rank0, n_levels, weights, n_plus, W0, W1,
-                     out_minus, out_plus):
-        buf0 = cuda.shared.array(threads, numba.float64)
-        buf1 = cuda.shared.array(threads, numba.float64)
-        tid = cuda.threadIdx.x
-        st, n, base = query_rows(starts, cuda.blockIdx.x)
-        if n < 0:
-            return  # past the last query: the whole block leaves together
-        for c in range(weights.shape[0]):
-            for b in range(n_levels):
-                if tid == 0:
-                    W0[b, base] = 0.0
-                    W1[b, base] = 0.0
-                carry0 = 0.0
-                carry1 = 0.0
-                for c0 in range(0, n, threads):
-                    q = c0 + tid
-                    x0 = 0.0
-                    x1 = 0.0
-                    if q < n:
-                        x0, x1 = channel_split(c, b, q, st, base, weights, seqrow, rank0)
-                    m0, t0, m1, t1 = block_inclusive_scan2_dev(buf0, buf1, x0, x1, tid, threads)
-                    if q < n:
-                        W0[b, base + q + 1] = carry0 + m0
-                        W1[b, base + q + 1] = carry1 + m1
-                    carry0 += t0
-                    carry1 += t1
-            cuda.syncthreads()  # W0, W1 complete for every level
-            for p in range(tid, n, threads):
-                pair_sums(c, p, st, base, n, n_levels, n_plus, vsorted, order, lo, hi, rank0, W0, W1, out_minus,
-                          out_plus)
-            cuda.syncthreads()  # all walks done before the next channel overwrites W0, W1
-
-    return wavelet_sums
-
-
-@kernel_cache
-def eval_finish_kernel(threads: int):
-    """Grid-stride over rows i (thread gid takes i = gid, gid + gridsize, ...): z[i] and the
-    thread's sum of loss terms (as ``eval_finish_cpu``), then a shared-memory tree (threads a
-    power of two, a syncthreads per round) into loss_partial[block]. Fixed order for a fixed
-    grid: deterministic."""
-
-    @cuda.jit
-    def eval_finish(sweights, beta_minus, beta_plus, sums_minus, sums_plus, z, loss_partial):
-        buf = cuda.shared.array(threads, numba.float64)
-        tid = cuda.threadIdx.x
-        acc = 0.0
-        for i in range(cuda.grid(1), z.shape[0], cuda.gridsize(1)):
-            acc += _eval_row_dev(i, sweights, beta_minus, beta_plus, sums_minus, sums_plus, z)
-        block_tree_sum_dev(buf, acc, tid, tid, threads)
-        if tid == 0:
-            loss_partial[cuda.blockIdx.x] = buf[0]
-
-    return eval_finish
-
-
-def ptx_kernels():
-    """Every CUDA kernel of this module with a representative geometry (tests/test_ptx.py)."""
-    f64 = "float64[::1]"
-    i32 = "int32[::1]"
-    i64 = "int64[::1]"
-    return [
-        ("dense_rmatvec_partial", dense_rmatvec_partial,
-         "void(float32[:, ::1], float64[::1], int64, float64[:, ::1])"),
-        ("hess_finish", hess_finish, f"void({i32}, {i32}, {f64}, {f64}, {f64}, {f64})"),
-        ("dense_matvec", dense_matvec_kernel(128, 32), "void(float32[:, ::1], float64[::1], float64[::1])"),
-        ("column_reduce", column_reduce_kernel(256), "void(float64[:, ::1], float64[::1])"),
-        ("csr_matvec", csr_matvec_kernel(128, 8), f"void({i64}, {i32}, float32[::1], {f64}, {f64})"),
-        ("csc_rmatvec", csc_rmatvec_kernel(256), f"void({i64}, {i32}, float32[::1], {f64}, {f64})"),
-        ("rank_structure", rank_structure_kernel(128, 2048),
-         f"void({i64}, {f64}, {i32}, int64, {i64}, {f64}, {i32}, {i32}, {f64}, float64[:, ::1], {i32}, "
-         f"{i32}, {i32}, int32[:, ::1], int32[:, ::1], int32[:, ::1], int32[:, ::1], {i32}, {i32})"),
-        ("wavelet_sums", wavelet_sums_kernel(128),
-         f"void({i64}, {i32}, {i32}, {i32}, {i32}, int32[:, ::1], int32[:, ::1], int64, float64[:, ::1], "
-         "int64, float64[:, ::1], float64[:, ::1], float64[:, ::1], float64[:, ::1])"),
-        ("eval_finish", eval_finish_kernel(256),
-         f"void(float64[:, ::1], {i32}, {i32}, float64[:, ::1], float64[:, ::1], {f64}, {f64})"),
-    ]

@@ -371,8 +371,8 @@ def main(argv=None):
         timings = {}
         timings["xv_ms"] = time_ms(lambda: ops._matvec(d_v, ops.d_a[0]))
         if ops.dense:
-            from gputext.kernels import ranksvm as K
-            timings["xtu_ms"] = time_ms(lambda: (K.dense_rmatvec_partial[ops.n_row_blocks, ops.rm_threads](
+            from gputext.kernels import ranksvm_cuda as KC
+            timings["xtu_ms"] = time_ms(lambda: (KC.dense_rmatvec_partial[ops.n_row_blocks, ops.rm_threads](
                 ops.d_X, ops.d_u, g.rows_per_block, ops.d_partial), ops.k_reduce[min(ops.m, 65535), g.reduce_threads](
                 ops.d_partial, ops.d_out)))
         else:

@@ -120,8 +120,8 @@ def effectiveness(name, tr_path, te_path, args, backend) -> list[dict]:
         return rows
     # warm-up on slices: JIT compilation is not part of the timings
     # (the method the full run's "auto" will choose and the same k: the same kernels get compiled)
-    from gputext.knn.classify import choose_method
-    full_method = choose_method("auto", train.n_docs, train.X.shape[1], train.X.nnz, backend)[0]
+    from gputext.knn.method import choose_method
+    full_method = choose_method("auto", train.n_docs, train.X.shape[1], train.X.nnz, backend, args.k)[0]
     knn_classify(train.take(np.arange(min(300, train.n_docs))), test.take(np.arange(20)), k=args.k,
                  method=full_method, device=backend)
     cw = train.labels.codes[:300]

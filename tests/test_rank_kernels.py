@@ -8,6 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from gputext.kernels import ranksvm as K
+from gputext.kernels import ranksvm_cuda as KC
 from gputext.rank.data import prepare
 from gputext.rank.objective import RankObjective
 from gputext.rank.ops import RankGeometry
@@ -47,6 +48,21 @@ def test_cpu_matvec_twins_match_numpy():
     np.testing.assert_allclose(res, S.astype(np.float64).T @ u, rtol=1e-12)
 
 
+
+def test_csr_matvec_equals_the_svm_product_bit_for_bit():
+    # RankSVM's CPU product is written out (its module imports no numba.cuda); it must stay the
+    # one-column case of the SVM's product, to the last bit
+    from gputext.kernels.linear_svm import csr_matmat_cpu
+
+    S = sp.random(203, 41, density=0.2, random_state=3, format="csr", dtype=np.float32)
+    for M, n_in in ((S, 41), (S.tocsc(), 203)):
+        v = np.random.default_rng(n_in).normal(size=n_in)
+        args = (M.indptr.astype(np.int64), M.indices.astype(np.int32), M.data)
+        out, ref = np.zeros(len(M.indptr) - 1), np.zeros((len(M.indptr) - 1, 1))
+        K.csr_matvec_cpu(*args, v, out)
+        csr_matmat_cpu(*args, v.reshape(-1, 1), ref)
+        assert np.array_equal(out, ref[:, 0])
+
 def test_n_levels():
     assert [K.n_levels_for(k) for k in (1, 2, 3, 4, 5, 8, 9, 1268)] == [1, 1, 2, 2, 3, 3, 4, 11]
 
@@ -61,23 +77,23 @@ def test_device_matvec_kernels_match_numpy():
     v = rng.normal(size=m)
     u = rng.normal(size=n)
     out = cuda.device_array(n, np.float64)
-    K.dense_matvec_kernel(8, 2)[2, 8](cuda.to_device(A), cuda.to_device(v), out)  # grid-stride: 2 blocks, 3 row groups
+    KC.dense_matvec_kernel(8, 2)[2, 8](cuda.to_device(A), cuda.to_device(v), out)  # grid-stride: 2 blocks, 3 row groups
     np.testing.assert_allclose(out.copy_to_host(), A.astype(np.float64) @ v, rtol=1e-12)
     n_blocks = -(-n // 4)
     partial = cuda.device_array((m, n_blocks), np.float64)
-    K.dense_rmatvec_partial[n_blocks, 4](cuda.to_device(A), cuda.to_device(u), 4, partial)
+    KC.dense_rmatvec_partial[n_blocks, 4](cuda.to_device(A), cuda.to_device(u), 4, partial)
     res = cuda.device_array(m, np.float64)
-    K.column_reduce_kernel(4)[2, 4](partial, res)
+    KC.column_reduce_kernel(4)[2, 4](partial, res)
     np.testing.assert_allclose(res.copy_to_host(), A.astype(np.float64).T @ u, rtol=1e-12)
     S = sp.random(n, 7, density=0.4, random_state=2, format="csr", dtype=np.float32)
     v7 = rng.normal(size=7)
     out = cuda.device_array(n, np.float64)
-    K.csr_matvec_kernel(8, 2)[2, 8](cuda.to_device(S.indptr.astype(np.int64)), cuda.to_device(S.indices.astype(np.int32)),
+    KC.csr_matvec_kernel(8, 2)[2, 8](cuda.to_device(S.indptr.astype(np.int64)), cuda.to_device(S.indices.astype(np.int32)),
                                     cuda.to_device(S.data), cuda.to_device(v7), out)
     np.testing.assert_allclose(out.copy_to_host(), S.astype(np.float64) @ v7, rtol=1e-12)
     C = S.tocsc()
     res = cuda.device_array(7, np.float64)
-    K.csc_rmatvec_kernel(4)[3, 4](cuda.to_device(C.indptr.astype(np.int64)), cuda.to_device(C.indices.astype(np.int32)),
+    KC.csc_rmatvec_kernel(4)[3, 4](cuda.to_device(C.indptr.astype(np.int64)), cuda.to_device(C.indices.astype(np.int32)),
                                   cuda.to_device(C.data), cuda.to_device(u), res)
     np.testing.assert_allclose(res.copy_to_host(), S.astype(np.float64).T @ u, rtol=1e-12)
 

@@ -12,7 +12,7 @@ Decisions (docs/python.md repeats them):
   ascending distance = descending similarity, as for the others; a radius r keeps dot >= -r).
 - algorithm: "auto" | "inverted" | "dense"; "brute" is accepted as an alias of "auto" for users
   coming from scikit-learn (both methods are exact, like scikit-learn's brute force). "auto" picks
-  the inverted index on the CPU and asks gputext.knn.search.choose_method on the GPU.
+  the inverted index on the CPU and asks gputext.knn.method.choose_method on the GPU.
   radius_neighbors always runs through the inverted index's threshold selector.
 - Results are the engine's: exact, ties broken by the lower fitted-row index, the same on cpu and
   cuda. Distances are float64 computed from the engine's float32 scores; indices are intp.
@@ -75,14 +75,15 @@ class NeighbourSearch:
 
     def __init__(self, X: sp.csr_matrix, algorithm: str, device: str, batch_size: int | None):
         from ..engine import Index
-        from ..knn.search import choose_method
+        from ..knn.method import choose_method
         self.X = X
         self.device = device
         self.batch_size = batch_size
         self.backend = backend_of(device)
         self._index = Index.from_csr(X)
         self._dense = None
-        self.method, self.reason = choose_method(ALGORITHMS[algorithm], self._index, self.backend)
+        self.method, self.reason = choose_method(ALGORITHMS[algorithm], self._index.n_docs, self._index.n_terms,
+                                                 self._index.nnz, self.backend, index_built=True)
 
     def __getstate__(self):  # device buffers and postings are rebuilt on first use
         state = dict(self.__dict__)

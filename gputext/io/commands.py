@@ -8,8 +8,7 @@ import click
 from ..cli_common import check_paths, corpus_path, output_option, quiet_option
 from ..errors import InputError
 from ..progress import info as status
-from .readers import FORMATS
-from .weighting import WEIGHTINGS
+from .choices import FORMATS, WEIGHTINGS
 
 
 @click.command()

@@ -48,9 +48,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InputError
+from .choices import FORMATS  # noqa: F401 (readers.FORMATS: the formats below and ingest's check)
 from ..progress import warn
 
-FORMATS = ("auto", "tab", "tsv", "dir", "jsonl", "svmlight", "uci", "counts-csv", "npz")
 TEXT_FORMATS = ("tab", "tsv", "dir", "jsonl")
 MATRIX_FORMATS = ("svmlight", "uci", "counts-csv", "npz")
 ORANGE_TYPES = {"d", "discrete", "c", "continuous", "s", "string", "text", "t", "time", ""}

@@ -34,8 +34,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InputError
+from .choices import WEIGHTINGS  # noqa: F401 (weighting.WEIGHTINGS: the weightings defined here)
 
-WEIGHTINGS = ("tfidf", "tf", "binary", "tficf", "none")
 NORMALISED = ("tfidf", "tficf")
 
 

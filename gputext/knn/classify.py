@@ -32,23 +32,10 @@ import scipy.sparse as sp
 from ..backend import Backend, as_backend
 from ..errors import InputError
 from ..io.corpus import Categorical, Corpus, check_same_vocabulary
+from .method import METHODS, choose_method  # noqa: F401 (METHODS: this module's API)
 from .multilabel import codes_to_indicator, multilabel_report, single_label_f1
 
-METHODS = ("inverted", "dense", "auto")
 VOTE_METRICS = ("cosine", "dot")
-
-
-def choose_method(method: str, n_docs: int, n_terms: int, nnz: int, backend: Backend) -> tuple[str, str]:
-    """(method, reason) for the neighbour search."""
-    if method not in METHODS:
-        raise InputError(f"unknown method {method!r}: expected one of {', '.join(METHODS)}")
-    if method != "auto":
-        return method, "requested"
-    from ..backend import device_memory
-    from .dense import dense_fits
-    mem = device_memory() if backend.is_cuda else None
-    fits, reason = dense_fits(n_docs, n_terms, mem[0] if mem else None, nnz=nnz)
-    return ("dense" if fits else "inverted"), reason
 
 
 def find_neighbours(X_train, X_query, k: int, metric: str = "cosine", method: str = "auto",
@@ -64,7 +51,7 @@ def find_neighbours(X_train, X_query, k: int, metric: str = "cosine", method: st
         return neighbours(X_train, X_query, k, metric, device, exclude_self, quiet, client)
     backend = as_backend(device)
     X_train = sp.csr_matrix(X_train)
-    chosen, reason = choose_method(method, X_train.shape[0], X_train.shape[1], X_train.nnz, backend)
+    chosen, reason = choose_method(method, X_train.shape[0], X_train.shape[1], X_train.nnz, backend, k)
     if info is not None:
         info.update(method=chosen, method_reason=reason, backend=backend.name)
     if chosen == "dense":

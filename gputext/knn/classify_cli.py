@@ -4,15 +4,13 @@ from __future__ import annotations
 import json
 
 import click
-import numpy as np
-import scipy.sparse as sp
 
 from ..cli_common import FiniteFloat, check_paths, warn_slow_method, corpus_path, device_option, quiet_option
 from ..distributed.options import device_for, scheduler_client, scheduler_option
 from ..errors import InputError
 from ..progress import heartbeat, info
+from .method import METHODS
 
-METHODS = ("inverted", "dense", "auto")
 PADDING = ("a class with fewer than k documents (k - 1 for a left-out training document) repeats its "
            "farthest neighbour's value; a class with none gives the empty-document values "
            "(cosine 0, L1 |x|_1, L2 |x|_2); a missing centroid gives cosine 0, L2 |x|_2")
@@ -30,6 +28,9 @@ def _parse_grid(text: str) -> tuple[float, ...]:
 
 def _result_corpus(queries, obs_extra: dict, obsm: dict, params: dict):
     """A result file: the queries' ids and annotations, an empty X of their shape, the results."""
+    import numpy as np
+    import scipy.sparse as sp
+
     from ..io.corpus import Corpus
     empty = sp.csr_matrix(queries.X.shape, dtype=np.float32)
     obs = dict(queries.obs)
@@ -40,6 +41,7 @@ def _result_corpus(queries, obs_extra: dict, obsm: dict, params: dict):
 def write_result(corpus, path: str, dataset_attrs: dict | None = None) -> None:
     """Write atomically; ``dataset_attrs`` = {hdf5 key: {attr: value}} added before the rename."""
     import h5py
+    import numpy as np
 
     from ..io.corpus import atomic_output, write_corpus
     with atomic_output(path) as tmp:
@@ -54,6 +56,8 @@ def write_result(corpus, path: str, dataset_attrs: dict | None = None) -> None:
 
 
 def _jsonable(d):
+    import numpy as np
+
     if isinstance(d, dict):
         return {str(k): _jsonable(v) for k, v in d.items()}
     if isinstance(d, (list, tuple)):
@@ -67,6 +71,8 @@ def _jsonable(d):
 
 def _flat(d: dict) -> dict:
     """Scalars of a dict (for /uns/gputext); nested dicts kept, others as JSON strings."""
+    import numpy as np
+
     out = {}
     for k, v in d.items():
         if isinstance(v, dict):
@@ -197,6 +203,9 @@ def classify(train_path, test_path, k, model, features, multilabel, top_r, thres
 def _write_predictions(res, test, train_path, model: str, multilabel: bool, output: str) -> None:
     """classify's -o: the test documents with /obs/predicted, or (multi-label) /obsm/label_scores and
     /obsm/predicted_labels; the run's info, metrics and seconds under /uns/gputext/classify."""
+    import numpy as np
+    import scipy.sparse as sp
+
     from ..io.corpus import Categorical
     params = {"classify": _flat({**res.info, "metrics": res.metrics, "seconds": res.seconds, "train": str(train_path),
                                  "model": model})}
@@ -241,6 +250,8 @@ def metafeatures(train_path, test_path, k, output, train_output, method, device,
     Example:
       gputext knn metafeatures --train train.h5 --test test.h5 -k 30 -o meta_test.h5 --train-output meta_train.h5
     """
+    import numpy as np
+
     from ..io.corpus import check_same_vocabulary, read_corpus
     from .classify import single_labels
     from .metafeatures import compute_metafeatures

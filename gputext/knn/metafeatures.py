@@ -115,7 +115,7 @@ def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: in
     training rows scattered over them, gputext.distributed), the centroid columns here; identical
     values (inverted method only).
     """
-    from .classify import choose_method
+    from .method import choose_method
 
     t_start = time.perf_counter()
     if not isinstance(k, (int, np.integer)) or k < 1:

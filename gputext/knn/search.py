@@ -15,46 +15,14 @@ import scipy.sparse as sp
 
 from ..backend import Backend, as_backend
 from ..engine import Index, search_topk
-from ..engine.search import MAX_CUDA_K
 from ..errors import InputError
 from ..io.corpus import Corpus, check_same_vocabulary, read_corpus
-
-METHODS = ("inverted", "dense", "auto")
+from .method import METHODS, choose_method  # noqa: F401 (METHODS: this module's API)
 
 
 def load_index(path: str) -> Index:
     """An index file written by `gputext knn index`, or any corpus file."""
     return Index.load(path)
-
-
-def choose_method(method: str, index: Index, backend: Backend, k: int = 1) -> tuple[str, str]:
-    """(method, reason): on the GPU, auto takes dense when gputext.knn.dense says the dense matrix
-    fits and pays, or when k is more than the inverted index's CUDA selector holds (the dense
-    method serves any k) and the matrix fits; on the CPU it takes the inverted index. What each
-    method serves: inverted, any k and metric (on CUDA k <= engine.search.MAX_CUDA_K, else its CPU
-    twin runs: engine.search.serving_backend); dense, any k and metric where the matrix fits."""
-    if method not in METHODS:
-        raise InputError(f"unknown method {method!r}: expected one of {', '.join(METHODS)}")
-    if method == "inverted":
-        return "inverted", "requested"
-    try:
-        from . import dense
-    except ImportError:
-        if method == "dense":
-            raise InputError("--method dense is not available in this build") from None
-        return "inverted", "dense method not available"
-    if method == "dense":
-        return "dense", "requested"
-    if not backend.is_cuda:
-        return "inverted", "the CPU twin of the inverted index (the dense method pays on the GPU)"
-    from ..backend import device_memory
-    mem = device_memory() if backend.is_cuda else None
-    fits, reason = dense.dense_fits(index.n_docs, index.n_terms, mem[0] if mem else None, nnz=index.nnz)
-    if not fits and k > MAX_CUDA_K and mem is not None:
-        room, _ = dense.dense_fits(index.n_docs, index.n_terms, mem[0], nnz=None)  # fits at all (density aside)
-        if room:
-            return "dense", f"dense: k = {k} is more than the inverted index's CUDA selector holds ({MAX_CUDA_K})"
-    return ("dense" if fits else "inverted"), reason
 
 
 def check_k(k: int, n_docs: int, n_queries: int, exclude_self: bool) -> None:
@@ -78,7 +46,7 @@ def search_corpora(index: Index, queries: Corpus, k: int, metric: str = "cosine"
         raise InputError(f"queries have {queries.n_terms} terms, the index {index.n_terms}")
     check_k(k, index.n_docs, queries.n_docs, exclude_self)
     backend = as_backend(device)
-    chosen, reason = choose_method(method, index, backend, k)
+    chosen, reason = choose_method(method, index.n_docs, index.n_terms, index.nnz, backend, k, index_built=True)
     stats: dict = {"method": chosen, "method_reason": reason}
     t0 = time.perf_counter()
     if chosen == "dense":

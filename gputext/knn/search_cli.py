@@ -5,10 +5,9 @@ import click
 
 from ..cli_common import check_paths, warn_slow_method, corpus_path, device_option, output_option, quiet_option
 from ..distributed.options import device_for, scheduler_client, scheduler_option
-from ..engine import METRICS
-from ..io.corpus import write_corpus
+from ..kernels.metrics import METRICS
 from ..progress import info
-from .search import METHODS
+from .method import METHODS
 
 
 @click.command()
@@ -87,6 +86,8 @@ def search(index_path, queries_path, k, metric, method, exclude_self, batch_size
     if table_format(output):  # nn.csv / .jsonl / .parquet: one row per query (gputext.io.export)
         write_neighbour_table(result, output, read_doc_ids(index_path))
     else:
+        from ..io.corpus import write_corpus
+
         write_corpus(result, output)
     p = result.params["knn"]
     memory = ""

@@ -1,4 +1,4 @@
-"""The RankSVM objective's operations on a CUDA device (gputext.kernels.ranksvm for the kernels).
+"""The RankSVM objective's operations on a CUDA device (gputext.kernels.ranksvm_cuda for the kernels).
 
 Imported only when the backend is cuda (ops.make_ops). X (dense row-major float32, or CSR plus a
 CSC copy for X^T u), the grouping, label ranks, scores, the sorted order, the wavelet levels,
@@ -18,7 +18,7 @@ from numba import cuda
 
 from ..device.launch import blocks as grid_blocks, next_pow2
 
-from ..kernels import ranksvm as K
+from ..kernels import ranksvm_cuda as KC
 from .data import RankingData
 from .geometry import RankGeometry, RankOpsSizes, slot_arrays, solver_arrays
 
@@ -35,15 +35,15 @@ class CudaRankOps(RankOpsSizes):
             self.rm_threads = g.rmatvec_threads or min(1024, max(32, -(-m // 32) * 32))
             self.n_row_blocks = grid_blocks(L, g.rows_per_block)
             self.d_partial = cuda.device_array((m, self.n_row_blocks), np.float64)
-            self.k_matvec = K.dense_matvec_kernel(g.matvec_threads, g.tile_cols)
-            self.k_reduce = K.column_reduce_kernel(g.reduce_threads)
+            self.k_matvec = KC.dense_matvec_kernel(g.matvec_threads, g.tile_cols)
+            self.k_reduce = KC.column_reduce_kernel(g.reduce_threads)
         else:
             indptr, indices, values = data.csr()
             colptr, colrows, colvalues = data.csc()
             self.d_indptr, self.d_indices, self.d_values = (cuda.to_device(_nonempty(a)) for a in (indptr, indices, values))
             self.d_colptr, self.d_colrows, self.d_colvalues = (cuda.to_device(_nonempty(a)) for a in (colptr, colrows, colvalues))
-            self.k_csr = K.csr_matvec_kernel(g.csr_threads, g.csr_group)
-            self.k_csc = K.csc_rmatvec_kernel(g.reduce_threads)
+            self.k_csr = KC.csr_matvec_kernel(g.csr_threads, g.csr_group)
+            self.k_csc = KC.csc_rmatvec_kernel(g.reduce_threads)
         self.d_starts = cuda.to_device(data.starts)
         self.d_lrank = cuda.to_device(data.label_rank)
         # global sort scratch for queries longer than sort_capacity
@@ -63,9 +63,9 @@ class CudaRankOps(RankOpsSizes):
         self.d_v = cuda.device_array(m, np.float64)
         self.d_out = cuda.device_array(m, np.float64)
         self.d_loss_partial = cuda.device_array(g.elementwise_blocks, np.float64)
-        self.k_structure = K.rank_structure_kernel(g.query_threads, g.sort_capacity)
-        self.k_sums = K.wavelet_sums_kernel(g.query_threads)
-        self.k_eval = K.eval_finish_kernel(g.reduce_threads)
+        self.k_structure = KC.rank_structure_kernel(g.query_threads, g.sort_capacity)
+        self.k_sums = KC.wavelet_sums_kernel(g.query_threads)
+        self.k_eval = KC.eval_finish_kernel(g.reduce_threads)
 
     # X v and X^T u
     def _matvec(self, d_v, d_out) -> None:
@@ -79,7 +79,7 @@ class CudaRankOps(RankOpsSizes):
     def _rmatvec(self, d_u) -> np.ndarray:
         g = self.g
         if self.dense:
-            K.dense_rmatvec_partial[self.n_row_blocks, self.rm_threads](self.d_X, d_u, g.rows_per_block, self.d_partial)
+            KC.dense_rmatvec_partial[self.n_row_blocks, self.rm_threads](self.d_X, d_u, g.rows_per_block, self.d_partial)
             self.k_reduce[min(self.m, 65535), g.reduce_threads](self.d_partial, self.d_out)
         else:
             self.k_csc[min(self.m, 65535), g.reduce_threads](self.d_colptr, self.d_colrows, self.d_colvalues, d_u, self.d_out)
@@ -122,7 +122,7 @@ class CudaRankOps(RankOpsSizes):
         self.k_sums[self.Q, g.query_threads](
             self.d_starts, S["order"], S["vsorted"], S["lo"], S["hi"], S["seqrow"], S["rank0"], self.n_levels,
             self.d_a, 1, self.d_W0, self.d_W1, self.d_alpha_minus, self.d_alpha_plus)
-        K.hess_finish[g.elementwise_blocks, g.reduce_threads](
+        KC.hess_finish[g.elementwise_blocks, g.reduce_threads](
             S["beta_minus"], S["beta_plus"], self.d_a[0], self.d_alpha_minus[0], self.d_alpha_plus[0], self.d_u)
         return self._rmatvec(self.d_u)
 
@@ -149,10 +149,10 @@ def device_matvec(X, w: np.ndarray, dense: bool, g: RankGeometry) -> np.ndarray:
     d_out = cuda.device_array(n, np.float64)
     if dense:
         d_X = cuda.to_device(np.ascontiguousarray(X.data, dtype=np.float32).reshape(n, m))
-        K.dense_matvec_kernel(g.matvec_threads, g.tile_cols)[grid_blocks(n, g.matvec_threads), g.matvec_threads](d_X, d_w, d_out)
+        KC.dense_matvec_kernel(g.matvec_threads, g.tile_cols)[grid_blocks(n, g.matvec_threads), g.matvec_threads](d_X, d_w, d_out)
     else:
         indptr, indices, data = csr_arrays(X)
-        kern = K.csr_matvec_kernel(g.csr_threads, g.csr_group)
+        kern = KC.csr_matvec_kernel(g.csr_threads, g.csr_group)
         kern[grid_blocks(n, g.csr_threads // g.csr_group), g.csr_threads](
             cuda.to_device(indptr), cuda.to_device(_nonempty(indices)), cuda.to_device(_nonempty(data)), d_w, d_out)
     return d_out.copy_to_host()
