@@ -3,11 +3,12 @@
 Read from the source with ast (nothing is imported): every ``import``/``from ... import`` at any
 level of a module in gputext/, kernels/ (gputext.kernels) and datasets/ (gputext.datasets) is an
 edge; a circle is a strongly connected set of more than one module. ``from .x import _name`` and
-``x._name`` on an imported module are private uses across modules. KNOWN lists the uses that
-other open work removes (issue 15 item 3 and issue 20: the dclus split and the public partial
-reader/appender of gputext.io; issue 15 item 2: kernels/primitives.py); delete a line when its
-use is gone. KNOWN_CIRCLES likewise (issue 16's AnnData interop: gputext.io.corpus calls the
-converters of gputext.io.anndata, which read and write through gputext.io.corpus). Anything new fails.
+``x._name`` / ``x.y._name`` on an imported module are private uses across modules, within a package
+too (gputext.io.info using gputext.io.corpus._open is one). KNOWN lists the uses that other open
+work removes (none now: info, rows and validate use gputext.io.corpus's public names); add a line
+only with the work that removes it, and delete it when the use is gone. KNOWN_CIRCLES likewise
+(issue 16's AnnData interop: gputext.io.corpus calls the converters of gputext.io.anndata, which
+read and write through gputext.io.corpus). Anything new fails.
 """
 import ast
 from pathlib import Path
@@ -15,33 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"gputext": "gputext", "kernels": "gputext.kernels", "datasets": "gputext.datasets"}
 KNOWN_CIRCLES = [["gputext.io.anndata", "gputext.io.corpus"]]
-KNOWN = {  # (importing module, module, name): removed by the work named in the module docstring
-    ("gputext.io.info", "gputext.io.corpus", "_need"),
-    ("gputext.io.info", "gputext.io.corpus", "_open"),
-    ("gputext.io.info", "gputext.io.corpus", "_read_element"),
-    ("gputext.io.info", "gputext.io.corpus", "_where"),
-    ("gputext.io.validate", "gputext.io.corpus", "_open"),
-    ("gputext.io.validate", "gputext.io.corpus", "_read_element"),
-    ("gputext.io.validate", "gputext.io.corpus", "_read_str_array"),
-    ("gputext.io.validate", "gputext.io.corpus", "_where"),
-    ("gputext.io.rows", "gputext.io.corpus", "_open"),
-    ("gputext.io.rows", "gputext.io.corpus", "_read_dataframe"),
-    ("gputext.io.rows", "gputext.io.corpus", "_where"),
-    ("gputext.cluster.stream_io", "gputext.io.corpus", "_open"),
-    ("gputext.cluster.stream_io", "gputext.io.corpus", "_read_dataframe"),
-    ("gputext.cluster.dclus", "gputext.io.corpus", "_index_dataset"),
-    ("gputext.cluster.dclus", "gputext.io.corpus", "_open"),
-    ("gputext.cluster.dclus", "gputext.io.corpus", "_read_csr"),
-    ("gputext.cluster.dclus", "gputext.io.corpus", "_read_dataframe"),
-    ("gputext.cluster.dclus", "gputext.io.corpus", "_read_element"),
-    ("gputext.cluster.dclus", "gputext.io.corpus", "_read_str_array"),
-    ("gputext.cluster.dclus", "gputext.io.corpus", "_write_csr"),
-    ("gputext.cluster.dclus", "gputext.io.corpus", "_write_dataframe"),
-    ("gputext.cluster.dclus", "gputext.io.corpus", "_write_dict"),
-    ("gputext.cluster.metrics", "gputext.io.corpus", "_open"),
-    ("gputext.cluster.metrics", "gputext.io.corpus", "_read_element"),
-    ("gputext.cluster.metrics", "gputext.io.corpus", "_read_str_array"),
-}
+KNOWN: set = set()  # (importing module, module, name) of a use that open work removes; none now
 
 
 def modules() -> dict:
@@ -63,13 +38,25 @@ def _target(module: str, is_pkg: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def import_graph():
-    """(edges: module -> set of modules, private: set of (module, module, name))."""
-    mods = modules()
+def _dotted(node) -> str | None:
+    """'a.b.c' for a chain of attribute accesses on a name, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id] + parts[::-1])
+
+
+def import_graph(mods: dict | None = None):
+    """(edges: module -> set of modules, private: set of (module, module, name)). mods: module name
+    -> (path or source text, is_package); default the installed packages' modules."""
+    mods = modules() if mods is None else mods
     edges = {m: set() for m in mods}
     private = set()
     for m, (path, is_pkg) in mods.items():
-        tree = ast.parse(path.read_text())
+        tree = ast.parse(path.read_text() if isinstance(path, Path) else path)
         aliases = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
@@ -88,9 +75,15 @@ def import_graph():
                         edges[m].add(a.name)
                         aliases[a.asname or a.name] = a.name
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                    and node.attr.startswith("_") and not node.attr.startswith("__") and aliases[node.value.id] != m):
-                private.add((m, aliases[node.value.id], node.attr))
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+                continue
+            dotted = _dotted(node.value)  # x (an imported module) or x.y (a submodule of one)
+            if dotted is None or dotted.split(".")[0] not in aliases:
+                continue
+            head, _, rest = dotted.partition(".")
+            target = aliases[head] + ("." + rest if rest else "")
+            if target in mods and target != m:
+                private.add((m, target, node.attr))
     return edges, private
 
 
@@ -137,6 +130,14 @@ def circles(edges: dict) -> list[list[str]]:
 def test_circle_finder_finds_a_planted_circle():
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert circles(edges) == [["a", "b", "c"]]
+
+
+def test_private_use_finder_finds_planted_uses():
+    mods = {"p": ("", True), "p.a": ("def _f():\n    pass\n\n_f()\n", False),  # its own private name: fine
+            "p.b": ("from .a import _f\n", False),
+            "p.c": ("from . import a\na._f()\n", False), "p.d": ("import p.a\nimport p\np.a._f()\n", False)}
+    _, private = import_graph(mods)
+    assert private == {("p.b", "p.a", "_f"), ("p.c", "p.a", "_f"), ("p.d", "p.a", "_f")}
 
 
 def test_no_import_circles():

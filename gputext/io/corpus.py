@@ -772,7 +772,9 @@ def vocabulary_error(a_terms: int, b_terms: int, a_name: str = "index", b_name: 
 # ----------------------------------------------------------------------------- element-level building blocks
 
 # Public names of the element readers and writers above, for the io package's partial reader
-# (partial.py) and in-place appender (append.py); other packages use those two modules instead.
+# (partial.py), in-place appender (append.py), info.py, rows.py and validate.py; other packages use
+# partial.py and append.py instead. location(f, key) is "<file label>: /key" for error messages;
+# need_element(f, key, kind) the element or a FormatError.
 open_file = _open
 read_csr_group = _read_csr
 validate_csr = _validate_csr
@@ -783,3 +785,5 @@ read_str_array = _read_str_array
 write_csr_group = _write_csr
 write_dataframe = _write_dataframe
 write_dict = _write_dict
+location = _where
+need_element = _need

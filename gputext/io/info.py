@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import FormatError
 from .commit import committed_length, read_committed
-from .corpus import Categorical, _need, _open, _read_element, _where, damaged_file_errors
+from .corpus import Categorical, damaged_file_errors, location, need_element, open_file, read_element
 from .rows import csr_header_problems
 
 
@@ -46,7 +46,7 @@ def _scalar(value):
 
 def _read_info(f: h5py.File, path: str) -> dict:
     if f.attrs.get("gputext-format") is None and f.attrs.get("encoding-type") is None:
-        raise FormatError(f"{_where(f, '')} has neither gputext-format nor anndata encoding-type attributes: "
+        raise FormatError(f"{location(f, '')} has neither gputext-format nor anndata encoding-type attributes: "
                           "not a gputext corpus")
     problem = next(csr_header_problems(f), None)  # the readers' header checks (a CSC /X named as such)
     if problem is not None:
@@ -55,15 +55,15 @@ def _read_info(f: h5py.File, path: str) -> dict:
     n_docs, n_terms = (int(s) for s in np.ravel(g.attrs["shape"]))
     indptr = read_committed(g["indptr"])  # an in-place update's uncommitted tail is not part of the file
     if indptr.ndim != 1 or len(indptr) != n_docs + 1:
-        raise FormatError(f"{_where(f, 'X/indptr')} has length {len(indptr)}, expected n_docs + 1 = {n_docs + 1}")
+        raise FormatError(f"{location(f, 'X/indptr')} has length {len(indptr)}, expected n_docs + 1 = {n_docs + 1}")
     if len(indptr) and (indptr[0] != 0 or np.any(np.diff(indptr) < 0)):
-        raise FormatError(f"{_where(f, 'X/indptr')} is not non-decreasing from 0")
+        raise FormatError(f"{location(f, 'X/indptr')} is not non-decreasing from 0")
     nnz = int(indptr[-1]) if len(indptr) else 0
     for part in ("data", "indices"):
         if g[part].ndim != 1 or committed_length(g[part]) != nnz:
-            raise FormatError(f"{_where(f, 'X/' + part)} has {g[part].shape[0]} entries, indptr[-1] says {nnz}")
-    obs = _need(f, "obs", h5py.Group)
-    _need(f, "var", h5py.Group)
+            raise FormatError(f"{location(f, 'X/' + part)} has {g[part].shape[0]} entries, indptr[-1] says {nnz}")
+    obs = need_element(f, "obs", h5py.Group)
+    need_element(f, "var", h5py.Group)
     lengths = np.diff(indptr)
     out: dict = {
         "file": "<stdin>" if path == "-" else path,
@@ -79,39 +79,39 @@ def _read_info(f: h5py.File, path: str) -> dict:
         "device_bytes": device_bytes(n_docs, n_terms, nnz),
     }
     if "label" in obs:
-        label = _read_element(f, "obs/label")
+        label = read_element(f, "obs/label")
         if isinstance(label, Categorical):
             if len(label.codes) != n_docs:
-                raise FormatError(f"{_where(f, 'obs/label/codes')} has {len(label.codes)} entries, expected {n_docs}")
+                raise FormatError(f"{location(f, 'obs/label/codes')} has {len(label.codes)} entries, expected {n_docs}")
             if len(label.codes) and (label.codes.min() < -1 or label.codes.max() >= len(label.categories)):
-                raise FormatError(f"{_where(f, 'obs/label/codes')} has codes outside the categories")
+                raise FormatError(f"{location(f, 'obs/label/codes')} has codes outside the categories")
             counts = np.bincount(label.codes[label.codes >= 0], minlength=len(label.categories))
             out["labels"] = {"n_classes": int(len(label.categories)),
                              "counts": {str(c): int(n) for c, n in zip(label.categories, counts)},
                              "n_unlabelled": int(np.count_nonzero(label.codes < 0))}
     if "obsm" in f and "labels" in f["obsm"]:
-        Y = _read_element(f, "obsm/labels")
-        names = (_read_element(f, "uns/gputext/label_names") if "uns/gputext/label_names" in f
+        Y = read_element(f, "obsm/labels")
+        names = (read_element(f, "uns/gputext/label_names") if "uns/gputext/label_names" in f
                  else np.array([str(j) for j in range(Y.shape[1])], dtype=object))
         per_label = np.bincount(Y.indices, minlength=Y.shape[1])
         out["multilabel"] = {"n_labels": int(Y.shape[1]),
                              "labels_per_doc": float(Y.nnz / n_docs) if n_docs else 0.0,
                              "counts": {str(c): int(n) for c, n in zip(names, per_label)}}
     if "qid" in obs:
-        qid = np.asarray(_read_element(f, "obs/qid"))
+        qid = np.asarray(read_element(f, "obs/qid"))
         uniq, sizes = np.unique(qid, return_counts=True)
         out["queries"] = {"n_queries": int(len(uniq)),
                           "docs_per_query": {"min": int(sizes.min()) if len(sizes) else 0,
                                              "median": float(np.median(sizes)) if len(sizes) else 0.0,
                                              "max": int(sizes.max()) if len(sizes) else 0}}
     if "relevance" in obs:
-        rel = np.asarray(_read_element(f, "obs/relevance"))
+        rel = np.asarray(read_element(f, "obs/relevance"))
         levels, counts = np.unique(rel, return_counts=True)
         if len(levels) <= 32:
             out["relevance"] = {f"{lv:g}": int(n) for lv, n in zip(levels, counts)}
         else:
             out["relevance"] = {"min": float(rel.min()), "max": float(rel.max()), "n_levels": int(len(levels))}
-    params = _read_element(f, "uns/gputext") if "uns/gputext" in f else {}
+    params = read_element(f, "uns/gputext") if "uns/gputext" in f else {}
     params = params if isinstance(params, dict) else {}
     out["weighting"] = _weighting(params, nnz)
     out["params"] = _scalar(params)
@@ -137,7 +137,7 @@ def _weighting(params: dict, nnz: int) -> str:
 
 def corpus_info(path: str) -> dict:
     """A JSON-ready summary of the corpus at ``path`` (see the module docstring)."""
-    with _open(path) as f, damaged_file_errors(f.gputext_label):
+    with open_file(path) as f, damaged_file_errors(f.gputext_label):
         return _read_info(f, path)
 
 

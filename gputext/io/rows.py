@@ -18,7 +18,8 @@ import scipy.sparse as sp
 
 from ..errors import FormatError
 from .commit import committed_length, read_committed
-from .corpus import Categorical, _open, _read_dataframe, _where, damaged_file_errors, entry_problems, indptr_problems
+from .corpus import (Categorical, damaged_file_errors, entry_problems, indptr_problems, location, open_file,
+                     read_dataframe)
 
 
 def _attr_str(obj, name: str):
@@ -29,7 +30,7 @@ def _attr_str(obj, name: str):
 def csr_header_problems(f: h5py.File, key: str = "X"):
     """Problems of a CSR group's header: encoding, shape attribute, datasets, dtypes. Yields lines;
     stops at the first one that makes the rest unreadable."""
-    where = _where(f, key)
+    where = location(f, key)
     if key not in f:
         yield f"{where} is missing (not a gputext corpus file?)"
         return
@@ -69,7 +70,7 @@ class CorpusRows:
 
     def __init__(self, path: str):
         self.path = path
-        self._f = _open(path)
+        self._f = open_file(path)
         try:
             self._check()
         except BaseException:
@@ -87,7 +88,7 @@ class CorpusRows:
             # committed entries only: an in-place update killed mid-append leaves tails (gputext.io.commit)
             self.indptr = read_committed(g["indptr"]).astype(np.int64, copy=False)
             stored = (committed_length(g["data"]), committed_length(g["indices"]))
-            problem = next(indptr_problems(_where(self._f, "X"), self.n_docs, self.indptr, stored), None)
+            problem = next(indptr_problems(location(self._f, "X"), self.n_docs, self.indptr, stored), None)
             if problem is not None:
                 raise FormatError(problem)
 
@@ -101,12 +102,12 @@ class CorpusRows:
         """Every problem of the entries of rows [start, stop) (entry_problems)."""
         data, indices, indptr = self._chunk(start, stop)
         return [f"{p} (rows {start}..{stop - 1})"
-                for p in entry_problems(_where(self._f, "X"), self.n_terms, data, indices, indptr)]
+                for p in entry_problems(location(self._f, "X"), self.n_terms, data, indices, indptr)]
 
     def read(self, start: int, stop: int) -> sp.csr_matrix:
         """Rows [start, stop) as canonical CSR (float32 / int32 / int64), entries checked."""
         data, indices, indptr = self._chunk(start, stop)
-        problem = next(entry_problems(_where(self._f, "X"), self.n_terms, data, indices, indptr), None)
+        problem = next(entry_problems(location(self._f, "X"), self.n_terms, data, indices, indptr), None)
         if problem is not None:
             raise FormatError(f"{problem} (rows {start}..{stop - 1})")
         X = sp.csr_matrix((data.astype(np.float32, copy=False), indices.astype(np.int32, copy=False), indptr),
@@ -117,8 +118,8 @@ class CorpusRows:
     def annotations(self) -> tuple[np.ndarray, np.ndarray, Categorical | None]:
         """(doc ids, terms, obs/label or None), lengths checked against the shape, /X not read."""
         with damaged_file_errors(self._f.gputext_label):
-            doc_ids, obs = _read_dataframe(self._f, "obs", self.n_docs)
-            terms, _ = _read_dataframe(self._f, "var", self.n_terms)
+            doc_ids, obs = read_dataframe(self._f, "obs", self.n_docs)
+            terms, _ = read_dataframe(self._f, "var", self.n_terms)
         label = obs.get("label")
         return doc_ids, terms, label if isinstance(label, Categorical) else None
 

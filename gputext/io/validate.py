@@ -25,8 +25,8 @@ import numpy as np
 from ..errors import FormatError, InputError
 from ..progress import progress
 from .commit import committed_length
-from .corpus import (DAMAGE, TERMS_DIGEST_ATTR, Categorical, _open, _read_element, _read_str_array, _where,
-                     csr_problems, damaged_file_errors, duplicates, terms_digest)
+from .corpus import (DAMAGE, TERMS_DIGEST_ATTR, Categorical, csr_problems, damaged_file_errors, duplicates, location,
+                     open_file, read_element, read_str_array, terms_digest)
 from .rows import CorpusRows, csr_header_problems
 
 CHUNK_NNZ = 1 << 24  # entries checked at a time (about 130 MB of data + indices)
@@ -62,47 +62,47 @@ def _unique_problem(f, key: str, values: np.ndarray, what: str) -> str | None:
     if found is None:
         return None
     n, value, (a, b) = found
-    return f"{_where(f, key)} has {n} duplicate {what} (e.g. {value!r} at rows {a} and {b})"
+    return f"{location(f, key)} has {n} duplicate {what} (e.g. {value!r} at rows {a} and {b})"
 
 
 def _frame_problems(f, key: str, n_rows: int, what: str, problems: list) -> None:
     if not isinstance(f.get(key), h5py.Group):
-        problems.append(f"{_where(f, key)} is missing or not a group (a dataframe)")
+        problems.append(f"{location(f, key)} is missing or not a group (a dataframe)")
         return
     g = f[key]
     index_key = g.attrs.get("_index", "_index")
     index_key = index_key.decode() if isinstance(index_key, bytes) else str(index_key)
     ds = g.get(index_key)
     if not isinstance(ds, h5py.Dataset):
-        problems.append(f"{_where(f, key + '/' + index_key)} is missing (the {what})")
+        problems.append(f"{location(f, key + '/' + index_key)} is missing (the {what})")
     elif (committed_length(ds) if ds.ndim else 0) != n_rows:
-        problems.append(f"{_where(f, key + '/' + index_key)} has {committed_length(ds) if ds.ndim else 0} entries, "
+        problems.append(f"{location(f, key + '/' + index_key)} has {committed_length(ds) if ds.ndim else 0} entries, "
                         f"expected {n_rows}")
     else:
-        values = _read_str_array(ds)
+        values = read_str_array(ds)
         problem = _unique_problem(f, f"{key}/{index_key}", values, what)
         if problem:
             problems.append(problem)
         stored = ds.attrs.get(TERMS_DIGEST_ATTR)
         stored = stored.decode() if isinstance(stored, bytes) else stored
         if stored is not None and str(stored) != terms_digest(values):
-            problems.append(f"{_where(f, key + '/' + index_key)}: attribute {TERMS_DIGEST_ATTR} does not match "
+            problems.append(f"{location(f, key + '/' + index_key)}: attribute {TERMS_DIGEST_ATTR} does not match "
                             "the stored strings (edited after writing?)")
     for name in g.keys():
         if name == index_key:
             continue
         try:
-            value = _read_element(f, f"{key}/{name}")
+            value = read_element(f, f"{key}/{name}")
         except (FormatError, OSError, *DAMAGE) as exc:
-            problems.append(f"{_where(f, key + '/' + name)} cannot be read ({str(exc).splitlines()[0] if str(exc) else exc!r})")
+            problems.append(f"{location(f, key + '/' + name)} cannot be read ({str(exc).splitlines()[0] if str(exc) else exc!r})")
             continue
         n = len(value) if hasattr(value, "__len__") else -1
         if n != n_rows:
-            problems.append(f"{_where(f, key + '/' + name)} has {n} entries, expected {n_rows}")
+            problems.append(f"{location(f, key + '/' + name)} has {n} entries, expected {n_rows}")
         elif isinstance(value, Categorical) and n and (value.codes.min() < -1 or value.codes.max() >= len(value.categories)):
-            problems.append(f"{_where(f, key + '/' + name + '/codes')} has codes outside the categories")
+            problems.append(f"{location(f, key + '/' + name + '/codes')} has codes outside the categories")
         elif isinstance(value, np.ndarray) and value.dtype.kind == "f" and not np.all(np.isfinite(value)):
-            problems.append(f"{_where(f, key + '/' + name)} contains NaN or infinite values")
+            problems.append(f"{location(f, key + '/' + name)} contains NaN or infinite values")
 
 
 def _obsm_problems(f, n_docs: int, problems: list) -> None:
@@ -117,13 +117,13 @@ def _obsm_problems(f, n_docs: int, problems: list) -> None:
                 problems.append(header)
                 continue
             shape = tuple(int(s) for s in np.ravel(obj.attrs["shape"]))
-            problems.extend(csr_problems(_where(f, full), shape, obj["data"][()], obj["indices"][()],
+            problems.extend(csr_problems(location(f, full), shape, obj["data"][()], obj["indices"][()],
                                          obj["indptr"][()]))
             rows = shape[0]
         else:
             rows = obj.shape[0] if obj.ndim else -1
         if rows != n_docs:
-            problems.append(f"{_where(f, full)} has {rows} rows, expected n_docs = {n_docs}")
+            problems.append(f"{location(f, full)} has {rows} rows, expected n_docs = {n_docs}")
 
 
 def corpus_problems(path: str, quiet: bool = True) -> list[str]:
@@ -138,27 +138,27 @@ def corpus_problems(path: str, quiet: bool = True) -> list[str]:
 
 
 def _problems(path: str, problems: list, quiet: bool) -> list[str]:
-    f = _open(path)
+    f = open_file(path)
     with f:
         fmt = f.attrs.get("gputext-format")
         fmt = fmt.decode("utf-8", "replace") if isinstance(fmt, bytes) else fmt
         if fmt is not None and not isinstance(fmt, str):
-            return [f"{_where(f, '')} has gputext-format {fmt!r}, expected 'corpus'"]
+            return [f"{location(f, '')} has gputext-format {fmt!r}, expected 'corpus'"]
         if fmt is None and f.attrs.get("encoding-type") is None:
-            return [f"{_where(f, '')} has neither gputext-format nor anndata encoding-type attributes: "
+            return [f"{location(f, '')} has neither gputext-format nor anndata encoding-type attributes: "
                     "not a gputext corpus"]
         if fmt is not None and fmt != "corpus":
-            return [f"{_where(f, '')} has gputext-format {fmt!r}, expected 'corpus'"]
+            return [f"{location(f, '')} has gputext-format {fmt!r}, expected 'corpus'"]
         label = f.gputext_label  # type: ignore[attr-defined]
     shape = _x_problems(path, problems, quiet)
     if shape is None:
         return problems
     n_docs, n_terms, _ = shape
-    with _open(path) as f:
+    with open_file(path) as f:
         for what, check in (("obs", lambda: _frame_problems(f, "obs", n_docs, "document ids", problems)),
                             ("var", lambda: _frame_problems(f, "var", n_terms, "terms", problems)),
                             ("obsm", lambda: _obsm_problems(f, n_docs, problems)),
-                            ("uns", lambda: _read_element(f, "uns") if "uns" in f else None)):
+                            ("uns", lambda: read_element(f, "uns") if "uns" in f else None)):
             try:
                 with damaged_file_errors(f"{label}: /{what}"):
                     check()
