@@ -28,8 +28,12 @@ gemm                   partial[z, r, cols] = A[r, Kz] @ B[Kz, cols] (A float32, 
 split_reduce           out[r, cols] = sum_z partial[z, r, cols]
 spmm                   out[r, cols] = CSR row r @ B[:, cols]; 32 columns x 8 rows per block
 hinge_loss             partial[b, cols] = loss over the rows of row block b (shared-memory tree)
-hinge_residual         U[:, cols] = z - y where active, else 0
-hinge_mask             U[:, cols] = V where active, else 0   (Hessian: X_I^T X_I)
+hinge_rows             mode 0: U[:, cols] = z - y where active, else 0 (gradient);
+                       mode 1: U[:, cols] = 0 where not active (Hessian: X_I^T X_I)
+active_pairs           per column the active rows, ascending (count, then fill): the pair structure
+dense_pairs_forward    vals[p] = X[row p] . D[:, column of p]   (X_I d, 8 lanes per pair)
+dense_pairs_backward   out[f, c] = sum over c's pairs of vals[p] X[row p, f]   (X_I^T u)
+pair_residual          vals[p] = z - y on the pairs (the gradient's X_I^T r)
 col_dots               partial[b, j] = sum over row block b of A[:, j] * B[:, j], all columns
 column_sum             out[j] = sum_b partial[b, j]
 column_combine, scaled_add   TRON's column algebra (out = a X + b Y per column; w + 2C X^T r)
@@ -70,6 +74,47 @@ def _is_active(z, label, fold, c, grp):
 
 
 _hinge_terms_cpu = numba.njit(cache=True, inline="always")(_hinge_terms)
+
+def _make_rows_column_sum(gathered: bool):
+    """The per-item function of X_R^T w on the device, shared by RankSVM's dense X^T u
+    (kernels.ranksvm.dense_rmatvec_partial, rows p0..p1 themselves) and the SVM's active-pair
+    X_I^T u (dense_pairs_backward, rows[p] for p in p0..p1): sum over p in [p0, p1), in order, of
+    float64(X[r, f]) * w[p] with r = rows[p] (``gathered``) or p; four loads in flight, the sum
+    still in p order. ``rows`` is not read when not gathered."""
+
+    def rows_column_sum(X, rows, w, p0, p1, f):
+        acc = 0.0
+        p = p0
+        while p + 4 <= p1:
+            if gathered:
+                x0 = numba.float64(X[rows[p], f])
+                x1 = numba.float64(X[rows[p + 1], f])
+                x2 = numba.float64(X[rows[p + 2], f])
+                x3 = numba.float64(X[rows[p + 3], f])
+            else:
+                x0 = numba.float64(X[p, f])
+                x1 = numba.float64(X[p + 1, f])
+                x2 = numba.float64(X[p + 2, f])
+                x3 = numba.float64(X[p + 3, f])
+            acc += x0 * w[p]
+            acc += x1 * w[p + 1]
+            acc += x2 * w[p + 2]
+            acc += x3 * w[p + 3]
+            p += 4
+        while p < p1:
+            if gathered:
+                x = numba.float64(X[rows[p], f])
+            else:
+                x = numba.float64(X[p, f])
+            acc += x * w[p]
+            p += 1
+        return acc
+
+    return rows_column_sum
+
+
+rows_column_sum_dev = cuda.jit(device=True, inline=True)(_make_rows_column_sum(False))
+gathered_column_sum_dev = cuda.jit(device=True, inline=True)(_make_rows_column_sum(True))
 _is_active_cpu = numba.njit(cache=True, inline="always")(_is_active)
 
 
@@ -298,75 +343,70 @@ def scaled_add_cpu(A, scale, B, out):
 
 
 # ----------------------------------------------------------------------------- CUDA kernels
-@kernel_cache
-def gemm_kernel(splits: int):
+@cuda.jit
+def gemm(A, B, cols, partial):
     """partial[z, r, cols[jj]] = sum over k in chunk z of float64(A[r, k]) * B[k, cols[jj]].
 
     Grid (ceil(M / 64), ceil(len(cols) / 64), splits), block (16, 16): thread (tx, ty) owns rows
-    ty + 16 a and columns tx + 16 b (a, b < 4) of the block's 64 x 64 tile; chunk z covers
-    inner indices [z ceil(K / splits), ...). Per slab of 16 inner indices the block stages A
-    (converted to float64) and B in shared memory (16 KiB), a syncthreads after staging and after
-    use. Every output is summed over its chunk in order: deterministic.
+    ty + 16 a and columns tx + 16 b (a, b < 4) of the block's 64 x 64 tile; chunk z of the
+    gridDim.z = splits chunks covers inner indices [z ceil(K / splits), ...) (the split count is
+    the grid's, not compiled in: one kernel for every shape). Per slab of 16 inner indices the
+    block stages A (converted to float64) and B in shared memory (16 KiB), a syncthreads after
+    staging and after use. Every output is summed over its chunk in order: deterministic.
     """
-    T = GEMM_TILE
-    S = GEMM_SLAB
-
-    @cuda.jit
-    def gemm(A, B, cols, partial):
-        As = cuda.shared.array((S, T), numba.float64)
-        Bs = cuda.shared.array((S, T), numba.float64)
-        acc = cuda.local.array((4, 4), numba.float64)
-        tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
-        tid = ty * 16 + tx
-        M = A.shape[0]
-        K = A.shape[1]
-        nc = cols.shape[0]
-        r0 = cuda.blockIdx.x * T
-        c0 = cuda.blockIdx.y * T
-        z = cuda.blockIdx.z
-        chunk = (K + splits - 1) // splits
-        k_begin = z * chunk
-        k_end = min(K, k_begin + chunk)
-        for a in range(4):
+    As = cuda.shared.array((GEMM_SLAB, GEMM_TILE), numba.float64)
+    Bs = cuda.shared.array((GEMM_SLAB, GEMM_TILE), numba.float64)
+    acc = cuda.local.array((4, 4), numba.float64)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    tid = ty * 16 + tx
+    M = A.shape[0]
+    K = A.shape[1]
+    nc = cols.shape[0]
+    r0 = cuda.blockIdx.x * GEMM_TILE
+    c0 = cuda.blockIdx.y * GEMM_TILE
+    z = cuda.blockIdx.z
+    splits = cuda.gridDim.z
+    chunk = (K + splits - 1) // splits
+    k_begin = z * chunk
+    k_end = min(K, k_begin + chunk)
+    for a in range(4):
+        for b in range(4):
+            acc[a, b] = 0.0
+    for k0 in range(k_begin, k_end, GEMM_SLAB):
+        for e in range(tid, GEMM_SLAB * GEMM_TILE, 256):
+            rr = e // GEMM_SLAB
+            kk = e % GEMM_SLAB
+            v = 0.0
+            if r0 + rr < M and k0 + kk < k_end:
+                v = numba.float64(A[r0 + rr, k0 + kk])
+            As[kk, rr] = v
+            kk2 = e // GEMM_TILE
+            jj = e % GEMM_TILE
+            w = 0.0
+            if c0 + jj < nc and k0 + kk2 < k_end:
+                w = B[k0 + kk2, cols[c0 + jj]]
+            Bs[kk2, jj] = w
+        cuda.syncthreads()  # slab staged
+        for kk in range(GEMM_SLAB):
+            b0 = Bs[kk, tx]  # the thread's four B values in registers: 8 shared loads per 16 FMAs
+            b1 = Bs[kk, tx + 16]
+            b2 = Bs[kk, tx + 32]
+            b3 = Bs[kk, tx + 48]
+            for a in range(4):
+                x = As[kk, ty + 16 * a]
+                acc[a, 0] += x * b0
+                acc[a, 1] += x * b1
+                acc[a, 2] += x * b2
+                acc[a, 3] += x * b3
+        cuda.syncthreads()  # slab used before the next one overwrites it
+    for a in range(4):
+        r = r0 + ty + 16 * a
+        if r < M:
             for b in range(4):
-                acc[a, b] = 0.0
-        for k0 in range(k_begin, k_end, S):
-            for e in range(tid, S * T, 256):
-                rr = e // S
-                kk = e % S
-                v = 0.0
-                if r0 + rr < M and k0 + kk < k_end:
-                    v = numba.float64(A[r0 + rr, k0 + kk])
-                As[kk, rr] = v
-                kk2 = e // T
-                jj = e % T
-                w = 0.0
-                if c0 + jj < nc and k0 + kk2 < k_end:
-                    w = B[k0 + kk2, cols[c0 + jj]]
-                Bs[kk2, jj] = w
-            cuda.syncthreads()  # slab staged
-            for kk in range(S):
-                b0 = Bs[kk, tx]  # the thread's four B values in registers: 8 shared loads per 16 FMAs
-                b1 = Bs[kk, tx + 16]
-                b2 = Bs[kk, tx + 32]
-                b3 = Bs[kk, tx + 48]
-                for a in range(4):
-                    x = As[kk, ty + 16 * a]
-                    acc[a, 0] += x * b0
-                    acc[a, 1] += x * b1
-                    acc[a, 2] += x * b2
-                    acc[a, 3] += x * b3
-            cuda.syncthreads()  # slab used before the next one overwrites it
-        for a in range(4):
-            r = r0 + ty + 16 * a
-            if r < M:
-                for b in range(4):
-                    jj = c0 + tx + 16 * b
-                    if jj < nc:
-                        partial[z, r, cols[jj]] = acc[a, b]
-
-    return gemm
+                jj = c0 + tx + 16 * b
+                if jj < nc:
+                    partial[z, r, cols[jj]] = acc[a, b]
 
 
 @cuda.jit
@@ -436,37 +476,119 @@ def hinge_loss_kernel():
 
 
 @kernel_cache
-def hinge_residual_kernel():
-    """U[i, cols[jj]] = z - y where active, else 0: thread per (jj, i), 2-d grid (x: jj), rows grid-stride."""
-    terms, _active = _device_functions()
+def hinge_rows_kernel():
+    """Per element (row i, column c = cols[jj]) of the active set: ``mode`` 0 writes the gradient
+    residual V[i, c] = z - y where active, else 0; ``mode`` 1 zeroes V[i, c] in place where the row
+    is not active (the Hessian's X_I V). Thread per (jj, i), 2-d grid (x: jj), rows grid-stride."""
+    terms, active = _device_functions()
 
     @cuda.jit
-    def hinge_residual(Z, labels, folds, cls, group, cols, U):
+    def hinge_rows(Z, labels, folds, cls, group, cols, V, mode):
         jj, i0 = cuda.grid(2)
         if jj < cols.shape[0]:
             c = cols[jj]
             for i in range(i0, Z.shape[0], cuda.gridsize(2)[1]):
-                _l, res = terms(Z[i, c], labels[i], folds[i], cls[c], group[c])
-                U[i, c] = res
+                if mode == 0:
+                    _l, res = terms(Z[i, c], labels[i], folds[i], cls[c], group[c])
+                    V[i, c] = res
+                elif not active(Z[i, c], labels[i], folds[i], cls[c], group[c]):
+                    V[i, c] = 0.0
 
-    return hinge_residual
+    return hinge_rows
 
 
 @kernel_cache
-def hinge_mask_kernel():
-    """V[i, cols[jj]] = 0 where the row is not active for the column (in place)."""
+def active_pairs_kernels():
+    """(count, fill): the active (row, column) pairs of every column of Z, as active_pairs_cpu.
+    count: counts[j + 1] = rows active for column j; fill: rows[ptr[j] ...] = those rows,
+    ascending. Thread per column (grid 1-d over the k columns; lanes read consecutive columns of
+    a row: coalesced), rows in order."""
     _terms, active = _device_functions()
 
     @cuda.jit
-    def hinge_mask(Z, labels, folds, cls, group, cols, V):
-        jj, i0 = cuda.grid(2)
-        if jj < cols.shape[0]:
-            c = cols[jj]
-            for i in range(i0, Z.shape[0], cuda.gridsize(2)[1]):
-                if not active(Z[i, c], labels[i], folds[i], cls[c], group[c]):
-                    V[i, c] = 0.0
+    def active_count(Z, labels, folds, cls, group, counts):
+        j = cuda.grid(1)
+        if j < Z.shape[1]:
+            c = 0
+            for i in range(Z.shape[0]):
+                if active(Z[i, j], labels[i], folds[i], cls[j], group[j]):
+                    c += 1
+            counts[j + 1] = c
 
-    return hinge_mask
+    @cuda.jit
+    def active_fill(Z, labels, folds, cls, group, ptr, rows):
+        j = cuda.grid(1)
+        if j < Z.shape[1]:
+            p = ptr[j]
+            for i in range(Z.shape[0]):
+                if active(Z[i, j], labels[i], folds[i], cls[j], group[j]):
+                    rows[p] = i
+                    p += 1
+
+    return active_count, active_fill
+
+
+PAIR_LANES = 8  # lanes per pair of dense_pairs_forward: lane t sums the features c = t mod 8
+PAIRS_PER_BLOCK = 32
+PAIR_THREADS = PAIR_LANES * PAIRS_PER_BLOCK  # 256 threads per block of dense_pairs_forward
+
+
+@cuda.jit
+def dense_pairs_forward(X, D, ptr, rows, cols, vals):
+    """vals[p] = X[rows[p], :] . D[:, c] for the pairs p of column c = cols[blockIdx.y]: X_I d.
+
+    The structure of dense_pairs_forward_cpu, bit for bit but for fused multiply-adds: eight lanes
+    per pair, lane t sums the features c0 + t (c0 = 0, 8, ..) in order into shared memory (2 KiB),
+    one syncthreads (reached by every thread), then lane 0 adds the eight sums
+    ((0+1)+(2+3))+((4+5)+(6+7)) and the last m % 8 features in order. Block of 256 threads: 32
+    pairs (pair blockIdx.x * 32 + tid // 8 of the column). X (n, m) float32, D (m, k) float64, ptr (k + 1,) int64, rows int32,
+    vals float64 (one per pair of the whole structure)."""
+    buf = cuda.shared.array(PAIR_THREADS, numba.float64)
+    c = cols[cuda.blockIdx.y]
+    tid = cuda.threadIdx.x
+    lane = tid % PAIR_LANES
+    p = ptr[c] + cuda.blockIdx.x * PAIRS_PER_BLOCK + tid // PAIR_LANES
+    end = ptr[c + 1]
+    m = X.shape[1]
+    m8 = m - m % PAIR_LANES
+    acc = 0.0
+    r = 0
+    if p < end:
+        r = rows[p]
+        for c0 in range(0, m8, PAIR_LANES):
+            acc += numba.float64(X[r, c0 + lane]) * D[c0 + lane, c]
+    buf[tid] = acc
+    cuda.syncthreads()  # the eight lane sums of every pair written
+    if lane == 0 and p < end:
+        acc = (((buf[tid] + buf[tid + 1]) + (buf[tid + 2] + buf[tid + 3]))
+               + ((buf[tid + 4] + buf[tid + 5]) + (buf[tid + 6] + buf[tid + 7])))
+        for f in range(m8, m):
+            acc += numba.float64(X[r, f]) * D[f, c]
+        vals[p] = acc
+
+
+@cuda.jit
+def dense_pairs_backward(X, ptr, rows, vals, cols, out):
+    """out[f, c] = sum over the pairs p of column c = cols[blockIdx.y], in order, of
+    vals[p] * X[rows[p], f]: X_I^T u (dense_pairs_backward_cpu's order). Thread per feature f
+    (grid x over features; a warp reads 32 consecutive features of one row: coalesced); the sum
+    is gathered_column_sum_dev, RankSVM's X^T u item (four loads in flight, pair order)."""
+    f = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    c = cols[cuda.blockIdx.y]
+    if f < X.shape[1]:
+        out[f, c] = gathered_column_sum_dev(X, rows, vals, ptr[c], ptr[c + 1], f)
+
+
+@cuda.jit
+def pair_residual(Z, labels, cls, ptr, rows, cols, vals):
+    """vals[p] = z - y for the pairs p of column c = cols[blockIdx.y] (all active: the gradient's
+    residual); thread per pair, 256 pairs per block along x."""
+    c = cols[cuda.blockIdx.y]
+    p = ptr[c] + cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    if p < ptr[c + 1]:
+        r = rows[p]
+        y = 1.0 if labels[r] == cls[c] else -1.0
+        vals[p] = Z[r, c] - y
 
 
 @cuda.jit
@@ -506,16 +628,17 @@ def column_sum(partial, out):
 
 
 @cuda.jit
-def column_combine(a, X, b, Y, mask, out):
-    """out[i, j] = a[j] X[i, j] + b[j] Y[i, j] on the columns with mask[j] != 0; a side whose
-    coefficient is 0 is not read (so uninitialised memory never enters a result). TRON's column
-    algebra: axpy (a = alpha, b = 1, out = Y), xpby (a = 1, b = beta, out = Y), select and copy
-    (a = 1, b = 0), negation (a = -1), zero-fill (a = b = 0), sum (a = b = 1). Thread per (j, i),
-    2-d grid (x: j), rows grid-stride."""
+def column_combine(coef, X, Y, out):
+    """out[i, j] = a[j] X[i, j] + b[j] Y[i, j] on the columns with mask[j] != 0, where coef (3, k)
+    float64 holds the rows a, b, mask (one small upload per update); a side whose coefficient is 0
+    is not read (so uninitialised memory never enters a result). TRON's column algebra: axpy
+    (a = alpha, b = 1, out = Y), xpby (a = 1, b = beta, out = Y), select and copy (a = 1, b = 0),
+    negation (a = -1), zero-fill (a = b = 0), sum (a = b = 1). Thread per (j, i), 2-d grid (x: j),
+    rows grid-stride."""
     j, i0 = cuda.grid(2)
-    if j < out.shape[1] and mask[j]:
-        aj = a[j]
-        bj = b[j]
+    if j < out.shape[1] and coef[2, j] != 0.0:
+        aj = coef[0, j]
+        bj = coef[1, j]
         for i in range(i0, out.shape[0], cuda.gridsize(2)[1]):
             v = 0.0
             if aj != 0.0:
@@ -543,15 +666,20 @@ def ptx_kernels():
     i64 = "int64[::1]"
     hinge = f"({f64_2}, {i32}, {i32}, {i32}, {i32}, {i64}, {f64_2})"
     return [
-        ("gemm", gemm_kernel(4), f"void(float32[:, ::1], {f64_2}, {i64}, float64[:, :, ::1])"),
+        ("gemm", gemm, f"void(float32[:, ::1], {f64_2}, {i64}, float64[:, :, ::1])"),
         ("split_reduce", split_reduce, f"void(float64[:, :, ::1], {i64}, {f64_2})"),
         ("spmm", spmm, f"void({i64}, {i32}, float32[::1], {f64_2}, {i64}, {f64_2})"),
         ("hinge_loss", hinge_loss_kernel(), f"void{hinge}"),
-        ("hinge_residual", hinge_residual_kernel(), f"void{hinge}"),
-        ("hinge_mask", hinge_mask_kernel(), f"void{hinge}"),
+        ("hinge_rows", hinge_rows_kernel(), f"void({f64_2}, {i32}, {i32}, {i32}, {i32}, {i64}, {f64_2}, int64)"),
+        ("active_count", active_pairs_kernels()[0], f"void({f64_2}, {i32}, {i32}, {i32}, {i32}, int64[::1])"),
+        ("active_fill", active_pairs_kernels()[1], f"void({f64_2}, {i32}, {i32}, {i32}, {i32}, {i64}, {i32})"),
+        ("dense_pairs_forward", dense_pairs_forward,
+         f"void(float32[:, ::1], {f64_2}, {i64}, {i32}, {i64}, float64[::1])"),
+        ("dense_pairs_backward", dense_pairs_backward,
+         f"void(float32[:, ::1], {i64}, {i32}, float64[::1], {i64}, {f64_2})"),
+        ("pair_residual", pair_residual, f"void({f64_2}, {i32}, {i32}, {i64}, {i32}, {i64}, float64[::1])"),
         ("col_dots", col_dots, f"void({f64_2}, {f64_2}, {f64_2})"),
         ("column_sum", column_sum, f"void({f64_2}, float64[::1])"),
-        ("column_combine", column_combine,
-         f"void(float64[::1], {f64_2}, float64[::1], {f64_2}, int8[::1], {f64_2})"),
+        ("column_combine", column_combine, f"void({f64_2}, {f64_2}, {f64_2}, {f64_2})"),
         ("scaled_add", scaled_add, f"void({f64_2}, float64[::1], {f64_2}, {i64}, {f64_2})"),
     ]

@@ -13,6 +13,7 @@ import numba
 from numba import cuda
 
 from ._factory import kernel_cache
+from .linear_svm import rows_column_sum_dev
 from .primitives import (block_inclusive_scan2_dev, block_inclusive_scan_dev, block_tree_sum_dev,
                          sort_pairs_ascending_dev)
 from .ranksvm import eval_row, make_items
@@ -25,9 +26,10 @@ def dense_rmatvec_partial(Xd, u, rows_per_block, partial):
     """partial[c, b] = sum_{r in block b's rows} float64(Xd[r, c]) * u[r].
 
     Block b takes rows [b*rows_per_block, (b+1)*rows_per_block); thread tid takes columns
-    tid, tid + blockDim, ... and sums its rows in order (four loads in flight per step, the sum
-    still in row order). A warp reads 32 consecutive columns of one row: coalesced. No shared
-    memory, no synchronisation. Xd (rows, cols) float32, u (rows,) float64,
+    tid, tid + blockDim, ... and sums its rows in order (linear_svm.rows_column_sum_dev, the item
+    the SVM's active-pair X_I^T u shares: four loads in flight, the sum still in row order). A
+    warp reads 32 consecutive columns of one row: coalesced. No shared memory, no
+    synchronisation. Xd (rows, cols) float32, u (rows,) float64,
     partial (cols, n_blocks) float64.
     """
     b = cuda.blockIdx.x
@@ -36,22 +38,7 @@ def dense_rmatvec_partial(Xd, u, rows_per_block, partial):
     r0 = numba.int64(b) * rows_per_block
     r1 = min(n_rows, r0 + rows_per_block)
     for c in range(cuda.threadIdx.x, n_cols, cuda.blockDim.x):
-        acc = 0.0
-        r = r0
-        while r + 4 <= r1:
-            x0 = numba.float64(Xd[r, c])
-            x1 = numba.float64(Xd[r + 1, c])
-            x2 = numba.float64(Xd[r + 2, c])
-            x3 = numba.float64(Xd[r + 3, c])
-            acc += x0 * u[r]
-            acc += x1 * u[r + 1]
-            acc += x2 * u[r + 2]
-            acc += x3 * u[r + 3]
-            r += 4
-        while r < r1:
-            acc += numba.float64(Xd[r, c]) * u[r]
-            r += 1
-        partial[c, b] = acc
+        partial[c, b] = rows_column_sum_dev(Xd, u, u, r0, r1, c)
 
 
 @cuda.jit

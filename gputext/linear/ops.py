@@ -18,6 +18,7 @@ import numpy as np
 
 from ..io.corpus import csr_arrays
 from ..kernels import linear_svm as K
+from ..rank.ops import cpu_threads_limited
 from ..rank.tron import HostSpace
 from .problem import Blocks, Columns
 
@@ -30,21 +31,29 @@ def _all(cols, k: int) -> np.ndarray:
 
 class CpuColumnSpace(HostSpace):
     """TRON's column algebra on host (n, k) float64 arrays with numba parallel loops: HostSpace
-    (gputext.rank.tron) with its dot and masked updates replaced."""
+    (gputext.rank.tron) with its dot and masked updates replaced. Each runs with the threads its
+    size earns (gputext.rank.ops.cpu_threads_limited): a TRON vector of 20NG's meta-features
+    (1,841 x 120) is a fraction of a millisecond of work, and a parallel region on the loaded
+    2-core VM cost 13-26 ms per call (cProfile, 2026-11-25: col_dots_cpu 26 ms, masked_axpy_cpu
+    13 ms, a third of a meta-features fit). The sums' order does not depend on the threads."""
 
     def dot(self, a, b) -> np.ndarray:
         out = np.empty(a.shape[1])
-        K.col_dots_cpu(a, b, np.empty((DOT_PARTS, a.shape[1])), out)
+        with cpu_threads_limited(a.size):
+            K.col_dots_cpu(a, b, np.empty((DOT_PARTS, a.shape[1])), out)
         return out
 
     def axpy(self, alpha, x, y, mask) -> None:
-        K.masked_axpy_cpu(np.ascontiguousarray(alpha, np.float64), x, y, mask.astype(np.int8))
+        with cpu_threads_limited(y.size):
+            K.masked_axpy_cpu(np.ascontiguousarray(alpha, np.float64), x, y, mask.astype(np.int8))
 
     def xpby(self, x, beta, y, mask) -> None:
-        K.masked_xpby_cpu(x, np.ascontiguousarray(beta, np.float64), y, mask.astype(np.int8))
+        with cpu_threads_limited(y.size):
+            K.masked_xpby_cpu(x, np.ascontiguousarray(beta, np.float64), y, mask.astype(np.int8))
 
     def select(self, dst, src, mask) -> None:
-        K.masked_select_cpu(dst, src, mask.astype(np.int8))
+        with cpu_threads_limited(dst.size):
+            K.masked_select_cpu(dst, src, mask.astype(np.int8))
 
     def to_host(self, a) -> np.ndarray:
         return a
@@ -152,12 +161,14 @@ class CpuSvmOps:
         return loss
 
     def accept(self, mask) -> None:
-        K.masked_select_cpu(self.Z, self.Z_trial, np.asarray(mask, np.int8))
+        with cpu_threads_limited(self.Z.size):
+            K.masked_select_cpu(self.Z, self.Z_trial, np.asarray(mask, np.int8))
         self.generation += 1
 
     def _finish(self, A, scale, cols, T, out) -> None:
         part = np.empty_like(T)
-        K.scaled_add_cpu(np.ascontiguousarray(A[:, cols]), np.ascontiguousarray(scale[cols]), T, part)
+        with cpu_threads_limited(T.size):
+            K.scaled_add_cpu(np.ascontiguousarray(A[:, cols]), np.ascontiguousarray(scale[cols]), T, part)
         out[:, cols] = part
 
     def _pairs(self, cols):
