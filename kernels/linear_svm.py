@@ -46,6 +46,7 @@ import numpy as np
 from numba import cuda, prange
 
 from ._factory import kernel_cache
+from .primitives import block_inclusive_scan_dev
 
 GEMM_TILE = 64  # output rows and columns per block (16 x 16 threads, 4 x 4 each)
 GEMM_SLAB = 16  # inner-dimension slab staged in shared memory
@@ -497,33 +498,49 @@ def hinge_rows_kernel():
     return hinge_rows
 
 
+ACTIVE_THREADS = 128  # threads per column of the pair-structure kernels
+
+
 @kernel_cache
 def active_pairs_kernels():
     """(count, fill): the active (row, column) pairs of every column of Z, as active_pairs_cpu.
-    count: counts[j + 1] = rows active for column j; fill: rows[ptr[j] ...] = those rows,
-    ascending. Thread per column (grid 1-d over the k columns; lanes read consecutive columns of
-    a row: coalesced), rows in order."""
+    Block per column j (grid k), ACTIVE_THREADS threads over the rows in chunks of that many.
+    count: counts[j + 1] = rows active for column j (per-thread counts, one block scan for the
+    total); fill: rows[ptr[j] ...] = those rows ascending (per chunk a block inclusive scan of the
+    active flags gives each active row its place; kernels.primitives.block_inclusive_scan_dev,
+    its syncthreads reached by every thread). Shared: ACTIVE_THREADS int64."""
     _terms, active = _device_functions()
+    T = ACTIVE_THREADS
 
     @cuda.jit
     def active_count(Z, labels, folds, cls, group, counts):
-        j = cuda.grid(1)
-        if j < Z.shape[1]:
-            c = 0
-            for i in range(Z.shape[0]):
-                if active(Z[i, j], labels[i], folds[i], cls[j], group[j]):
-                    c += 1
-            counts[j + 1] = c
+        buf = cuda.shared.array(T, numba.int64)
+        j = cuda.blockIdx.x
+        tid = cuda.threadIdx.x
+        c = 0
+        for i in range(tid, Z.shape[0], T):
+            if active(Z[i, j], labels[i], folds[i], cls[j], group[j]):
+                c += 1
+        _mine, total = block_inclusive_scan_dev(buf, c, tid, T)
+        if tid == 0:
+            counts[j + 1] = total
 
     @cuda.jit
     def active_fill(Z, labels, folds, cls, group, ptr, rows):
-        j = cuda.grid(1)
-        if j < Z.shape[1]:
-            p = ptr[j]
-            for i in range(Z.shape[0]):
+        buf = cuda.shared.array(T, numba.int64)
+        j = cuda.blockIdx.x
+        tid = cuda.threadIdx.x
+        base = ptr[j]
+        for i0 in range(0, Z.shape[0], T):
+            i = i0 + tid
+            flag = 0
+            if i < Z.shape[0]:
                 if active(Z[i, j], labels[i], folds[i], cls[j], group[j]):
-                    rows[p] = i
-                    p += 1
+                    flag = 1
+            mine, total = block_inclusive_scan_dev(buf, flag, tid, T)
+            if flag:
+                rows[base + mine - 1] = i
+            base += total
 
     return active_count, active_fill
 

@@ -324,12 +324,12 @@ class CudaSvmOps:
         accepted point: count per column, one read-back for the offsets, fill."""
         if self.pairs_generation == self.generation:
             return
-        grid = -(-self.k // 128)
-        self.run.launch(self.k_count, grid, 128, self.Z, *self._hinge_args(), self.d_counts)
+        threads = K.ACTIVE_THREADS
+        self.run.launch(self.k_count, self.k, threads, self.Z, *self._hinge_args(), self.d_counts)
         counts = self.run.read(self.d_counts)
         ptr = np.cumsum(counts)
         self.d_ptr.copy_to_device(ptr)
-        self.run.launch(self.k_fill, grid, 128, self.Z, *self._hinge_args(), self.d_ptr, self.d_rows)
+        self.run.launch(self.k_fill, self.k, threads, self.Z, *self._hinge_args(), self.d_ptr, self.d_rows)
         self.pair_counts = counts[1:]
         self.pairs_generation = self.generation
         self.pairs_built += 1
