@@ -30,9 +30,9 @@ from numba import cuda, prange
 from ._factory import kernel_cache
 from .geometry import next_pow2
 from .metrics import COSINE, DOT
-from .primitives import block_exclusive_scan_dev, last_le_dev, lower_bound_cpu
+from .primitives import lower_bound_cpu, make_chunk_walk
 from .scoring import contribution_cpu, contribution_dev, score_key_cpu, score_key_dev
-from .select import offer_cpu, select_cap, select_top_keys
+from .select import make_segment_keys, offer_cpu, select_cap, select_top_keys
 
 
 # ----------------------------------------------------------------------------- per-item functions
@@ -61,6 +61,28 @@ posting_value_dev = cuda.jit(device=True, inline=True)(_make_posting_value(contr
 block_range_cpu = numba.njit(inline="always")(_make_block_range(lower_bound_cpu))
 block_range_dev = cuda.jit(device=True, inline=True)(_make_block_range(cuda.jit(device=True, inline=True)(
     lower_bound_cpu.py_func)))
+
+
+@cuda.jit(device=True, inline=True)
+def _add_posting(i, r, ctx):
+    """Posting r of the chunk's entry i into the shared accumulator of its query row: a shared-memory
+    atomic add of posting_value (int64 fixed point: exact and order-free).
+    ctx = (acc, e_row, e_w, e_scale, post_doc, post_w, d_lo, metric)."""
+    acc, e_row, e_w, e_scale, post_doc, post_w, d_lo, metric = ctx
+    cuda.atomic.add(acc, e_row[i] + (post_doc[r] - d_lo), posting_value_dev(metric, e_w[i], post_w[r], e_scale[i]))
+
+
+_accumulate_chunk = make_chunk_walk(_add_posting)
+
+
+@cuda.jit(device=True, inline=True)
+def _document_key(loc, d, ctx):
+    """score_key of document d (accumulator row0 + loc). ctx = (acc, row0, metric, scale, qnorm, dn)."""
+    acc, row0, metric, sc, qnorm, dn = ctx
+    return score_key_dev(metric, acc[row0 + loc], sc, qnorm, dn[d])
+
+
+_segment_keys = make_segment_keys(_document_key)
 
 
 # ----------------------------------------------------------------------------- geometry
@@ -128,7 +150,7 @@ def blocked_topk_kernel(block: int, items: int, tile: int, cap: int, counting: b
     finds the range of its term's postings inside the document block (block_range_dev: two
     binary searches), and the ranges' lengths go through a block exclusive scan (t_off). The
     chunk's postings are then split evenly: thread tid takes positions tid, tid + block, ...
-    (binary search in t_off once, then walking forward) and adds posting_value into
+    (binary search in t_off once, then walking forward: primitives.make_chunk_walk) and adds posting_value into
     acc[row(query) + doc - d_lo] with a shared-memory atomic (exact, order-free). A syncthreads
     separates the chunks.
     Selection, per query of the tile: keys (score_key of the accumulator; -inf for the query's own
@@ -141,9 +163,11 @@ def blocked_topk_kernel(block: int, items: int, tile: int, cap: int, counting: b
     term_ptr int64, post_doc int32 (sorted within lists), post_w float32; dn float64 (n_docs,);
     seg_ids int32 (n_tiles, n_probe or 0); theta float64 (n_q, 1, k); term_row int32 (n_terms,),
     bmax float32 (rows, n_bound), dn_min float64 (n_bound,) (engine.blocked.bound_tables); counts
-    int64 (2,). Shared: shared_bytes(block, items, tile, cap). One fused kernel over 120 lines:
-    the accumulators live in shared memory for the block's lifetime only, so bound, accumulation
-    and selection cannot be split into kernels without writing them to global memory.
+    int64 (2,). Shared: shared_bytes(block, items, tile, cap). One fused kernel: the accumulators
+    live in shared memory for the block's lifetime only, so bound, accumulation and selection
+    cannot be split into kernels without writing them to global memory; the per-posting and
+    per-document work are inlined device functions (_add_posting through primitives.make_chunk_walk,
+    _document_key through select.make_segment_keys, shared with the grouped kernel).
     """
     seg_len = block * items
     acc_len = tile * seg_len
@@ -218,22 +242,9 @@ def blocked_topk_kernel(block: int, items: int, tile: int, cap: int, counting: b
                     scored += cnt
                 else:
                     skipped += last - first
-            t_off[tid] = cnt
-            total = block_exclusive_scan_dev(t_off, tid, block)  # synchronises; t_off now exclusive
-            if tid == 0:
-                t_off[block] = total
-            cuda.syncthreads()  # t_off[block] visible
-            p = tid
-            if p < total:
-                i = last_le_dev(t_off, 0, block, p)
-                while p < total:
-                    while t_off[i + 1] <= p:
-                        i += 1
-                    r = e_start[i] + (p - t_off[i])
-                    loc = e_row[i] + (post_doc[r] - d_lo)
-                    cuda.atomic.add(acc, loc, posting_value_dev(metric, e_w[i], post_w[r], e_scale[i]))
-                    p += block
-            cuda.syncthreads()  # chunk done before e_* / t_off are rewritten
+            # synchronises after the offsets and at the end (e_* / t_off are rewritten next chunk)
+            _accumulate_chunk(cnt, e_start, t_off, tid, block,
+                              (acc, e_row, e_w, e_scale, post_doc, post_w, d_lo, metric))
         if scored:
             cuda.atomic.add(counts, 0, scored)
         if skipped:
@@ -245,19 +256,8 @@ def blocked_topk_kernel(block: int, items: int, tile: int, cap: int, counting: b
                     out_doc[q, c, j] = -1
                     out_key[q, c, j] = -math.inf
                 continue
-            sc = qinfo[q, 0]
-            qnorm = qinfo[q, 1]
-            me = numba.int64(qinfo[q, 2])
-            best = -math.inf
-            for i in range(n_items):
-                loc = i * block + tid
-                d = d_lo + loc
-                key = -math.inf
-                if d < d_hi and d != me:
-                    key = score_key_dev(metric, acc[b * seg_len + loc], sc, qnorm, dn[d])
-                keys[loc] = key
-                if key > best:
-                    best = key
+            best = _segment_keys(keys, n_items, d_lo, d_hi, numba.int64(qinfo[q, 2]), tid, block,
+                                 (acc, b * seg_len, metric, qinfo[q, 0], qinfo[q, 1], dn))
             select_top_keys(keys, n_items, best, d_lo, k, cap, tmax, cand_key, cand_doc, counter, t_off,
                                      tid, block, counting)
             for j in range(tid, k, block):

@@ -30,9 +30,10 @@ from numba import cuda, prange
 
 from ._factory import jit_kernel, kernel_cache
 from .metrics import COSINE, DOT, L1
-from .primitives import block_exclusive_scan_dev, last_le_dev, lower_bound_dev
+from .primitives import lower_bound_dev, make_chunk_walk
 from .scoring import contribution_cpu, contribution_dev, score_key_cpu, score_key_dev
-from .select import fit_geometry, merge_sorted_lists, offer_cpu, select_top_keys, topk_scratch, write_first_k
+from .select import (fit_geometry, make_segment_keys, merge_sorted_lists, offer_cpu, select_top_keys, topk_scratch,
+                     write_first_k)
 
 
 def _accumulators(metrics):
@@ -166,27 +167,36 @@ def _segment_postings(t, s, seg_lo, seg_hi, use_table, seg_table, term_ptr, post
 
 
 @cuda.jit(device=True, inline=True)
-def _add_chunk(t_start, t_w, t_off, total, post_doc, post_w, seg_lo, need_dot, need_l1, s_dot, s_l1, acc_dot,
-               acc_l1, tid, block):
-    """One chunk of a query's terms (term i of the chunk: postings t_start[i] .., weight t_w[i],
-    exclusive offsets t_off[:block + 1], ``total`` postings): thread tid adds positions tid,
-    tid + block, ... (binary search once, then walking forward) into the shared accumulators with
-    shared-memory atomics."""
-    p = tid
-    if p < total:
-        i = last_le_dev(t_off, 0, block, p)
-        while p < total:
-            while t_off[i + 1] <= p:
-                i += 1
-            r = t_start[i] + (p - t_off[i])
-            d = post_doc[r] - seg_lo
-            w = post_w[r]
-            qw = t_w[i]
-            if need_dot:
-                cuda.atomic.add(acc_dot, d, numba.int64(contribution_dev(DOT, qw, w) * s_dot))
-            if need_l1:
-                cuda.atomic.add(acc_l1, d, numba.int64(contribution_dev(L1, qw, w) * s_l1))
-            p += block
+def _add_grouped_posting(i, r, ctx):
+    """Posting r of the chunk's term i into the shared accumulators (dot and/or L1) with
+    shared-memory atomics (int64 fixed point: exact, order-free).
+    ctx = (t_w, post_doc, post_w, seg_lo, need_dot, need_l1, s_dot, s_l1, acc_dot, acc_l1)."""
+    t_w, post_doc, post_w, seg_lo, need_dot, need_l1, s_dot, s_l1, acc_dot, acc_l1 = ctx
+    d = post_doc[r] - seg_lo
+    w = post_w[r]
+    qw = t_w[i]
+    if need_dot:
+        cuda.atomic.add(acc_dot, d, numba.int64(contribution_dev(DOT, qw, w) * s_dot))
+    if need_l1:
+        cuda.atomic.add(acc_l1, d, numba.int64(contribution_dev(L1, qw, w) * s_l1))
+
+
+_add_chunk = make_chunk_walk(_add_grouped_posting)
+
+
+@cuda.jit(device=True, inline=True)
+def _grouped_key(loc, d, ctx):
+    """score_key of document d for metric m (the L1 or the dot accumulator at loc).
+    ctx = (acc_dot, acc_l1, metric, scale, qnorm, dn, m)."""
+    acc_dot, acc_l1, metric, sc, qnm, dn, m = ctx
+    if metric == L1:
+        v = acc_l1[loc]
+    else:
+        v = acc_dot[loc]
+    return score_key_dev(metric, v, sc, qnm, dn[m, d])
+
+
+_segment_keys = make_segment_keys(_grouped_key)
 
 
 @kernel_cache
@@ -200,10 +210,10 @@ def grouped_topk_kernel(block: int, items: int, cap: int, max_registers: int = 0
     posting list that falls in the segment (seg_table[t, s] .. seg_table[t, s+1], made by
     segment_offsets; or, when seg_table is not (n_terms, n_seg+1), by two binary searches: post_doc
     is sorted within each list, the index's postings as built by build_postings_cpu) and its
-    length goes through a block exclusive scan (t_off). The chunk's postings are then split evenly: thread tid takes
-    positions tid, tid + block, ... (binary search in t_off once, then walking forward) and adds
-    int64(contribution * scale) with shared-memory atomics (exact, order-free). A syncthreads
-    separates the chunks.
+    length goes through a block exclusive scan (t_off). The chunk's postings are then split
+    evenly: thread tid takes positions tid, tid + block, ... (binary search in t_off once, then
+    walking forward: primitives.make_chunk_walk) and adds int64(contribution * scale) with
+    shared-memory atomics (exact, order-free). A syncthreads separates the chunks.
     Selection, per metric m (metrics int64 (n_metrics,)): as select_topk (keys into shared
     float64 keys[block*items], thread maxima sorted, tau = k-th thread maximum, candidates above
     tau by a shared atomic counter, ties at tau in document order by a block scan, bitonic sort),
@@ -263,34 +273,16 @@ def grouped_topk_kernel(block: int, items: int, cap: int, max_registers: int = 0
                 t_start[tid] = first
                 t_w[tid] = q_data[j]
                 cnt = last - first
-            t_off[tid] = cnt
-            total = block_exclusive_scan_dev(t_off, tid, block)  # synchronises; t_off now exclusive
-            if tid == 0:
-                t_off[block] = total
-            cuda.syncthreads()  # t_off[block] visible
-            _add_chunk(t_start, t_w, t_off, total, post_doc, post_w, seg_lo, need_dot, need_l1, s_dot, s_l1,
-                       acc_dot, acc_l1, tid, block)
-            cuda.syncthreads()  # chunk done before t_start / t_off are rewritten
+            # synchronises after the offsets and at the end (t_start / t_off are rewritten next chunk)
+            _add_chunk(cnt, t_start, t_off, tid, block,
+                       (t_w, post_doc, post_w, seg_lo, need_dot, need_l1, s_dot, s_l1, acc_dot, acc_l1))
         for m in range(n_m):
             metric = metrics[m]
             sc = s_dot
             if metric == L1:
                 sc = s_l1
-            qnm = qinfo[q, 3 + m]
-            best = -math.inf
-            for i in range(n_items):
-                loc = i * block + tid
-                d = seg_lo + loc
-                key = -math.inf
-                if d < seg_hi and d != me:
-                    if metric == L1:
-                        v = acc_l1[loc]
-                    else:
-                        v = acc_dot[loc]
-                    key = score_key_dev(metric, v, sc, qnm, dn[m, d])
-                keys[loc] = key
-                if key > best:
-                    best = key
+            best = _segment_keys(keys, n_items, seg_lo, seg_hi, me, tid, block,
+                                 (acc_dot, acc_l1, metric, sc, qinfo[q, 3 + m], dn, m))
             select_top_keys(keys, n_items, best, seg_lo, k, cap, tmax, cand_key, cand_doc, counter, t_off, tid, block,
                              counting)
             write_first_k(out_doc[b, s, m], out_key[b, s, m], cand_doc, cand_key, k, tid, block)

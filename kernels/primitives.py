@@ -39,6 +39,14 @@ on the device and nothing on the CPU, where a twin runs the collective as a bloc
                                   buf[l] += buf[l + width/2], ..., buf[l] += buf[l + 1]; the group's
                                   sum ends in buf[tid - lane] (read it after the final barrier)
 
+Device only:
+
+    make_chunk_walk(visit) -> walk(cnt, start, t_off, tid, block, ctx)   a chunk's positions split
+                                  evenly over the block: each thread brings a segment (cnt
+                                  positions from start[tid]), a block scan gives the offsets, every
+                                  thread visits positions tid, tid + block, ... (blocked and grouped
+                                  top-k accumulate postings so)
+
 A bitonic step compares i with i ^ stride and swaps when the pair is out of order, so on equal
 elements (only possible for keys-only sorts and empty slots) the order does not matter.
 """
@@ -305,3 +313,37 @@ block_exclusive_scan_dev = _dev(_make_block_exclusive_scan(block_inclusive_scan_
 block_exclusive_scan_cpu = _cpu(_make_block_exclusive_scan(block_inclusive_scan_cpu, _no_barrier_cpu))
 block_tree_sum_dev = _dev(_make_block_tree_sum(_sync))
 block_tree_sum_cpu = _cpu(_make_block_tree_sum(_no_barrier_cpu))
+
+
+# ----------------------------------------------------------------------------- device-only: a chunk's balanced walk
+
+def make_chunk_walk(visit):
+    """Device function ``walk(cnt, start, t_off, tid, block, ctx)`` over ``visit`` (a device
+    function ``visit(i, r, ctx)``), called by every thread of a block of ``block`` threads.
+
+    Thread tid brings one segment of a chunk: ``cnt`` positions from ``start[tid]`` (its posting
+    range, say; cnt = 0 for none). The segments' lengths go through a block exclusive scan into
+    t_off (int32, block + 1 entries; t_off[block] = the chunk's total), then the chunk's positions
+    are split evenly: thread tid takes flattened positions p = tid, tid + block, ... < total, finds
+    the segment i holding p by one binary search in t_off (last_le) and then by walking forward,
+    and calls visit(i, start[i] + p - t_off[i], ctx); ctx is a tuple of the caller's arrays and
+    values. Synchronises after the scan (t_off complete) and at the end (start and t_off may be
+    rewritten). Used by the blocked and grouped top-k kernels for their accumulation chunks.
+    """
+    @cuda.jit(device=True, inline=True)
+    def walk(cnt, start, t_off, tid, block, ctx):
+        t_off[tid] = cnt
+        total = block_exclusive_scan_dev(t_off, tid, block)  # synchronises; t_off now exclusive
+        if tid == 0:
+            t_off[block] = total
+        cuda.syncthreads()  # t_off[block] visible
+        p = tid
+        if p < total:
+            i = last_le_dev(t_off, 0, block, p)
+            while p < total:
+                while t_off[i + 1] <= p:
+                    i += 1
+                visit(i, start[i] + (p - t_off[i]), ctx)
+                p += block
+        cuda.syncthreads()  # chunk done before start / t_off are rewritten
+    return walk

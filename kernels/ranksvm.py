@@ -261,6 +261,15 @@ def dense_matvec_cpu(Xd, v, out):
         out[r] = acc
 
 
+@numba.njit(inline="always")
+def _sum_in_order(values):
+    """values[0] + values[1] + ... from 0.0, in index order (float64)."""
+    total = 0.0
+    for x in values:
+        total += x
+    return total
+
+
 @numba.njit(parallel=True, cache=True)
 def dense_rmatvec_cpu(Xd, u, rows_per_block, partial, out):
     """out = Xd^T u: partial (cols, n_blocks) float64 gets each block of ``rows_per_block`` rows'
@@ -277,10 +286,7 @@ def dense_rmatvec_cpu(Xd, u, rows_per_block, partial, out):
         for c in range(n_cols):
             partial[c, b] = acc[c]
     for c in prange(n_cols):
-        total = 0.0
-        for b in range(n_blocks):
-            total += partial[c, b]
-        out[c] = total
+        out[c] = _sum_in_order(partial[c])
 
 
 @numba.njit(parallel=True, cache=True)

@@ -52,9 +52,18 @@ def hess_finish(beta_minus, beta_plus, a, alpha_minus, alpha_plus, u):
 
 @kernel_cache
 def _device_items():
-    """The per-item functions as CUDA device functions (made on first use: tests/test_ptx.py
-    compiles every module-level CUDA dispatcher as a kernel)."""
-    return make_items(lambda fn: cuda.jit(device=True, inline=True)(fn))
+    """The per-item functions as CUDA device functions (made on first use), then ``block_query``:
+    (tid, st, n, base) of the calling thread, its block's query as query_rows gives it (n = -1
+    past the last query), the prologue of every per-query kernel."""
+    items = make_items(lambda fn: cuda.jit(device=True, inline=True)(fn))
+    query_rows = items[0]
+
+    @cuda.jit(device=True, inline=True)
+    def block_query(starts):
+        st, n, base = query_rows(starts, cuda.blockIdx.x)
+        return cuda.threadIdx.x, st, n, base
+
+    return items + (block_query,)
 
 
 @kernel_cache
@@ -201,7 +210,7 @@ def rank_structure_kernel(threads: int, sort_capacity: int):
     steps and inside the scans and the sort; every thread runs the same loop trip counts.
     Arrays as in ``rank_structure_cpu``, plus goff int64 (Q,), gkeys float64, gidx int32.
     """
-    query_rows, position, level_entry, level_scatter, betas, _cs, _ps = _device_items()
+    _q, position, level_entry, level_scatter, betas, _cs, _ps, block_query = _device_items()
     inf = math.inf
 
     @cuda.jit
@@ -210,8 +219,7 @@ def rank_structure_kernel(threads: int, sort_capacity: int):
         skeys = cuda.shared.array(sort_capacity, numba.float64)
         sidx = cuda.shared.array(sort_capacity, numba.int32)
         sbuf = cuda.shared.array(threads, numba.int32)
-        tid = cuda.threadIdx.x
-        st, n, base = query_rows(starts, cuda.blockIdx.x)
+        tid, st, n, base = block_query(starts)
         if n < 0:
             return  # past the last query: the whole block leaves together
         size = 1
@@ -290,15 +298,14 @@ def wavelet_sums_kernel(threads: int):
     out_plus[c, row] = sum over P_row (labels above, positions [0, hi)). A syncthreads before the
     next channel reuses W0/W1. Shared: 2 * threads float64.
     """
-    query_rows, _p, _le, _ls, _b, channel_split, pair_sums = _device_items()
+    _q, _p, _le, _ls, _b, channel_split, pair_sums, block_query = _device_items()
 
     @cuda.jit
     def wavelet_sums(starts, order, vsorted, lo, hi, seqrow, rank0, n_levels, weights, n_plus, W0, W1,
                      out_minus, out_plus):
         buf0 = cuda.shared.array(threads, numba.float64)
         buf1 = cuda.shared.array(threads, numba.float64)
-        tid = cuda.threadIdx.x
-        st, n, base = query_rows(starts, cuda.blockIdx.x)
+        tid, st, n, base = block_query(starts)
         if n < 0:
             return  # past the last query: the whole block leaves together
         for c in range(weights.shape[0]):

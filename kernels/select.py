@@ -7,6 +7,8 @@ CPU twins:
     offer_cpu(key, d, keys, docs, filled, k, larger) -> filled    a running best-k list (insertion)
 Device, block-wide (every thread of the block calls them; shared scratch from the caller):
     topk_scratch(block, cap)  the shared scratch select_top_keys needs
+    make_segment_keys(key_of) the keys of a segment's documents into shared memory (the input
+                              of select_top_keys), each thread its items; returns its maximum
     select_top_keys(...)      the k best of a segment's keys (tau bound from thread maxima,
                               candidates by counter, ties by block scan, sort or counting)
     kth_largest_shared(...), first_k_by_counting(...)  the counting forms used by select_top_keys
@@ -99,6 +101,28 @@ def first_k_by_counting(keys, docs, n, k, tmp_key, tmp_doc, tid, block):
         keys[j] = tmp_key[j]
         docs[j] = tmp_doc[j]
     cuda.syncthreads()  # the first k in order
+
+
+def make_segment_keys(key_of):
+    """Device function ``segment_keys(keys, n_items, d_lo, d_hi, me, tid, block, ctx) -> best``:
+    thread tid writes keys[loc] for its items loc = i * block + tid, i < n_items (float64, shared):
+    key_of(loc, d, ctx) for document d = d_lo + loc when d < d_hi and d != me (the query's own
+    document, or -1), else -inf; returns the largest key it wrote (select_top_keys' ``best``).
+    ctx is a tuple of the caller's arrays and values. No synchronisation."""
+    @cuda.jit(device=True, inline=True)
+    def segment_keys(keys, n_items, d_lo, d_hi, me, tid, block, ctx):
+        best = -math.inf
+        for i in range(n_items):
+            loc = i * block + tid
+            d = d_lo + loc
+            key = -math.inf
+            if d < d_hi and d != me:
+                key = key_of(loc, d, ctx)
+            keys[loc] = key
+            if key > best:
+                best = key
+        return best
+    return segment_keys
 
 
 @cuda.jit(device=True, inline=True)

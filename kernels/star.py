@@ -284,6 +284,21 @@ def accumulate_upper(ptr, cols, weights, row_offset, degree, weight_sum):
 
 
 @numba.njit(parallel=True, cache=True)
+def chunk_offsets(cnt, totals):
+    """A counting sort's offsets, in place: cnt int32 (n_chunks, n), the count of each target j in
+    each chunk t, becomes chunk t's offset within target j (the exclusive prefix over chunks, in
+    chunk order); totals int64 (n,) gets each target's count. One target per prange iteration.
+    Shared by symmetric_csr and gputext.cluster.dclus.host.symmetric_from_owner."""
+    for j in prange(cnt.shape[1]):
+        running = 0
+        for t in range(cnt.shape[0]):
+            c = cnt[t, j]
+            cnt[t, j] = running
+            running += c
+        totals[j] = running
+
+
+@numba.njit(parallel=True, cache=True)
 def symmetric_csr(up_ptr, up_cols, up_weights, degree, n_chunks):
     """Upper-triangle CSR (row v: its neighbours u > v, ascending) -> symmetric CSR, rows sorted.
 
@@ -315,12 +330,7 @@ def symmetric_csr(up_ptr, up_cols, up_weights, degree, n_chunks):
         for v in range(t * step, min(n, (t + 1) * step)):
             for p in range(up_ptr[v], up_ptr[v + 1]):
                 cnt[t, up_cols[p]] += 1
-    for j in prange(n):
-        running = 0
-        for t in range(n_chunks):
-            c = cnt[t, j]
-            cnt[t, j] = running
-            running += c
+    chunk_offsets(cnt, np.empty(n, np.int64))
     for t in prange(n_chunks):
         for v in range(t * step, min(n, (t + 1) * step)):
             for p in range(up_ptr[v], up_ptr[v + 1]):

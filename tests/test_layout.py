@@ -1,4 +1,6 @@
-"""The package's structure: no import circles, and no module importing another's private names.
+"""The package's structure: no import circles, no module importing another's private names, and
+no function over 120 lines (unless its docstring, or its factory's, says why: "over 120 lines: ...")
+or module over 900 lines in gputext/ and kernels/.
 
 Read from the source with ast (nothing is imported): every ``import``/``from ... import`` at any
 level of a module in gputext/, kernels/ (gputext.kernels) and datasets/ (gputext.datasets) is an
@@ -150,3 +152,54 @@ def test_no_private_names_across_modules():
     new = sorted(private - KNOWN)
     assert new == [], "private names used across modules (make them public, or keep them in one module): " + \
         ", ".join(f"{a} uses {b}.{n}" for a, b, n in new)
+
+
+LIMIT_FUNCTION = 120  # lines of a function, its docstring not counted
+LIMIT_MODULE = 900  # lines of a module in gputext/ or kernels/
+WHY = "over 120 lines"  # a longer function's docstring (or its factory's) says why, with these words
+
+
+def long_functions(source: str) -> list[tuple[str, int]]:
+    """(name, lines) of the functions over LIMIT_FUNCTION lines (docstring not counted) whose own
+    docstring and enclosing functions' docstrings do not say why (WHY)."""
+    out = []
+
+    def visit(node, excused):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(child, clean=False) or ""
+                length = child.end_lineno - child.lineno + 1
+                if doc:
+                    length -= child.body[0].end_lineno - child.body[0].lineno + 1
+                says_why = excused or WHY in " ".join(doc.split())
+                if length > LIMIT_FUNCTION and not says_why:
+                    out.append((child.name, length))
+                visit(child, says_why)
+            else:
+                visit(child, excused)
+
+    visit(ast.parse(source), False)
+    return out
+
+
+def test_long_function_finder_finds_a_planted_one():
+    body = "".join(f"    x{i} = {i}\n" for i in range(LIMIT_FUNCTION + 1))  # with its def: 122 lines
+    assert long_functions("def f():\n    '''doc'''\n" + body) == [("f", LIMIT_FUNCTION + 2)]
+    assert long_functions("def f():\n    '''One kernel, over 120 lines: the reason.'''\n" + body) == []
+    nested = "def g():\n    '''A factory over 120\n    lines: the reason.'''\n    def f():\n" + body.replace("    x", "        x")
+    assert long_functions(nested) == []
+    assert long_functions("def f():\n" + "".join(body.splitlines(keepends=True)[:LIMIT_FUNCTION - 1])) == []
+
+
+def test_no_function_over_120_lines_and_no_module_over_900():
+    long, big = [], []
+    for folder in ("gputext", "kernels"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            source = path.read_text()
+            rel = path.relative_to(ROOT)
+            if len(source.splitlines()) > LIMIT_MODULE:
+                big.append(f"{rel} ({len(source.splitlines())} lines)")
+            long += [f"{rel}:{name} ({n} lines)" for name, n in long_functions(source)]
+    assert big == [], "modules over 900 lines: " + ", ".join(big)
+    assert long == [], ("functions over 120 lines whose docstring does not say why (" + WHY + ": ...): "
+                        + ", ".join(long))

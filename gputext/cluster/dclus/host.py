@@ -261,13 +261,7 @@ def symmetric_from_owner(row_start, row_len, idx, w, local_of, n_chunks, with_we
             for p in range(s, s + row_len[k]):
                 cnt[t, local_of[idx[p]]] += 1
     tlen = np.zeros(m, np.int64)
-    for j in prange(m):
-        running = 0
-        for t in range(n_chunks):
-            c = cnt[t, j]
-            cnt[t, j] = running
-            running += c
-        tlen[j] = running
+    kstar.chunk_offsets(cnt, tlen)
     tptr = np.zeros(m + 1, np.int64)
     indptr = np.zeros(m + 1, np.int64)
     for j in range(m):
