@@ -10,7 +10,7 @@ What lives where:
     primitives.py   building blocks, each compiled for the device (``*_dev``) and the CPU
                     (``*_cpu``): the tie comparator (key descending, id ascending), lower bound,
                     float32 ordered bits, bitonic sorts of (key, id) pairs and of keys, block scans,
-                    block tree sums
+                    block tree sums, and (device only) the chunk walk of the blocked and grouped top-k kernels
     select.py       the one selection library: a running best-k list (CPU), block-wide top-k of a
                     segment (sort or counting), the dense kNN's radix block selection
     metrics.py      the one table of metric names and codes (cosine, dot, l2, l1); no numba
