@@ -96,7 +96,11 @@ def classify(train, test, backend, quick):
         res = svm_classify(train, test, features, 30, device=backend)
         wall = time.perf_counter() - t0
         out[features] = {"seconds": wall, "stages": res.seconds, "C": res.info["C"], **res.metrics,
-                         "cv_accuracy": res.info["cv_accuracy"]}
+                         "cv_accuracy": res.info["cv_accuracy"], "tron": res.info.get("tron")}
+        tron = res.info.get("tron") or {}
+        if "hess_products" in tron:
+            row("classify", f"--features {features}: Hessian products / device launches / read-backs",
+                f"{tron['hess_products']} / {tron.get('device_launches', '-')} / {tron.get('device_read_backs', '-')}")
         goal = goals[features]
         row("classify", f"--features {features}: end to end (s)", f"{wall:.2f}",
             (f"goal <= {goal:g} s; " if goal and not quick else "") +

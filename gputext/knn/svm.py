@@ -230,6 +230,8 @@ def svm_classify(train: Corpus, test: Corpus, features: str = "meta", k: int = 3
     res.seconds["total"] = time.perf_counter() - t0
     res.info.update(model="svm", features=features, C=chosen_C, cv_accuracy=cv_scores, k=int(k),
                     backend=backend.name, solver=solver)
+    if getattr(model, "info_", None) is not None:
+        res.info["tron"] = model.info_  # TRON's work: iterations, CG steps, Hessian products, device counters
     if test.labels is not None:
         truth = align_codes(test.labels, categories)
         micro, macro = single_label_f1(truth, res.predicted, len(categories))

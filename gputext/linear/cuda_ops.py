@@ -15,6 +15,14 @@ order; the host waits only where TRON needs numbers (dots, losses: one read-back
   is pending) and forces one wait when it wraps. Column lists are uploaded once per distinct set.
 - Launches: each kernel has one ``Launch`` (raw ``cuLaunchKernel`` on a GPU, numba's dispatcher in
   the simulator); a call rewrites only the arguments that changed, arrays by address.
+- Products: X W for the loss and the scores by GEMM (dense) and CSR rows (sparse) over every row.
+  A dense block alone (the meta-features) takes the gradient and Hessian products over the
+  active (row, column) pairs only, as the CPU twin does: the pair structure is rebuilt once per
+  accepted point (count, one read-back for the offsets, ordered fill), then X_I d is one
+  ``dense_pairs_forward`` and X_I^T u one ``dense_pairs_backward`` launch (20NG: 11% of rows x
+  columns are active, and the dense GEMMs also filled a 64-column tile for ~16 running columns).
+  Blocks with a sparse part keep the dense-row products (their goals are met; the pair kernels
+  for CSR rows are the next step).
 
 On the device for the whole training run: X (sparse block as CSR and a CSC copy; dense block
 row-major and transposed, float32), labels, folds, per-column class and group, the margins Z of
@@ -23,7 +31,7 @@ Every sum has a fixed order (kernels/linear_svm.py): deterministic.
 
 Memory: X as stored twice (sparse 16 nnz bytes, dense 8 n md bytes) + 4 n k (Z, trial, U,
 partials: 8 bytes each, partials times the split count) + about 10 n_features k float64 (W, G, H,
-TRON's s, r, d, trial W, scratch).
+TRON's s, r, d, trial W, scratch) + 12 n k bytes of pair rows and values (dense block alone).
 """
 from __future__ import annotations
 
@@ -427,6 +435,12 @@ class CudaSvmOps:
                         self.U, 1)
         self._rmatmat(self.U, d_cols, cols.size, self.T)
         self._finish(D, scale, d_cols, cols.size, out)
+
+    def counters(self) -> dict:
+        """What the device did for TRON: launches, read-backs (waits), pair-structure builds,
+        vector buffers in the pool."""
+        return {"device_launches": self.run.n_launches, "device_read_backs": self.run.n_reads,
+                "pair_structures": getattr(self, "pairs_built", 0), "vector_buffers": len(self.space.pool)}
 
     def scores(self, W) -> np.ndarray:
         cols, d_cols = self._cols(None)

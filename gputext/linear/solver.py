@@ -150,5 +150,7 @@ def train_path(X, y: np.ndarray, n_classes: int, C_grid, folds: np.ndarray | Non
         out.C = min(c for c, a in out.mean_accuracy.items() if a == best)
     out.info["total_seconds"] = time.perf_counter() - t0
     out.info["hess_products"] = objective.n_hess
+    if hasattr(ops, "counters"):
+        out.info.update(ops.counters())
     return out
 
