@@ -439,6 +439,25 @@ def spmm(indptr, indices, data, B, cols, out):
         out[r, c] = acc
 
 
+def _column_tree(buf, acc, tx, ty):
+    """The column reductions' block step (block (32, 8), lane x = a column, y = 8 row groups,
+    buf a shared (8, 32) float64): each thread's row-group sum ``acc`` into buf, then a tree over
+    y, a syncthreads per round (taken by every thread); returns the column's block total to the
+    threads with ty == 0 (hinge_loss, col_dots)."""
+    buf[ty, tx] = acc
+    cuda.syncthreads()  # row sums written
+    half = 4
+    while half > 0:
+        if ty < half:
+            buf[ty, tx] += buf[ty + half, tx]
+        cuda.syncthreads()  # round complete
+        half //= 2
+    return buf[0, tx]
+
+
+column_tree_dev = cuda.jit(device=True, inline=True)(_column_tree)
+
+
 def _device_functions():
     return cuda.jit(device=True, inline=True)(_hinge_terms), cuda.jit(device=True, inline=True)(_is_active)
 
@@ -462,16 +481,9 @@ def hinge_loss_kernel():
             for i in range(cuda.blockIdx.x * 8 + ty, Z.shape[0], cuda.gridDim.x * 8):
                 loss, _r = terms(Z[i, c], labels[i], folds[i], cls[c], group[c])
                 acc += loss
-        buf[ty, tx] = acc
-        cuda.syncthreads()  # row sums written
-        half = 4
-        while half > 0:
-            if ty < half:
-                buf[ty, tx] += buf[ty + half, tx]
-            cuda.syncthreads()  # round complete
-            half //= 2
+        total = column_tree_dev(buf, acc, tx, ty)
         if ty == 0 and jj < cols.shape[0]:
-            partial[cuda.blockIdx.x, cols[jj]] = buf[0, tx]
+            partial[cuda.blockIdx.x, cols[jj]] = total
 
     return hinge_loss
 
@@ -621,16 +633,9 @@ def col_dots(A, B, partial):
     if j < A.shape[1]:
         for i in range(cuda.blockIdx.x * 8 + ty, A.shape[0], cuda.gridDim.x * 8):
             acc += A[i, j] * B[i, j]
-    buf[ty, tx] = acc
-    cuda.syncthreads()  # row sums written
-    half = 4
-    while half > 0:
-        if ty < half:
-            buf[ty, tx] += buf[ty + half, tx]
-        cuda.syncthreads()  # round complete
-        half //= 2
+    total = column_tree_dev(buf, acc, tx, ty)
     if ty == 0 and j < A.shape[1]:
-        partial[cuda.blockIdx.x, j] = buf[0, tx]
+        partial[cuda.blockIdx.x, j] = total
 
 
 @cuda.jit
