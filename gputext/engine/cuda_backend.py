@@ -155,9 +155,11 @@ def plan_shards(index: Index) -> list[tuple[int, int]]:
 
 def l2_shard_docs(geom) -> int:
     """Documents per resident shard of the rows top-k (0: do not split): Geometry.shard_docs, or
-    by default as many as keep one query's int64 score row within half of the device's L2 (the
-    accumulation's atomics then stay in L2 instead of going to HBM: H100, 10^7 documents)."""
-    if geom.shard_docs is not None:
+    for shard_docs=None as many as keep one query's int64 score row within half of the device's
+    L2, so that the accumulation's atomics stay in L2 instead of going to HBM (at 10^7 documents
+    one row is 80 MB against the H100's 50 MB of L2). Off by default until a GPU run measures it:
+    `scripts/bench_knn.py --latency --sizes 1e7 --geometries "l2:shard_docs=-1"` (-1 = None)."""
+    if geom.shard_docs is not None and geom.shard_docs >= 0:
         return int(geom.shard_docs)
     l2 = resources().l2_bytes
     return l2 // 16 if l2 else 0
