@@ -48,6 +48,12 @@ from numba import cuda, prange
 from ._factory import kernel_cache
 from .primitives import block_inclusive_scan_dev
 
+# empty stand-ins for the arguments a shared CPU loop does not read on its other path
+_NO_ROWS = np.zeros(0, np.int32)
+_NO_PTR = np.zeros(0, np.int64)
+_NO_DATA = np.zeros(0, np.float32)
+_NO_X = np.zeros((0, 0), np.float32)
+
 GEMM_TILE = 64  # output rows and columns per block (16 x 16 threads, 4 x 4 each)
 GEMM_SLAB = 16  # inner-dimension slab staged in shared memory
 CPU_ROW_BLOCK = 32  # output rows per task of the CPU twin's dense product
@@ -158,10 +164,12 @@ def csr_matmat_cpu(indptr, indices, data, B, out):
 
 
 @numba.njit(parallel=True, cache=True)
-def hinge_loss_cpu(Z, labels, folds, cls, group, partial, out):
-    """out[j] = sum over rows of the loss terms of column j of Z (n, N); rows in partial.shape[0]
-    consecutive chunks (partial (parts, N) float64), chunk sums added in order."""
-    n, N = Z.shape
+def _chunked_column_sums(A, B, labels, folds, cls, group, loss, partial, out):
+    """out[j] = sum over rows i of A (n, N) of term(i, j): the hinge loss term of A[i, j] (loss
+    true; labels, folds, cls, group as hinge_loss) or A[i, j] * B[i, j]. Rows in
+    partial.shape[0] consecutive chunks (partial (parts, N) float64), each chunk summed in row
+    order and the chunks added in order: the fixed order of the CPU twin's column sums."""
+    n, N = A.shape
     parts = partial.shape[0]
     chunk = (n + parts - 1) // parts
     for b in prange(parts):
@@ -169,13 +177,21 @@ def hinge_loss_cpu(Z, labels, folds, cls, group, partial, out):
             partial[b, j] = 0.0
         for i in range(b * chunk, min(n, (b + 1) * chunk)):
             for j in range(N):
-                loss, _r = _hinge_terms_cpu(Z[i, j], labels[i], folds[i], cls[j], group[j])
-                partial[b, j] += loss
+                if loss:
+                    term, _r = _hinge_terms_cpu(A[i, j], labels[i], folds[i], cls[j], group[j])
+                else:
+                    term = A[i, j] * B[i, j]
+                partial[b, j] += term
     for j in prange(N):
         total = 0.0
         for b in range(parts):
             total += partial[b, j]
         out[j] = total
+
+
+def hinge_loss_cpu(Z, labels, folds, cls, group, partial, out):
+    """out[j] = sum over rows of the loss terms of column j of Z (n, N) (_chunked_column_sums)."""
+    _chunked_column_sums(Z, Z, labels, folds, cls, group, True, partial, out)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -245,17 +261,28 @@ def dense_pairs_forward_cpu(X, VT, ptr, rows, vals):
 
 
 @numba.njit(parallel=True, cache=True)
-def dense_pairs_backward_cpu(X, ptr, rows, vals, GT):
-    """GT[j, :] = sum over column j's pairs p (rows ascending) of vals[p] X[rows[p], :]: X_I^T u."""
+def _pairs_backward(X, indptr, indices, data, ptr, rows, vals, GT):
+    """GT[j, :] = sum over column j's pairs p (rows ascending) of vals[p] times row rows[p]: of
+    the dense X (n, m) float32 when indptr is empty, else of the CSR arrays. X_I^T u."""
     N, m = GT.shape
+    dense = indptr.shape[0] == 0
     for j in prange(N):
         for c in range(m):
             GT[j, c] = 0.0
         for p in range(ptr[j], ptr[j + 1]):
             r = rows[p]
             u = vals[p]
-            for c in range(m):
-                GT[j, c] += numba.float64(X[r, c]) * u
+            if dense:
+                for c in range(m):
+                    GT[j, c] += numba.float64(X[r, c]) * u
+            else:
+                for q in range(indptr[r], indptr[r + 1]):
+                    GT[j, indices[q]] += numba.float64(data[q]) * u
+
+
+def dense_pairs_backward_cpu(X, ptr, rows, vals, GT):
+    """GT[j, :] = sum over column j's pairs p (rows ascending) of vals[p] X[rows[p], :]: X_I^T u."""
+    _pairs_backward(X, _NO_PTR, _NO_ROWS, _NO_DATA, ptr, rows, vals, GT)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -271,67 +298,27 @@ def csr_pairs_forward_cpu(indptr, indices, data, VT, ptr, rows, vals):
             vals[p] = acc
 
 
-@numba.njit(parallel=True, cache=True)
 def csr_pairs_backward_cpu(indptr, indices, data, ptr, rows, vals, GT):
     """GT[j, :] = sum over column j's pairs p (rows ascending) of vals[p] * CSR row rows[p]."""
-    N, m = GT.shape
-    for j in prange(N):
-        for c in range(m):
-            GT[j, c] = 0.0
-        for p in range(ptr[j], ptr[j + 1]):
-            r = rows[p]
-            u = vals[p]
-            for q in range(indptr[r], indptr[r + 1]):
-                GT[j, indices[q]] += numba.float64(data[q]) * u
+    _pairs_backward(_NO_X, indptr, indices, data, ptr, rows, vals, GT)
 
 
-@numba.njit(parallel=True, cache=True)
+
+
 def col_dots_cpu(A, B, partial, out):
-    """out[j] = sum_i A[i, j] B[i, j] for every column; rows in partial.shape[0] consecutive chunks."""
-    n, N = A.shape
-    parts = partial.shape[0]
-    chunk = (n + parts - 1) // parts
-    for b in prange(parts):
-        for j in range(N):
-            partial[b, j] = 0.0
-        for i in range(b * chunk, min(n, (b + 1) * chunk)):
-            for j in range(N):
-                partial[b, j] += A[i, j] * B[i, j]
-    for j in prange(N):
-        total = 0.0
-        for b in range(parts):
-            total += partial[b, j]
-        out[j] = total
+    """out[j] = sum_i A[i, j] B[i, j] for every column (_chunked_column_sums)."""
+    _chunked_column_sums(A, B, _NO_ROWS, _NO_ROWS, _NO_ROWS, _NO_ROWS, False, partial, out)
 
 
 @numba.njit(parallel=True, cache=True)
-def masked_axpy_cpu(alpha, X, Y, mask):
-    """Y[:, j] += alpha[j] X[:, j] for the columns with mask[j] != 0."""
-    n, N = Y.shape
+def masked_combine_cpu(a, X, b, Y, mask, out):
+    """out[:, j] = a[j] X[:, j] + b[j] Y[:, j] for the columns with mask[j] != 0 (twin of
+    column_combine; out may be X or Y)."""
+    n, N = out.shape
     for i in prange(n):
         for j in range(N):
             if mask[j]:
-                Y[i, j] += alpha[j] * X[i, j]
-
-
-@numba.njit(parallel=True, cache=True)
-def masked_xpby_cpu(X, beta, Y, mask):
-    """Y[:, j] = X[:, j] + beta[j] Y[:, j] for the columns with mask[j] != 0."""
-    n, N = Y.shape
-    for i in prange(n):
-        for j in range(N):
-            if mask[j]:
-                Y[i, j] = X[i, j] + beta[j] * Y[i, j]
-
-
-@numba.njit(parallel=True, cache=True)
-def masked_select_cpu(dst, src, mask):
-    """dst[:, j] = src[:, j] for the columns with mask[j] != 0."""
-    n, N = dst.shape
-    for i in prange(n):
-        for j in range(N):
-            if mask[j]:
-                dst[i, j] = src[i, j]
+                out[i, j] = a[j] * X[i, j] + b[j] * Y[i, j]
 
 
 @numba.njit(parallel=True, cache=True)

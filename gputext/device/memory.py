@@ -174,8 +174,7 @@ class Resources:
         self.workspace = Workspace()
         self.pinned = PinnedPool()
         self._streams: dict = {}
-        self._sms = 0
-        self._l2 = None
+        self._attributes: dict = {}
 
     # ------------------------------------------------------------------ memory
 
@@ -205,28 +204,28 @@ class Resources:
         budget = self.share(share)
         return max(1, min(n_rows, limit, int(budget // max(per_row_bytes, 1))))
 
+    def attribute(self, name: str, default: int, simulated: bool = False) -> int:
+        """A device attribute (CU_DEVICE_ATTRIBUTE_<name>), read once; ``default`` when the driver
+        does not say, and in the simulator unless ``simulated`` (its fake device answers some)."""
+        if name not in self._attributes:
+            value = default
+            if simulated or not self.simulator:
+                try:
+                    from numba import cuda
+                    value = int(getattr(cuda.get_current_device(), name, default) or default)
+                except Exception:
+                    value = default
+            self._attributes[name] = value
+        return self._attributes[name]
+
     @property
     def l2_bytes(self) -> int:
         """The device's L2 cache in bytes (0 in the simulator or when the driver does not say)."""
-        if self._l2 is None:
-            self._l2 = 0
-            if not self.simulator:
-                try:
-                    from numba import cuda
-                    self._l2 = int(getattr(cuda.get_current_device(), "L2_CACHE_SIZE", 0) or 0)
-                except Exception:
-                    self._l2 = 0
-        return self._l2
+        return self.attribute("L2_CACHE_SIZE", 0)
 
     @property
     def multiprocessors(self) -> int:
-        if not self._sms:
-            try:
-                from numba import cuda
-                self._sms = int(getattr(cuda.get_current_device(), "MULTIPROCESSOR_COUNT", 1) or 1)
-            except Exception:
-                self._sms = 1
-        return self._sms
+        return self.attribute("MULTIPROCESSOR_COUNT", 1, simulated=True)
 
     # ------------------------------------------------------------------ streams
 

@@ -25,6 +25,11 @@ from .problem import Blocks, Columns
 DOT_PARTS = 64  # row chunks of the CPU twin's column reductions (fixed: results do not depend on threads)
 
 
+def select_columns(dst: np.ndarray, src: np.ndarray, mask) -> None:
+    """dst[:, j] = src[:, j] for the columns with mask[j] (one numpy copy; no arithmetic)."""
+    np.copyto(dst, src, where=np.asarray(mask, bool)[None, :])
+
+
 def _all(cols, k: int) -> np.ndarray:
     return np.arange(k, dtype=np.int64) if cols is None else np.asarray(cols, np.int64)
 
@@ -34,7 +39,7 @@ class CpuColumnSpace(HostSpace):
     (gputext.rank.tron) with its dot and masked updates replaced. Each runs with the threads its
     size earns (gputext.rank.ops.cpu_threads_limited): a TRON vector of 20NG's meta-features
     (1,841 x 120) is a fraction of a millisecond of work, and a parallel region on the loaded
-    2-core VM cost 13-26 ms per call (cProfile, 2026-11-25: col_dots_cpu 26 ms, masked_axpy_cpu
+    2-core VM cost 13-26 ms per call (cProfile, 2026-11-25: col_dots_cpu 26 ms, masked_axpy_cpu (now masked_combine_cpu)
     13 ms, a third of a meta-features fit). The sums' order does not depend on the threads."""
 
     def dot(self, a, b) -> np.ndarray:
@@ -44,16 +49,20 @@ class CpuColumnSpace(HostSpace):
         return out
 
     def axpy(self, alpha, x, y, mask) -> None:
+        """y += alpha x (a x + 1 y: the same bits, 1 y and the sum's order being exact)."""
         with cpu_threads_limited(y.size):
-            K.masked_axpy_cpu(np.ascontiguousarray(alpha, np.float64), x, y, mask.astype(np.int8))
+            K.masked_combine_cpu(np.ascontiguousarray(alpha, np.float64), x, self._ones(y), y, mask.astype(np.int8), y)
 
     def xpby(self, x, beta, y, mask) -> None:
         with cpu_threads_limited(y.size):
-            K.masked_xpby_cpu(x, np.ascontiguousarray(beta, np.float64), y, mask.astype(np.int8))
+            K.masked_combine_cpu(self._ones(y), x, np.ascontiguousarray(beta, np.float64), y, mask.astype(np.int8), y)
 
     def select(self, dst, src, mask) -> None:
-        with cpu_threads_limited(dst.size):
-            K.masked_select_cpu(dst, src, mask.astype(np.int8))
+        select_columns(dst, src, mask)
+
+    @staticmethod
+    def _ones(y) -> np.ndarray:
+        return np.ones(y.shape[1], np.float64)
 
     def to_host(self, a) -> np.ndarray:
         return a
@@ -162,7 +171,7 @@ class CpuSvmOps:
 
     def accept(self, mask) -> None:
         with cpu_threads_limited(self.Z.size):
-            K.masked_select_cpu(self.Z, self.Z_trial, np.asarray(mask, np.int8))
+            select_columns(self.Z, self.Z_trial, mask)
         self.generation += 1
 
     def _finish(self, A, scale, cols, T, out) -> None:
