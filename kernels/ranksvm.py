@@ -291,7 +291,7 @@ def dense_rmatvec_cpu(Xd, u, rows_per_block, partial, out):
 
 @numba.njit(parallel=True, cache=True)
 def csr_matvec_cpu(indptr, indices, data, v, out):
-    """out[r] = sum over row r's entries of data * v[indices]; CSR int64/int32/float32, v, out float64.
+    """out[r] = sum over row r's entries of data * v[indices]; CSR int64/uint32 (or int32)/float32, v, out float64.
 
     Also X^T u: called with X's CSC copy (colptr, rows, data) it gives out[c] = sum over column
     c's entries of data * u[rows]. Entries summed in order from 0.0: the value of

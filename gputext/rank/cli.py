@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import click
 
@@ -20,6 +21,15 @@ def _parse_grid(text: str) -> list[float]:
     if not values or any(not (v > 0 and math.isfinite(v)) for v in values):
         raise InputError(f"--C-grid must be comma-separated positive numbers such as 0.01,0.1,1,10, got {text!r}")
     return values
+
+
+def one_blas_thread() -> None:
+    """OpenBLAS on one thread for this process unless the environment says otherwise; call before
+    numpy is imported (click's command bodies import it). Training's BLAS work is TRON's dots of
+    length n_features: one thread makes them independent of the core count, and skips the start
+    of OpenBLAS's thread pools (numpy's and SciPy's, each ~0.06 CPU s of spinning threads on the
+    2-core VM; benchmarks/RESULTS.md, start-up). The CPU twin's threads are numba's, not BLAS's."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 @click.group()
@@ -69,6 +79,7 @@ def train(train_file, C, eps, max_iter, valid_file, C_grid, select_by, output, d
       gputext rank train train.h5 -C 1 --eps 1e-5 -o model.h5
       gputext rank train train.h5 --valid valid.h5 --C-grid 0.01,0.1,1,10 -o model.h5
     """
+    one_blas_thread()
     from ..io.corpus import read_corpus
     from .api import evaluate, train as train_one, train_grid
 

@@ -52,6 +52,13 @@ def cpu_threads_limited(work: int):
         numba.set_num_threads(previous)
 
 
+def unsigned(indices: np.ndarray) -> np.ndarray:
+    """int32 column (or row) indices as uint32, for the CPU twin's sparse products: numba indexes
+    with an unsigned integer without the negative-index wrap-around test it adds to every signed
+    load, which is ~15% of csr_matvec_cpu's time (same values, same bits)."""
+    return indices.astype(np.uint32)
+
+
 class CpuRankOps(RankOpsSizes):
     """The CPU twin: numba parallel loops over rows, columns and queries (all of numba's threads
     for large problems, fewer for small ones: see threads_for)."""
@@ -66,6 +73,7 @@ class CpuRankOps(RankOpsSizes):
         if self.dense is None:
             self.indptr, self.indices, self.values = data.csr()
             self.colptr, self.colrows, self.colvalues = data.csc()
+            self.indices, self.colrows = unsigned(self.indices), unsigned(self.colrows)
         self.starts = data.starts
         self.lrank = data.label_rank
         alloc = lambda shape, dtype: np.zeros(shape, dtype)  # noqa: E731
@@ -161,5 +169,5 @@ def matvec(X, w: np.ndarray, backend: Backend, geometry: RankGeometry | None = N
             K.dense_matvec_cpu(np.ascontiguousarray(X.data, dtype=np.float32).reshape(n, m), w, out)
         else:
             indptr, indices, data = csr_arrays(X)
-            K.csr_matvec_cpu(indptr, indices, data, w, out)
+            K.csr_matvec_cpu(indptr, unsigned(indices), data, w, out)
     return out
