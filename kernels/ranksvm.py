@@ -51,7 +51,8 @@ per-item logic and CPU twins) does not import numba.cuda, which would cost a CPU
 as ``gputext rank train --device cpu`` ~0.3 s of start-up.
 
 X^T u is deterministic on both backends: no atomics; every output is a fixed-order sum (dense:
-per row block, then a fixed tree over blocks; sparse: per column over a CSC copy). The CPU twins
+per row block, then a fixed tree over blocks; sparse: per column over a CSC copy on the device, in
+row order per column over the CSR rows on the CPU, csr_rmatvec_cpu). The CPU twins
 (``*_cpu``, numba.njit(parallel=True)) take the same arrays; their prefix sums are sequential, so
 float sums can differ from the device's in the last bits, counts never.
 """
@@ -303,6 +304,39 @@ def csr_matvec_cpu(indptr, indices, data, v, out):
         for p in range(indptr[r], indptr[r + 1]):
             acc += numba.float64(data[p]) * v[indices[p]]
         out[r] = acc
+
+
+@numba.njit
+def _scatter_columns(indptr, indices, data, u, c0, c1, check, out):
+    """out[c0:c1] = 0, then every row in order adds data * u[row] to the columns of its entries
+    (only those in [c0, c1) when ``check``; the caller passes check=False for the whole range, a
+    loop without the test)."""
+    for c in range(c0, c1):
+        out[c] = 0.0
+    for r in range(indptr.shape[0] - 1):
+        ur = u[r]
+        for p in range(indptr[r], indptr[r + 1]):
+            c = indices[p]
+            if not check or (c0 <= c < c1):
+                out[c] += numba.float64(data[p]) * ur
+
+
+@numba.njit(parallel=True, cache=True)
+def csr_rmatvec_cpu(indptr, indices, data, u, n_blocks, out):
+    """out = X^T u from X's CSR rows: out[c] = sum over the rows r holding column c, in row order
+    from 0.0, of data * u[r]: the sum csr_matvec_cpu gives over X's CSC copy, bit for bit, without
+    the copy. CSR int64/uint32 (or int32)/float32 or float64; u (rows,), out (cols,) float64.
+
+    One parallel iteration per contiguous block of columns (``n_blocks``, e.g. the threads in use):
+    it walks every row and adds the entries of its own columns, so each column's sum keeps row
+    order. On one thread this is a plain row-order scatter that reads X as X v does (~0.17 ms
+    instead of ~0.24 ms for the column walk on the LETOR sample, 2-core VM; the block is its own
+    function because the same loop written inline in the prange body ran at the column walk's
+    speed)."""
+    n_cols = out.shape[0]
+    for b in prange(n_blocks):
+        _scatter_columns(indptr, indices, data, u, b * n_cols // n_blocks, (b + 1) * n_cols // n_blocks, n_blocks > 1,
+                         out)
 
 
 @numba.njit(parallel=True, cache=True)

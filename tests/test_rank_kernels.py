@@ -63,6 +63,21 @@ def test_csr_matvec_equals_the_svm_product_bit_for_bit():
         csr_matmat_cpu(*args, v.reshape(-1, 1), ref)
         assert np.array_equal(out, ref[:, 0])
 
+def test_row_order_transpose_product_equals_the_column_walk_bit_for_bit():
+    # the CPU twin's X^T u walks X's CSR rows (per block of columns) instead of a CSC copy: each
+    # column's sum must keep row order, so it equals the column walk to the last bit
+    S = sp.random(311, 47, density=0.25, random_state=5, format="csr", dtype=np.float32)
+    C = S.tocsc()
+    u = np.random.default_rng(5).normal(size=311)
+    ref = np.zeros(47)
+    K.csr_matvec_cpu(C.indptr.astype(np.int64), C.indices.astype(np.int32), C.data, u, ref)
+    for index_type, data in ((np.int32, S.data), (np.uint32, S.data.astype(np.float64))):
+        for n_blocks in (1, 3, 47):
+            out = np.full(47, np.nan)
+            K.csr_rmatvec_cpu(S.indptr.astype(np.int64), S.indices.astype(index_type), data, u, n_blocks, out)
+            assert np.array_equal(out, ref), (index_type, n_blocks)
+
+
 def test_n_levels():
     assert [K.n_levels_for(k) for k in (1, 2, 3, 4, 5, 8, 9, 1268)] == [1, 1, 2, 2, 3, 3, 4, 11]
 
