@@ -150,8 +150,18 @@ add_optional_commands(cli, FAMILIES)
 
 
 def main() -> None:
+    import atexit
+    import gc
+
     from .io.atomic import raise_on_sigterm
 
+    # At exit, skip the interpreter's last garbage collection over everything the command left
+    # alive (numba's type registries and code objects: ~0.2 s of a ~1.2 s `rank train` on the
+    # 2-core VM, benchmarks/RESULTS.md start-up); the operating system frees the memory. Outputs
+    # are closed and renamed inside the commands, never left to finalizers. Registered first, so
+    # it runs after every other exit handler; an in-process caller of main() is unaffected until
+    # its interpreter exits.
+    atexit.register(gc.freeze)
     raise_on_sigterm()  # SIGTERM unwinds like Ctrl-C: temporary files are removed
     try:
         cli(prog_name="gputext")
