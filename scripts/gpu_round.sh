@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU round on the device host: environment probe, GPU tests, then benchmarks.
 # Usage (device tool, carry .whl):  bash scripts/gpu_round.sh [STEP ...]
-#   steps: probe tests bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify
+#   steps: probe tests tests-a tests-b knn-l2 bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify
 #   (knn_classify reads the real datasets from .data/, an ignored copy of ../shared/datasets carried along)
 # Logs go to $OUT (default out/gpu). Each step has its own time limit so one slow step cannot eat the round.
 set -u
@@ -28,6 +28,13 @@ for step in "${steps[@]}"; do
   case $step in
     probe) run probe 120 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; (cd scripts && python3 -m harness); cd /tmp && python3 -m gputext doctor' ;;
     tests) run tests 330 bash -c "cd /tmp && python3 -m pytest -x -q -p no:cacheprovider -m gpu $PWD/tests" ;;
+    # pytest -m gpu in two halves that each fit one device call on a fresh machine (most of the
+    # time is compiling); one process each, test names and failures printed (-rA). Under
+    # pytest-xdist the suite did not exit within a call (2026-11-25): run it like this instead.
+    tests-a) run tests-a 560 bash -c "cd /tmp && python3 -m pytest -q -rfE -p no:cacheprovider -m gpu --durations=10 $PWD/tests/test_engine_gpu.py $PWD/tests/test_engine_weights.py $PWD/tests/test_engine_blocked.py $PWD/tests/test_device_runtime.py $PWD/tests/test_star_crash.py" ;;
+    tests-b) run tests-b 560 bash -c "cd /tmp && python3 -m pytest -q -rfE -p no:cacheprovider -m gpu --durations=10 $PWD/tests/test_linear_svm.py $PWD/tests/test_estimators.py $PWD/tests/test_distributed.py $PWD/tests/test_stream_gpu.py" ;;
+    # single query and 10,000 queries at 10^7 with and without the L2-sized resident shards (issue 19)
+    knn-l2) run knn-l2 560 python3 scripts/bench_knn.py --latency --device cuda --sizes 1e7 --queries 10000 --singles 50 --check 5 --repeats 1 --geometries "l2:shard_docs=-1" --out "$OUT" ;;
     bench-knn-quick) run bench-knn-quick 200 python3 scripts/bench_knn.py --quick --device cuda --out "$OUT" ;;
     bench-knn) run bench-knn 560 python3 scripts/bench_knn.py --sizes 1e5,1e6 --queries 1,100,10000 --device cuda --profile --out "$OUT" ;;
     bench-knn-1e6) run bench-knn-1e6 500 python3 scripts/bench_knn.py --sizes 1e6 --queries 1,100,10000 --peers cupy_spmm,torch_spmm,sklearn,cpu --cpu-queries 100 --profile --device cuda --out "$OUT" ;;
