@@ -445,6 +445,14 @@ def _column_tree(buf, acc, tx, ty):
 column_tree_dev = cuda.jit(device=True, inline=True)(_column_tree)
 
 
+@cuda.jit(device=True, inline=True)
+def column_lane():
+    """(x, y, column) of a column-reduction thread: block (32, 8), lane x on column
+    blockIdx.y * 32 + x of its grid row (hinge_loss, col_dots)."""
+    tx = cuda.threadIdx.x
+    return tx, cuda.threadIdx.y, cuda.blockIdx.y * 32 + tx
+
+
 def _device_functions():
     return cuda.jit(device=True, inline=True)(_hinge_terms), cuda.jit(device=True, inline=True)(_is_active)
 
@@ -459,9 +467,7 @@ def hinge_loss_kernel():
     @cuda.jit
     def hinge_loss(Z, labels, folds, cls, group, cols, partial):
         buf = cuda.shared.array((8, 32), numba.float64)
-        tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
-        jj = cuda.blockIdx.y * 32 + tx
+        tx, ty, jj = column_lane()
         acc = 0.0
         if jj < cols.shape[0]:
             c = cols[jj]
@@ -613,9 +619,7 @@ def col_dots(A, B, partial):
     A[i, j] B[i, j]; block (32, 8) with lane x on column blockIdx.y * 32 + x, then a shared tree
     over y (syncthreads per round)."""
     buf = cuda.shared.array((8, 32), numba.float64)
-    tx = cuda.threadIdx.x
-    ty = cuda.threadIdx.y
-    j = cuda.blockIdx.y * 32 + tx
+    tx, ty, j = column_lane()
     acc = 0.0
     if j < A.shape[1]:
         for i in range(cuda.blockIdx.x * 8 + ty, A.shape[0], cuda.gridDim.x * 8):
