@@ -93,11 +93,13 @@ def build_shard(X: sp.csr_matrix, doc_lo: int, doc_hi: int, geom, cpu_postings=N
     so a warp's atomics share cache sectors. Otherwise the rows are uploaded and built on the
     device (``shard_from_device``: lists in arbitrary order)."""
     from numba import cuda
-    indptr, indices, data = csr_arrays(X[doc_lo:doc_hi])
-    if not getattr(geom, "sorted_postings", False):
+    if not geom.sorted_postings:
+        indptr, indices, data = csr_arrays(X[doc_lo:doc_hi])
         return shard_from_device(cuda.to_device(indptr), cuda.to_device(indices), cuda.to_device(data),
                                  X.shape[1], doc_lo, doc_hi, geom)
-    p = cpu_postings or Postings(*postings.build_postings(indptr, indices, data, X.shape[1]))
+    p = cpu_postings
+    if p is None:  # the rows are sliced (a copy) only when the caller has no build of them
+        p = Postings(*postings.build_postings(*csr_arrays(X[doc_lo:doc_hi]), X.shape[1]))
     n_docs = doc_hi - doc_lo
     d_term_ptr, d_post_doc, d_post_w, d_sq, d_l1 = (
         cuda.to_device(a if a.size else np.zeros(1, a.dtype))
@@ -201,8 +203,7 @@ def device_shards(index: Index, geom, report: SearchReport, split: bool = False)
     ranges = plan_shards(index)
     report.shards = len(ranges)
     if len(ranges) == 1:
-        cached = build_shard(index.X, 0, index.n_docs, geom,
-                             index.cpu(keep=False) if getattr(geom, "sorted_postings", False) else None)
+        cached = build_shard(index.X, 0, index.n_docs, geom, index.cpu(keep=False) if geom.sorted_postings else None)
         index.device_cache["shard"] = cached
         report.index_bytes = cached.nbytes
         yield cached
