@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU round on the device host: environment probe, GPU tests, then benchmarks.
 # Usage (device tool, carry .whl):  bash scripts/gpu_round.sh [STEP ...]
-#   steps: probe tests tests-a tests-b knn-l2 bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify
+#   steps: probe tests tests-a tests-b tests-par tests-dist table-meta knn-l2 bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify
 #   (knn_classify reads the real datasets from .data/, an ignored copy of ../shared/datasets carried along)
 # Logs go to $OUT (default out/gpu). Each step has its own time limit so one slow step cannot eat the round.
 set -u
@@ -33,6 +33,13 @@ for step in "${steps[@]}"; do
     # pytest-xdist the suite did not exit within a call (2026-11-25): run it like this instead.
     tests-a) run tests-a 560 bash -c "cd /tmp && python3 -m pytest -q -rfE -p no:cacheprovider -m gpu --durations=10 $PWD/tests/test_engine_gpu.py $PWD/tests/test_engine_weights.py $PWD/tests/test_engine_blocked.py $PWD/tests/test_device_runtime.py $PWD/tests/test_star_crash.py" ;;
     tests-b) run tests-b 560 bash -c "cd /tmp && python3 -m pytest -q -rfE -p no:cacheprovider -m gpu --durations=10 $PWD/tests/test_linear_svm.py $PWD/tests/test_estimators.py $PWD/tests/test_distributed.py $PWD/tests/test_stream_gpu.py" ;;
+    # pytest -m gpu on the host's cores (pytest-xdist, carried in .whl), every outcome and failure
+    # written to $OUT/tests.live as it happens (tests/conftest.py) so that a run cut off by the
+    # call's limit still names its failures; Dask's tests (a LocalCluster of their own) apart.
+    tests-par) run tests-par "${LIMIT_tests_par:-380}" bash -c "cd /tmp && GPUTEXT_TEST_LOG=$OUT/tests.live python3 -m pytest -q -rfE -p no:cacheprovider -m gpu -n ${WORKERS:-8} --durations=15 $PWD/tests --ignore=$PWD/tests/test_distributed.py" ;;
+    tests-dist) run tests-dist "${LIMIT_tests_dist:-150}" bash -c "cd /tmp && GPUTEXT_TEST_LOG=$OUT/tests.live python3 -m pytest -q -rfE -p no:cacheprovider -m gpu --durations=5 $PWD/tests/test_distributed.py" ;;
+    # the GT-kNN Tables 2/3 with the SVM trained by our TRON on the GPU (issue 18), every dataset
+    table-meta) run table-meta 560 python3 scripts/table_metafeatures.py --device cuda --skip-efficiency --solvers tron --datasets "${GPUTEXT_DATASETS:-.data}" --out "$OUT" ${ARGS_table_meta:-} ;;
     # single query and 10,000 queries at 10^7 with and without the L2-sized resident shards (issue 19)
     knn-l2) run knn-l2 560 python3 scripts/bench_knn.py --latency --device cuda --sizes 1e7 --queries 10000 --singles 50 --check 5 --repeats 1 --geometries "l2:shard_docs=-1" --out "$OUT" ;;
     bench-knn-quick) run bench-knn-quick 200 python3 scripts/bench_knn.py --quick --device cuda --out "$OUT" ;;

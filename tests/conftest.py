@@ -54,3 +54,18 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason="needs a real CUDA GPU"))
         if "realdata" in item.keywords and datasets_dir() is None:
             item.add_marker(pytest.mark.skip(reason="../shared/datasets is absent"))
+
+
+def pytest_runtest_logreport(report):
+    """With $GPUTEXT_TEST_LOG set, append each test's outcome (and a failure's traceback) to that
+    file as it happens: device runs are cut off at the call's time limit, and pytest's own summary
+    (and, under pytest-xdist, the names of failed tests) comes only at the end."""
+    path = os.environ.get("GPUTEXT_TEST_LOG")
+    if not path or os.environ.get("PYTEST_XDIST_WORKER"):  # the xdist controller writes, not its workers
+        return
+    if report.when != "call" and report.passed:
+        return
+    with open(path, "a") as f:
+        f.write(f"{report.outcome.upper():8s} {report.when:8s} {report.duration:8.1f}s {report.nodeid}\n")
+        if report.failed:
+            f.write(report.longreprtext + "\n\n")

@@ -11,7 +11,10 @@ these three pieces; none keeps device buffers in module globals or copies this p
              rows from a share of the free memory), ``stream(name)``, ``multiprocessors``.
   launch.py  ``Launch(kernel, grid, block, args, stream)``: arguments marshalled once, each
              launch one ``cuLaunchKernel`` (numba's dispatcher in the simulator); ``set(i, v)``
-             changes an argument. ``DriverCalls``: raw async copies / records / syncs.
+             changes an argument. ``LaunchSet``: one Launch per kernel for a driver that calls a
+             fixed set of kernels many times (an iterative solver), arguments rewritten only when
+             they change, ``ArrayRef`` pieces (``rows``, ``item``) passed by address.
+             ``DriverCalls``: raw async copies / records / syncs.
              ``blocks(n, block)``, ``next_pow2(n)``.
   timer.py   ``StageTimer``: CUDA events + host wall per named stage; ``RunReport``: the typed
              report a run fills (families subclass it; ``as_stats()`` is the flat dict view).
@@ -52,7 +55,7 @@ from __future__ import annotations
 _EXPORTS = {
     "Resources": "memory", "Workspace": "memory", "PinnedPool": "memory", "resources": "memory", "zero": "memory",
     "host_copy": "memory", "Launch": "launch", "DriverCalls": "launch", "RawLaunchUnavailable": "launch",
-    "blocks": "launch", "next_pow2": "launch", "StageTimer": "timer", "RunReport": "timer", "elapsed_ms": "timer",
+    "blocks": "launch", "LaunchSet": "launch", "ArrayRef": "launch", "rows": "launch", "item": "launch", "next_pow2": "launch", "StageTimer": "timer", "RunReport": "timer", "elapsed_ms": "timer",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -171,6 +171,120 @@ def raw_launch(kernel, args, stream=None, grid=1, block=1) -> Launch:
     return launch
 
 
+class ArrayRef:
+    """``shape`` elements from element ``start`` of a C-contiguous device array, passed to a raw
+    launch by address (slicing a numba device array costs tens of microseconds); ``array()``
+    makes the numba view (first launch, simulator)."""
+
+    __slots__ = ("base", "start", "shape")
+
+    def __init__(self, base, start: int, shape: tuple):
+        self.base, self.start, self.shape = base, int(start), tuple(int(s) for s in shape)
+
+    def address(self) -> int:
+        return device_address(self.base) + self.start * self.base.dtype.itemsize
+
+    def array(self):
+        size = int(np.prod(self.shape, dtype=np.int64))
+        return self.base.reshape(self.base.size)[self.start:self.start + size].reshape(self.shape)
+
+
+def rows(a, r0: int, r1: int) -> ArrayRef:
+    """Rows [r0, r1) of a C-contiguous device array."""
+    inner = tuple(a.shape[1:])
+    return ArrayRef(a, r0 * int(np.prod(inner, dtype=np.int64)), (r1 - r0,) + inner)
+
+
+def item(a, i: int) -> ArrayRef:
+    """a[i] of a C-contiguous device array (one dimension less)."""
+    inner = tuple(a.shape[1:])
+    return ArrayRef(a, i * int(np.prod(inner, dtype=np.int64)), inner)
+
+
+class LaunchSet:
+    """The launches of a driver that calls a fixed set of kernels many times on the default stream
+    (an iterative solver, say): one ``Launch`` per kernel, made at its first call; a later call
+    rewrites only the arguments that are not the same objects as last time (``ArrayRef`` pieces
+    by address). Raw launches on a GPU; the dispatcher in the simulator or where numba-cuda lacks
+    the raw path (then for every kernel). ``copy_up``, ``wait`` and ``read`` are the small
+    transfers around them; ``n_launches`` and ``n_reads`` count the driver's work."""
+
+    def __init__(self):
+        from .memory import PinnedPool, resources
+        self.res = resources()
+        self.pinned = PinnedPool()
+        self.raw = not self.res.simulator
+        self.calls = None
+        if self.raw:
+            try:
+                self.calls = DriverCalls(None)
+            except RawLaunchUnavailable:
+                self.raw = False
+        self.launches: dict = {}
+        self.n_launches = 0
+        self.n_reads = 0
+
+    def launch(self, kernel, grid, block, *args) -> None:
+        """kernel[grid, block](*args) through the kernel's one Launch; args may hold ArrayRef pieces."""
+        entry = self.launches.get(kernel)
+        if entry is None:
+            real = [a.array() if isinstance(a, ArrayRef) else a for a in args]
+            launch = Launch(kernel, grid, block, real, raw=self.raw)
+            if self.raw and launch.mode != "raw":  # a numba-cuda without the raw path: the dispatcher for all
+                self.raw, self.calls = False, None
+                self.launches = {}
+                launch = Launch(kernel, grid, block, real, raw=False)
+            entry = self.launches[kernel] = [launch, list(args)]
+        else:
+            launch, last = entry
+            for i, a in enumerate(args):
+                if a is not last[i]:
+                    last[i] = a
+                    self._set(launch, i, a)
+        self.n_launches += 1
+        entry[0](grid, block)
+
+    def _set(self, launch, i: int, a) -> None:
+        if isinstance(a, ArrayRef):
+            if self.raw:
+                launch.set_array(i, a.address(), a.shape, a.base.dtype.itemsize)
+            else:
+                launch.set(i, a.array())
+        elif self.raw and hasattr(a, "device_ctypes_pointer"):
+            launch.set_array(i, device_address(a), a.shape, a.dtype.itemsize)
+        else:
+            launch.set(i, a)
+
+    def copy_up(self, dst: ArrayRef, host: np.ndarray) -> None:
+        """Asynchronous copy of a pinned C-contiguous host array into ``dst`` (same size); the
+        host array must not change before the next ``wait``."""
+        if self.raw:
+            self.calls.copy_h2d(dst.address(), host.ctypes.data, host.nbytes)
+        else:
+            dst.array().copy_to_device(host)
+
+    def wait(self) -> None:
+        """Wait for the stream."""
+        if self.raw:
+            self.calls.sync()
+        else:
+            from numba import cuda
+            cuda.synchronize()
+
+    def read(self, d_arr, n_rows: int | None = None) -> np.ndarray:
+        """A host copy of a C-contiguous device array (its first ``n_rows`` rows); waits."""
+        self.n_reads += 1
+        if not self.raw:
+            out = (d_arr if n_rows is None else d_arr[:n_rows]).copy_to_host()
+            self.wait()
+            return out
+        shape = tuple(d_arr.shape) if n_rows is None else (n_rows,) + tuple(d_arr.shape[1:])
+        host = self.pinned.get("read", shape, d_arr.dtype)
+        self.calls.copy_d2h(host.ctypes.data, device_address(d_arr), host.nbytes)
+        self.wait()
+        return host.copy()
+
+
 class _RawParams:
     """The flattened parameters of one compiled kernel and the driver call that launches it."""
 

@@ -13,8 +13,9 @@ order; the host waits only where TRON needs numbers (dots, losses: one read-back
   product travel as one (3, k) float64 slot of a pinned ring, copied asynchronously into the
   slot's device twin; the ring restarts at every read-back (the stream is then idle, so no copy
   is pending) and forces one wait when it wraps. Column lists are uploaded once per distinct set.
-- Launches: each kernel has one ``Launch`` (raw ``cuLaunchKernel`` on a GPU, numba's dispatcher in
-  the simulator); a call rewrites only the arguments that changed, arrays by address.
+- Launches: the device runtime's ``LaunchSet``: one ``Launch`` per kernel (raw ``cuLaunchKernel``
+  on a GPU, numba's dispatcher in the simulator); a call rewrites only the arguments that
+  changed, arrays by address.
 - Products: X W for the loss and the scores by GEMM (dense) and CSR rows (sparse) over every row.
   A dense block alone (the meta-features) takes the gradient and Hessian products over the
   active (row, column) pairs only, as the CPU twin does: the pair structure is rebuilt once per
@@ -39,8 +40,8 @@ import sys
 
 import numpy as np
 
-from ..device.launch import DriverCalls, Launch, RawLaunchUnavailable, device_address
-from ..device.memory import PinnedPool, Workspace, resources
+from ..device.launch import ArrayRef, LaunchSet, item, rows
+from ..device.memory import Workspace
 from ..io.corpus import csr_arrays
 from ..kernels import linear_svm as K
 from .problem import Blocks, Columns
@@ -60,90 +61,19 @@ def _nonempty(a: np.ndarray) -> np.ndarray:
     return a if len(a) else np.zeros(1, a.dtype)
 
 
-class _Ref:
-    """``shape`` elements from element ``start`` of a C-contiguous device array, passed to a raw
-    launch by address (slicing a numba device array costs tens of microseconds); ``array()``
-    makes the numba view (first launch, simulator)."""
-
-    __slots__ = ("base", "start", "shape")
-
-    def __init__(self, base, start: int, shape: tuple):
-        self.base, self.start, self.shape = base, int(start), tuple(int(s) for s in shape)
-
-    def address(self) -> int:
-        return device_address(self.base) + self.start * self.base.dtype.itemsize
-
-    def array(self):
-        size = int(np.prod(self.shape, dtype=np.int64))
-        return self.base.reshape(self.base.size)[self.start:self.start + size].reshape(self.shape)
-
-
-def rows(a, r0: int, r1: int) -> _Ref:
-    """Rows [r0, r1) of a C-contiguous device array."""
-    inner = tuple(a.shape[1:])
-    return _Ref(a, r0 * int(np.prod(inner, dtype=np.int64)), (r1 - r0,) + inner)
-
-
-def item(a, i: int) -> _Ref:
-    """a[i] of a C-contiguous device array (one dimension less)."""
-    inner = tuple(a.shape[1:])
-    return _Ref(a, i * int(np.prod(inner, dtype=np.int64)), inner)
-
-
-class DeviceRun:
-    """One training run's launches, small uploads and read-backs (module docstring)."""
+class DeviceRun(LaunchSet):
+    """One training run's launches, small uploads and read-backs (module docstring): the device
+    runtime's ``LaunchSet`` plus the pinned ring of column coefficients."""
 
     def __init__(self, k: int):
-        self.res = resources()
+        super().__init__()
         self.work = Workspace()
-        self.pinned = PinnedPool()
         self.k = k
-        self.raw = not self.res.simulator
-        self.calls = None
-        if self.raw:
-            try:
-                self.calls = DriverCalls(None)
-            except RawLaunchUnavailable:
-                self.raw = False
-        self.launches: dict = {}
         self.ring = self.work.get("coef_ring", (RING_SLOTS, 3, k), np.float64)
         self.ring_host = self.pinned.get("coef_ring", (RING_SLOTS, 3, k), np.float64)
         self.slot = 0
-        self.n_launches = 0
-        self.n_reads = 0
 
-    def launch(self, kernel, grid, block, *args) -> None:
-        """kernel[grid, block](*args) through the kernel's one Launch; args may hold _Ref pieces."""
-        entry = self.launches.get(kernel)
-        if entry is None:
-            real = [a.array() if isinstance(a, _Ref) else a for a in args]
-            launch = Launch(kernel, grid, block, real, raw=self.raw)
-            if self.raw and launch.mode != "raw":  # a numba-cuda without the raw path: the dispatcher for all
-                self.raw, self.calls = False, None
-                self.launches = {}
-                launch = Launch(kernel, grid, block, real, raw=False)
-            entry = self.launches[kernel] = [launch, list(args)]
-        else:
-            launch, last = entry
-            for i, a in enumerate(args):
-                if a is not last[i]:
-                    last[i] = a
-                    self._set(launch, i, a)
-        self.n_launches += 1
-        entry[0](grid, block)
-
-    def _set(self, launch, i: int, a) -> None:
-        if isinstance(a, _Ref):
-            if self.raw:
-                launch.set_array(i, a.address(), a.shape, a.base.dtype.itemsize)
-            else:
-                launch.set(i, a.array())
-        elif self.raw and hasattr(a, "device_ctypes_pointer"):
-            launch.set_array(i, device_address(a), a.shape, a.dtype.itemsize)
-        else:
-            launch.set(i, a)
-
-    def coefficients(self, a, b, mask) -> _Ref:
+    def coefficients(self, a, b, mask) -> ArrayRef:
         """A device (3, k) float64 slot holding a, b and mask (scalars or (k,) arrays; mask None:
         every column), copied up asynchronously."""
         if self.slot == RING_SLOTS:
@@ -155,33 +85,13 @@ class DeviceRun:
         host[1] = b
         host[2] = 1.0 if mask is None else np.asarray(mask, np.float64)
         slot = item(self.ring, s)
-        if self.raw:
-            self.calls.copy_h2d(slot.address(), host.ctypes.data, host.nbytes)
-        else:
-            slot.array().copy_to_device(host)
+        self.copy_up(slot, host)
         return slot
 
     def wait(self) -> None:
         """Wait for the stream; the coefficient ring starts over."""
-        if self.raw:
-            self.calls.sync()
-        else:
-            from numba import cuda
-            cuda.synchronize()
+        super().wait()
         self.slot = 0
-
-    def read(self, d_arr, n_rows: int | None = None) -> np.ndarray:
-        """A host copy of a C-contiguous device array (its first ``n_rows`` rows); waits."""
-        self.n_reads += 1
-        if not self.raw:
-            out = (d_arr if n_rows is None else d_arr[:n_rows]).copy_to_host()
-            self.slot = 0
-            return out
-        shape = tuple(d_arr.shape) if n_rows is None else (n_rows,) + tuple(d_arr.shape[1:])
-        host = self.pinned.get("read", shape, d_arr.dtype)
-        self.calls.copy_d2h(host.ctypes.data, device_address(d_arr), host.nbytes)
-        self.wait()
-        return host.copy()
 
 
 class CudaColumnSpace:
@@ -404,7 +314,7 @@ class CudaSvmOps:
 
     def _finish(self, A, scale, d_cols, nc: int, out) -> None:
         slot = self.run.coefficients(scale, 0.0, None)  # row 0 of the slot: the scale
-        self.run.launch(K.scaled_add, _grid2(nc, self.m), ELEMENT_BLOCK, A, _Ref(slot.base, slot.start, (self.k,)),
+        self.run.launch(K.scaled_add, _grid2(nc, self.m), ELEMENT_BLOCK, A, ArrayRef(slot.base, slot.start, (self.k,)),
                         self.T, d_cols, out)
 
     def grad(self, W, scale, cols, out) -> None:
