@@ -39,7 +39,8 @@ for step in "${steps[@]}"; do
     tests-par) run tests-par "${LIMIT_tests_par:-380}" bash -c "cd /tmp && GPUTEXT_TEST_LOG=$OUT/tests.live python3 -m pytest -q -rfE -p no:cacheprovider -m gpu -n ${WORKERS:-8} --durations=15 $PWD/tests --ignore=$PWD/tests/test_distributed.py" ;;
     tests-dist) run tests-dist "${LIMIT_tests_dist:-150}" bash -c "cd /tmp && GPUTEXT_TEST_LOG=$OUT/tests.live python3 -m pytest -q -rfE -p no:cacheprovider -m gpu --durations=5 $PWD/tests/test_distributed.py" ;;
     # the GT-kNN Tables 2/3 with the SVM trained by our TRON on the GPU (issue 18), every dataset
-    table-meta) run table-meta 560 python3 scripts/table_metafeatures.py --device cuda --skip-efficiency --solvers tron --datasets "${GPUTEXT_DATASETS:-.data}" --out "$OUT" ${ARGS_table_meta:-} ;;
+    # (its corpora are cached outside $OUT: only the table comes back)
+    table-meta) run table-meta "${LIMIT_table_meta:-560}" bash -c "python3 scripts/table_metafeatures.py --device cuda --skip-efficiency --solvers tron --datasets ${GPUTEXT_DATASETS:-.data} --out /tmp/table-meta ${ARGS_table_meta:-}; rc=\$?; cp /tmp/table-meta/table_metafeatures.* $OUT/; exit \$rc" ;;
     # single query and 10,000 queries at 10^7 with and without the L2-sized resident shards (issue 19)
     knn-l2) run knn-l2 560 python3 scripts/bench_knn.py --latency --device cuda --sizes 1e7 --queries 10000 --singles 50 --check 5 --repeats 1 --geometries "l2:shard_docs=-1" --out "$OUT" ;;
     bench-knn-quick) run bench-knn-quick 200 python3 scripts/bench_knn.py --quick --device cuda --out "$OUT" ;;

@@ -17,6 +17,7 @@ from gputext.cluster import dclus, metrics
 from gputext.errors import InputError
 from gputext.io import read_corpus, write_corpus
 from gputext.io.commit import CRASH_ENV, TMP_PREFIX
+from procs import child_env
 from test_star_append import assert_same_file, base_file, corpora
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,7 +61,7 @@ def test_kill_during_in_place_update_leaves_old_or_new_result(tmp_path, files, p
     shutil.copyfile(paths["base"], work)
     cmd = [sys.executable, "-m", "gputext", "cluster", "star", "--update", work, "--add", paths["add1"], "-o", work,
            "--device", "cpu", "--quiet"]
-    r = subprocess.run(cmd, env={**os.environ, CRASH_ENV: point, "PYTHONPATH": ROOT}, capture_output=True, text=True,
+    r = subprocess.run(cmd, env=child_env(**{CRASH_ENV: point}), capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr[-2000:])
     v = CliRunner().invoke(cli, ["corpus", "validate", work])
@@ -79,7 +80,7 @@ def test_reader_completes_an_update_killed_after_its_commit(tmp_path, files):
     shutil.copyfile(paths["base"], work)
     r = subprocess.run([sys.executable, "-m", "gputext", "cluster", "star", "--update", work, "--add", paths["add1"],
                         "-o", work, "--device", "cpu", "--quiet"],
-                       env={**os.environ, CRASH_ENV: "park obs", "PYTHONPATH": ROOT}, capture_output=True, timeout=600)
+                       env=child_env(**{CRASH_ENV: "park obs"}), capture_output=True, timeout=600)
     assert r.returncode == -signal.SIGKILL
     ro = str(tmp_path / "ro.h5")
     shutil.copyfile(work, ro)
@@ -145,7 +146,7 @@ def test_in_place_update_on_cuda_equals_the_cpu_twin_and_survives_a_kill(tmp_pat
     shutil.copyfile(base, paths["killed"])
     r = subprocess.run([sys.executable, "-m", "gputext", "cluster", "star", "--update", paths["killed"], "--add",
                         add_path, "-o", paths["killed"], "--device", "cuda", "--quiet", "--no-compression"],
-                       env={**os.environ, CRASH_ENV: "committed", "PYTHONPATH": ROOT}, capture_output=True, timeout=600)
+                       env=child_env(**{CRASH_ENV: "committed"}), capture_output=True, timeout=600)
     assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
     assert contents(paths["killed"]) == contents(paths["cpu"])
     dclus.update(paths["killed"], add2, paths["killed"], device="cuda", compression=None)

@@ -17,6 +17,7 @@ from gputext.errors import InputError
 from gputext.io import Categorical, Corpus, read_corpus, write_corpus
 from test_star_reference import (TABLE1, TABLE2, TABLE2_OLD, adjacency_of, components, dclustr, named, oclustr,
                                  paper_edges, random_corpus)
+from procs import child_env
 
 
 def read_clusters(path):
@@ -527,6 +528,6 @@ def test_the_cluster_and_update_kernels_can_be_cached(tmp_path):
         dclus.update(r"{tmp_path}/b.h5", add, r"{tmp_path}/b.h5", device="cpu")
     """)
     tests = str(__import__("pathlib").Path(__file__).parent)
-    env = {**__import__("os").environ, "PYTHONPATH": tests}
+    env = child_env(tests)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -6,6 +6,7 @@ import importlib.util
 import os
 
 import numpy as np
+from procs import child_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -79,7 +80,7 @@ def test_profile_dclus_runs_and_times_every_step(tmp_path):
     out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "profile_dclus.py"), "--device", "cpu",
                           "--preset", "reu-10k:newtopics", "--base", "600", "--add", "150", "--beta", "0.2",
                           "--repeats", "1", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONPATH": ROOT})
+                         env=child_env())
     assert out.returncode == 0, out.stderr[-2000:]
     med = json.load(open(tmp_path / "profile_dclus.json"))["median"]
     for step in ("fn addition_rows", "fn symmetric_from_owner", "fn cover_candidates", "fn improve_centers",
