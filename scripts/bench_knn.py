@@ -357,11 +357,12 @@ def sweep_geometries(a, X, singles, Q, backend, events) -> dict:
                    for q, r in zip(singles[: a.check], ref))
         batch = search_topk(index, Q, a.k, "cosine", backend, geometry=geom)
         same &= bool(np.array_equal(batch[0], ref_batch[0]) and np.array_equal(batch[1], ref_batch[1], equal_nan=True))
-        secs = median_time(lambda: search_topk(index, Q, a.k, "cosine", backend, geometry=geom), a.repeats)
+        batches = batch_times(a, index, Q, backend, geom)
         out[name] = {"spec": spec, "host_ms": percentiles(host), "events_ms": percentiles(dev), "first_call_s": first,
-                     f"queries_{Q.shape[0]}_s": secs, "equal_default": same}
+                     **{f"queries_{n}_s": secs for n, secs in batches.items()}, "equal_default": same}
         print(f"geometry {name}: single p50 {np.median(host):.3f} ms host / {np.median(dev):.3f} ms events, "
-              f"{Q.shape[0]} queries {secs:.4f} s, first call {first:.2f} s, equal {same}", flush=True)
+              + ", ".join(f"{n} queries {secs:.4f} s" for n, secs in batches.items())
+              + f", first call {first:.2f} s, equal {same}", flush=True)
         del index
     return out
 
@@ -398,11 +399,18 @@ def stage_times(index, singles, k, backend, geom) -> dict:
     return out
 
 
+def batch_times(a, index, Q, backend, geom) -> dict:
+    """{n: median seconds of the first n query rows} for each --queries size above 1."""
+    from gputext.engine import search_topk
+    return {n: median_time(lambda n=n: search_topk(index, Q[:n], a.k, "cosine", backend, geometry=geom), a.repeats)
+            for n in sorted(set(a.queries)) if n > 1}
+
+
 def latency(a, backend, out: Path) -> None:
     """Single exact query at the first --sizes corpus (10^6 by default): p50 of host wall and CUDA
     events over --singles warm single queries, each a different query row, for our engine with
     pre-marshalled launches (Geometry.fast_launch, the default) and with numba's dispatcher, and for
-    CuPy SpMM + top-k in the same run; then the 10,000-query batch (median of --repeats). Exactness:
+    CuPy SpMM + top-k in the same run; then each --queries batch above 1 (median of --repeats). Exactness:
     every single query's result equals the CPU twin's on the first --check queries."""
     from numba import cuda
 
@@ -452,9 +460,9 @@ def latency(a, backend, out: Path) -> None:
         print("stages of one query (events, p50 of 50):", report["stages_ms"], flush=True)
     if a.geometries:
         report["geometries"] = sweep_geometries(a, X, singles, Q, backend, numba_events)
-    report[f"gputext_{n_batch}_queries_s"] = median_time(lambda: search_topk(index, Q, a.k, "cosine", backend,
-                                                                             geometry=geom), a.repeats)
-    print(f"gputext {n_batch} queries: {report[f'gputext_{n_batch}_queries_s']:.4f} s (median of {a.repeats})", flush=True)
+    for n, secs in batch_times(a, index, Q, backend, geom).items():
+        report[f"gputext_{n}_queries_s"] = secs
+        print(f"gputext {n} queries: {secs:.4f} s (median of {a.repeats})", flush=True)
     harness.write_json(str(out / "bench_knn_latency.json"), {**report, "env": harness.probe(backend)})
     print(json.dumps(report, indent=1))
 

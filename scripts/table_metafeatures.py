@@ -124,9 +124,12 @@ def effectiveness(name, tr_path, te_path, args, backend) -> list[dict]:
     full_method = choose_method("auto", train.n_docs, train.X.shape[1], train.X.nnz, backend, args.k)[0]
     knn_classify(train.take(np.arange(min(300, train.n_docs))), test.take(np.arange(20)), k=args.k,
                  method=full_method, device=backend)
-    cw = train.labels.codes[:300]
-    compute_metafeatures(train.X[:300][cw >= 0], cw[cw >= 0], len(train.labels.categories), test.X[:20],
-                         k=args.k, method=full_method, device=backend)
+    n_classes = len(train.labels.categories)
+    meta_method = choose_method("auto", train.n_docs, train.X.shape[1], train.X.nnz, backend, args.k, groups=n_classes)[0]
+    some = np.arange(0, train.n_docs, max(1, train.n_docs // 300))  # evenly spaced: the files are sorted by class
+    cw = train.labels.codes[some]
+    compute_metafeatures(train.X[some][cw >= 0], cw[cw >= 0], n_classes, test.X[:20], k=args.k, method=meta_method,
+                         device=backend)
     if "vote" in args.models:
         t = time.perf_counter()
         res = knn_classify(train, test, k=args.k, method="auto", device=backend)
@@ -137,12 +140,13 @@ def effectiveness(name, tr_path, te_path, args, backend) -> list[dict]:
     codes = train.labels.codes
     keep = np.nonzero(codes >= 0)[0]
     t = time.perf_counter()
-    mf = compute_metafeatures(train.X[keep], codes[keep], len(train.labels.categories), test.X, k=args.k,
-                              method=full_method, device=backend, categories=train.labels.categories)
+    mf = compute_metafeatures(train.X[keep], codes[keep], n_classes, test.X, k=args.k,
+                              method=meta_method, device=backend, categories=train.labels.categories)
     meta_seconds = time.perf_counter() - t
-    if "tron" in args.solvers:  # compile the SVM kernels on a slice too
-        some = np.arange(0, train.n_docs, max(1, train.n_docs // 300))  # evenly spaced: the files are sorted by class
-        svm_classify(train.take(some), test.take(np.arange(min(20, test.n_docs))), "bow", args.k, (0.25,), device=backend)
+    if "tron" in args.solvers:  # compile the SVM kernels of each feature set on a slice too
+        for features in [f for f in ("bow", "meta", "both") if f in args.models]:
+            svm_classify(train.take(some), test.take(np.arange(min(20, test.n_docs))), features, args.k, (0.25,),
+                         device=backend)
     for features, solver in [(f, s) for f in ("bow", "meta", "both") if f in args.models for s in args.solvers]:
         t = time.perf_counter()
         res = svm_classify(train, test, features, args.k, grid, device=backend, n_jobs=args.jobs,

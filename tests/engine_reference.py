@@ -73,3 +73,27 @@ def random_corpus(n_docs, n_terms, density, seed, signed=False, empty_rows=(), d
     X = X.tocsr()
     X.eliminate_zeros()
     return X
+
+
+def check_resident_shards(X, Q, k, metric, geometry, n_shards):
+    """The rows top-k's resident shards (Geometry.shard_docs) on the cuda backend: a single query
+    before any batch uses the whole index; a batch makes ``n_shards`` shards, which replace the
+    whole one; afterwards single queries and the threshold search use them. Every result equals
+    the CPU twin's bit for bit."""
+    from gputext.engine import Index, search_threshold, search_topk
+    index = Index.from_csr(X)
+    cpu = search_topk(index, Q, k, metric, device="cpu")
+    first = search_topk(index, Q[:1], k, metric, device="cuda", geometry=geometry)
+    assert "shard" in index.device_cache and not any(isinstance(key, tuple) for key in index.device_cache)
+    stats = {}
+    batch = search_topk(index, Q, k, metric, device="cuda", geometry=geometry, stats=stats)
+    assert stats["shards"] == n_shards and "shard" not in index.device_cache
+    single = search_topk(index, Q[:1], k, metric, device="cuda", geometry=geometry, stats=stats)
+    assert stats["shards"] == n_shards
+    for got in (batch, first, single):
+        n = got[0].shape[0]
+        assert np.array_equal(got[0], cpu[0][:n]) and np.array_equal(got[1], cpu[1][:n], equal_nan=True)
+    T = search_threshold(index, Q, 0.1, metric, device="cuda", geometry=geometry, stats=stats)
+    C = search_threshold(index, Q, 0.1, metric, device="cpu")
+    assert stats["shards"] == n_shards
+    assert np.array_equal(T.indptr, C.indptr) and np.array_equal(T.indices, C.indices) and np.array_equal(T.data, C.data)

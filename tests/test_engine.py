@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from engine_reference import random_corpus, same_up_to_ties, similarity_matrix, topk
+from engine_reference import check_resident_shards, random_corpus, same_up_to_ties, similarity_matrix, topk
 from gputext.engine import Geometry, Index, search_threshold, search_topk
 from gputext.errors import InputError
 
@@ -139,6 +139,13 @@ def test_cuda_equals_cpu_in_simulator(metric, change):
     assert np.array_equal(ic, ig) and np.array_equal(sc, sg)
     ref_idx, ref_sc = topk(X, Q, 5, metric)
     assert same_up_to_ties(ig, sg, ref_idx, ref_sc)
+
+
+@pytest.mark.cudasim
+def test_resident_shards_are_made_by_a_batch_and_then_serve_every_search_in_simulator():
+    X = random_corpus(40, 12, 0.2, seed=15, duplicates=((3, 39),))
+    Q = sp.vstack([random_corpus(2, 12, 0.3, seed=16), X[3]]).tocsr()
+    check_resident_shards(X, Q, 5, "cosine", Geometry(**{**TINY.__dict__, "shard_docs": 16}), 3)
 
 
 @pytest.mark.cudasim

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from engine_reference import random_corpus, same_up_to_ties, topk
+from engine_reference import check_resident_shards, random_corpus, same_up_to_ties, topk
 from gputext.engine import Index, search_threshold, search_topk
 
 pytestmark = pytest.mark.gpu
@@ -41,6 +41,14 @@ def test_gpu_sharded_index_equals_unsharded(monkeypatch):
     T1 = search_threshold(Index.from_csr(X), Q, 0.9, "l2", device="cuda")
     T2 = search_threshold(Index.from_csr(X), Q, 0.9, "l2", device="cpu")
     assert np.array_equal(T1.indptr, T2.indptr) and np.array_equal(T1.indices, T2.indices) and np.array_equal(T1.data, T2.data)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "l1"])
+def test_gpu_resident_shards_equal_the_cpu_twin(metric):
+    from gputext.engine import Geometry
+    X = random_corpus(20000, 3000, 0.01, seed=37, duplicates=((1, 2), (6665, 6667), (1, 19999)))
+    Q = sp.vstack([random_corpus(300, 3000, 0.02, seed=38), X[1], X[6665]]).tocsr()
+    check_resident_shards(X, Q, 30, metric, Geometry(shard_docs=6667), 3)
 
 
 def test_gpu_threshold_graph_equals_cpu():

@@ -24,3 +24,13 @@ def test_auto_on_the_cpu_keeps_a_built_index_and_otherwise_asks_dense_fits():
     # sparse text (CNAE-9's shape): inverted either way
     assert choose_method("auto", 1080, 856, 7233, CPU)[0] == "inverted"
     assert choose_method("auto", 1080, 856, 7233, CPU, k=5000, index_built=True)[0] == "inverted"
+
+
+def test_auto_takes_the_grouped_inverted_search_for_several_classes():
+    # the meta-features: half-full training rows would be dense for one search, not for 52 classes
+    assert choose_method("auto", 1000, 100, 50_000, CPU, groups=1)[0] == "dense"
+    method, reason = choose_method("auto", 1000, 100, 50_000, CPU, k=30, groups=52)
+    assert method == "inverted" and "52 classes" in reason
+    GPU = Backend("cuda", False, "test")
+    assert choose_method("auto", 1000, 100, 50_000, GPU, k=30, groups=52)[0] == "inverted"
+    assert choose_method("dense", 1000, 100, 50_000, GPU, k=30, groups=52) == ("dense", "requested")

@@ -157,20 +157,24 @@ def plan_shards(index: Index) -> list[tuple[int, int]]:
 
 def l2_shard_docs(geom) -> int:
     """Documents per resident shard of the rows top-k (0: do not split): Geometry.shard_docs, or
-    for shard_docs=None as many as keep one query's int64 score row within half of the device's
-    L2, so that the accumulation's atomics stay in L2 instead of going to HBM (at 10^7 documents
-    one row is 80 MB against the H100's 50 MB of L2). Off by default until a GPU run measures it:
-    `scripts/bench_knn.py --latency --sizes 1e7 --geometries "l2:shard_docs=-1"` (-1 = None)."""
+    for shard_docs=None (the default) as many as keep one query's int64 score row within half of
+    the device's L2, so that the accumulation's atomics stay in L2 instead of going to HBM (at
+    10^7 documents one row is 80 MB against the H100's 50 MB of L2). Measured on an H100
+    (2026-11-26, bench_knn corpus at 10^7, k = 30): 10,000 queries 7.00 s split against 12.69 s
+    whole, identical results; one query 2.07 ms split against 1.69 ms whole, hence
+    Geometry.shard_min_queries. Below 3 million documents nothing is split on an H100."""
     if geom.shard_docs is not None and geom.shard_docs >= 0:
         return int(geom.shard_docs)
     l2 = resources().l2_bytes
     return l2 // 16 if l2 else 0
 
 
-def split_shards(index: Index, geom, report: SearchReport):
-    """The index cut into equal document ranges of at most l2_shard_docs(geom), built once and
-    kept on the Index (key ("shards", n)); None when one shard is enough or the index does not fit
-    the device as a whole (plan_shards then streams it)."""
+def split_shards(index: Index, geom, report: SearchReport, build: bool = True):
+    """The index cut into equal document ranges of at most l2_shard_docs(geom), kept on the Index
+    (key ("shards", n)) and made when ``build``; None when one shard is enough, when they are not
+    made yet and ``build`` is false, or when the index does not fit the device as a whole
+    (plan_shards then streams it). Making them drops the whole-index shard: the device holds
+    one copy of the index, and later searches of any size use the split one."""
     cap = l2_shard_docs(geom)
     if cap <= 0 or index.n_docs <= cap:
         return None
@@ -178,8 +182,9 @@ def split_shards(index: Index, geom, report: SearchReport):
     key = ("shards", n)
     shards = index.device_cache.get(key)
     if shards is None:
-        if len(plan_shards(index)) > 1:
+        if not build or len(plan_shards(index)) > 1:
             return None
+        index.device_cache.pop("shard", None)
         cuts = [index.n_docs * i // n for i in range(n + 1)]
         shards = index.device_cache[key] = [build_shard(index.X, lo, hi, geom) for lo, hi in zip(cuts, cuts[1:])]
     report.shards = n
@@ -188,9 +193,10 @@ def split_shards(index: Index, geom, report: SearchReport):
 
 
 def device_shards(index: Index, geom, report: SearchReport, split: bool = False):
-    """Yield device shards; a single shard is kept on the Index for later searches. split: the
-    rows top-k's resident shards of at most l2_shard_docs documents each (split_shards)."""
-    shards = split_shards(index, geom, report) if split else None
+    """Yield device shards; a single shard is kept on the Index for later searches. split: make
+    the rows top-k's resident shards of at most l2_shard_docs documents each (split_shards);
+    once made, every search of the index uses them."""
+    shards = split_shards(index, geom, report, build=split)
     if shards is not None:
         yield from shards
         return
@@ -426,7 +432,7 @@ def topk_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geom, repor
     n_q = Q.shape[0]
     parts = []
     report.postings = 0
-    for shard in device_shards(index, geom, report, split=True):
+    for shard in device_shards(index, geom, report, split=n_q >= geom.shard_min_queries):
         n_seg = blocks(shard.n_docs, block * items)
         rows = batch_rows(shard, n_q, batch_size, 24 * n_seg * k)
         report.batch_size = rows

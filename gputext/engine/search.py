@@ -58,7 +58,8 @@ class Geometry:
     segment_table_bytes: int = 256 << 20  # largest (term, segment) offset table; beyond: binary search
     packed_upload: bool = True  # grouped selector: index and queries each in one pinned transfer (upload_packed)
     fast_launch: bool = True  # top-k: pre-marshalled launches, one driver call each (gputext.device.Launch; real GPU)
-    shard_docs: int | None = 0  # rows top-k: documents per resident shard; 0 = one shard (default); None or -1 = one query's score row in half of L2 (engine.cuda_backend.l2_shard_docs; not yet measured on a GPU)
+    shard_docs: int | None = None  # rows top-k: documents per resident shard; None or -1 (default) = one query's score row in half of L2 (engine.cuda_backend.l2_shard_docs); 0 = one shard
+    shard_min_queries: int = 2  # rows top-k: a search of fewer queries makes no resident shards (one query at 10^7: 2.07 ms split, 1.69 ms whole)
     sorted_postings: bool = True  # rows top-k: upload the CPU twin's build (lists sorted by document: a warp's atomics share sectors) instead of building on the device (lists in any order)
     blocked_block: int | None = None  # blocked top-k: threads a block; None = max(128, next pow2 of k)
     blocked_items: int | None = None  # ... documents per thread in a document block; None = from shared memory / SMs

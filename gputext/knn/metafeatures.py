@@ -144,7 +144,8 @@ def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: in
     lead = n_train if train_rows else 0  # Q's first `lead` rows are the training documents
     # decided on the whole training matrix: per class, the dense method would also densify every
     # query row once per class and metric
-    chosen, reason = choose_method(method, max(1, n_train), X_train.shape[1], X_train.nnz, backend)
+    chosen, reason = choose_method(method, max(1, n_train), X_train.shape[1], X_train.nnz, backend, k=k,
+                                   groups=n_classes)
     info = {"method": chosen, "method_reason": reason, "backend": backend.name, "k": int(k),
             "n_train": int(n_train), "n_queries": int(X_queries.shape[0]), "n_classes": int(n_classes)}
     t0 = time.perf_counter()
