@@ -187,3 +187,13 @@ def test_gpu_dclus_cpu_smoke(tmp_path):
     row = json.loads((tmp_path / "gpu_dclus.json").read_text())["update"][0]
     assert row["graph_equals_union"] and row["inplace_equals_new_file"] and row["n_add"] == 200
     assert "| reu-50k | 200 |" in res.stdout
+
+
+def test_knn_pruning_cpu_smoke(tmp_path):
+    """knn_pruning.py --quick on the CPU: the pruned blocked top-k equals the rows method and the
+    unpruned one, and what it scored plus what it skipped is what the unpruned run scored."""
+    res = run_script("knn_pruning", "--quick", "--device", "cpu", "--k", "10", "--out", str(tmp_path))
+    rows = json.loads((tmp_path / "knn_pruning.json").read_text())["rows"]
+    assert rows and rows[0]["corpus"].startswith("bench_knn corpus") and all(r["equal_rows_and_unpruned"] for r in rows)
+    assert all(r["postings_scored"] + r["postings_skipped"] == r["postings_unpruned"] > 0 for r in rows)
+    assert all(0 <= r["fraction_skipped"] < 1 for r in rows) and "| fraction skipped |" in res.stdout
