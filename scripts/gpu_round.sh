@@ -32,7 +32,7 @@ for step in "${steps[@]}"; do
     # time is compiling); one process each, test names and failures printed (-rA). Under
     # pytest-xdist the suite did not exit within a call (2026-11-25): run it like this instead.
     tests-a) run tests-a 560 bash -c "cd /tmp && python3 -m pytest -q -rfE -p no:cacheprovider -m gpu --durations=10 $PWD/tests/test_engine_gpu.py $PWD/tests/test_engine_weights.py $PWD/tests/test_engine_blocked.py $PWD/tests/test_device_runtime.py $PWD/tests/test_star_crash.py" ;;
-    tests-b) run tests-b 560 bash -c "cd /tmp && python3 -m pytest -q -rfE -p no:cacheprovider -m gpu --durations=10 $PWD/tests/test_linear_svm.py $PWD/tests/test_estimators.py $PWD/tests/test_distributed.py $PWD/tests/test_stream_gpu.py" ;;
+    tests-b) run tests-b 560 bash -c "cd /tmp && python3 -m pytest -q -rfE -p no:cacheprovider -m gpu --durations=10 $PWD/tests/test_linear_svm.py $PWD/tests/test_estimators.py $PWD/tests/test_distributed.py $PWD/tests/test_stream_gpu.py $PWD/tests/test_rank_gpu.py" ;;
     # pytest -m gpu on the host's cores (pytest-xdist, carried in .whl), every outcome and failure
     # written to $OUT/tests.live as it happens (tests/conftest.py) so that a run cut off by the
     # call's limit still names its failures; Dask's tests (a LocalCluster of their own) apart.

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from ..device.launch import blocks as grid_blocks, next_pow2
+from ..device.launch import ArrayRef, LaunchSet, blocks as grid_blocks, item, next_pow2
+from ..device.memory import Workspace
 
 from ..kernels import ranksvm_cuda as KC
 from .data import RankingData
@@ -29,23 +30,9 @@ class CudaRankOps(RankOpsSizes):
     def __init__(self, data: RankingData, geometry: RankGeometry | None = None):
         super().__init__(data, geometry)
         g, L, Q, m = self.g, self.L, self.Q, self.m
+        self.run = run = LaunchSet()
+        self.work = Workspace()
         self.dense = data.is_dense
-        if self.dense:
-            self.d_X = cuda.to_device(data.dense_matrix())
-            self.rm_threads = g.rmatvec_threads or min(1024, max(32, -(-m // 32) * 32))
-            self.n_row_blocks = grid_blocks(L, g.rows_per_block)
-            self.d_partial = cuda.device_array((m, self.n_row_blocks), np.float64)
-            self.k_matvec = KC.dense_matvec_kernel(g.matvec_threads, g.tile_cols)
-            self.k_reduce = KC.column_reduce_kernel(g.reduce_threads)
-        else:
-            indptr, indices, values = data.csr()
-            colptr, colrows, colvalues = data.csc()
-            self.d_indptr, self.d_indices, self.d_values = (cuda.to_device(_nonempty(a)) for a in (indptr, indices, values))
-            self.d_colptr, self.d_colrows, self.d_colvalues = (cuda.to_device(_nonempty(a)) for a in (colptr, colrows, colvalues))
-            self.k_csr = KC.csr_matvec_kernel(g.csr_threads, g.csr_group)
-            self.k_csc = KC.csc_rmatvec_kernel(g.reduce_threads)
-        self.d_starts = cuda.to_device(data.starts)
-        self.d_lrank = cuda.to_device(data.label_rank)
         # global sort scratch for queries longer than sort_capacity
         sizes = np.diff(data.starts)
         goff = np.full(Q, -1, np.int64)
@@ -53,16 +40,37 @@ class CudaRankOps(RankOpsSizes):
         for t in np.flatnonzero(sizes > g.sort_capacity):
             goff[t] = total
             total += next_pow2(int(sizes[t]))
-        self.d_goff = cuda.to_device(goff)
-        self.d_gkeys = cuda.device_array(max(total, 1), np.float64)
-        self.d_gidx = cuda.device_array(max(total, 1), np.int32)
-        alloc = lambda shape, dtype: cuda.device_array(shape, dtype)  # noqa: E731
+        host = [data.starts, data.label_rank, goff]
+        if self.dense:
+            host.append(data.dense_matrix())
+        else:
+            host += [_nonempty(a) for a in (*data.csr(), *data.csc())]
+        dev = run.res.upload_packed(host, into=self.work, name="rank_data")  # one transfer
+        self.d_starts, self.d_lrank, self.d_goff = dev[:3]
+        if self.dense:
+            self.d_X = dev[3]
+            self.rm_threads = g.rmatvec_threads or min(1024, max(32, -(-m // 32) * 32))
+            self.n_row_blocks = grid_blocks(L, g.rows_per_block)
+            self.d_partial = self.work.get("partial", (m, self.n_row_blocks), np.float64)
+            self.k_matvec = KC.dense_matvec_kernel(g.matvec_threads, g.tile_cols)
+            self.k_reduce = KC.column_reduce_kernel(g.reduce_threads)
+        else:
+            self.d_indptr, self.d_indices, self.d_values, self.d_colptr, self.d_colrows, self.d_colvalues = dev[3:]
+            self.k_csr = KC.csr_matvec_kernel(g.csr_threads, g.csr_group)
+            self.k_csc = KC.csc_rmatvec_kernel(g.reduce_threads)
+        self.d_gkeys = self.work.get("gkeys", (max(total, 1),), np.float64)
+        self.d_gidx = self.work.get("gidx", (max(total, 1),), np.int32)
+        names = iter(range(1 << 30))
+        alloc = lambda shape, dtype: self.work.get(f"a{next(names)}", shape, dtype)  # noqa: E731
         self.slots = [slot_arrays(alloc, L, Q, self.n_levels) for _ in range(2)]
         self.current, self.trial = 0, 1
         self.__dict__.update({"d_" + name: a for name, a in solver_arrays(alloc, L, Q, self.n_levels).items()})
-        self.d_v = cuda.device_array(m, np.float64)
-        self.d_out = cuda.device_array(m, np.float64)
-        self.d_loss_partial = cuda.device_array(g.elementwise_blocks, np.float64)
+        self.d_a0, self.d_alpha_minus0, self.d_alpha_plus0 = (item(a, 0) for a in (self.d_a, self.d_alpha_minus,
+                                                                                     self.d_alpha_plus))
+        self.d_v = self.work.get("v", (m,), np.float64)
+        self.v_host = run.pinned.get("v", (m,), np.float64)
+        self.d_out = self.work.get("out", (m,), np.float64)
+        self.d_loss_partial = self.work.get("loss_partial", (g.elementwise_blocks,), np.float64)
         self.k_structure = KC.rank_structure_kernel(g.query_threads, g.sort_capacity)
         self.k_sums = KC.wavelet_sums_kernel(g.query_threads)
         self.k_eval = KC.eval_finish_kernel(g.reduce_threads)
@@ -71,43 +79,49 @@ class CudaRankOps(RankOpsSizes):
     def _matvec(self, d_v, d_out) -> None:
         g = self.g
         if self.dense:
-            self.k_matvec[grid_blocks(self.L, g.matvec_threads), g.matvec_threads](self.d_X, d_v, d_out)
+            self.run.launch(self.k_matvec, grid_blocks(self.L, g.matvec_threads), g.matvec_threads, self.d_X, d_v, d_out)
         else:
             rows = g.csr_threads // g.csr_group
-            self.k_csr[grid_blocks(self.L, rows), g.csr_threads](self.d_indptr, self.d_indices, self.d_values, d_v, d_out)
+            self.run.launch(self.k_csr, grid_blocks(self.L, rows), g.csr_threads,
+                            self.d_indptr, self.d_indices, self.d_values, d_v, d_out)
 
     def _rmatvec(self, d_u) -> np.ndarray:
-        g = self.g
+        g, run = self.g, self.run
         if self.dense:
-            KC.dense_rmatvec_partial[self.n_row_blocks, self.rm_threads](self.d_X, d_u, g.rows_per_block, self.d_partial)
-            self.k_reduce[min(self.m, 65535), g.reduce_threads](self.d_partial, self.d_out)
+            run.launch(KC.dense_rmatvec_partial, self.n_row_blocks, self.rm_threads,
+                       self.d_X, d_u, g.rows_per_block, self.d_partial)
+            run.launch(self.k_reduce, min(self.m, 65535), g.reduce_threads, self.d_partial, self.d_out)
         else:
-            self.k_csc[min(self.m, 65535), g.reduce_threads](self.d_colptr, self.d_colrows, self.d_colvalues, d_u, self.d_out)
-        return self.d_out.copy_to_host()
+            run.launch(self.k_csc, min(self.m, 65535), g.reduce_threads,
+                       self.d_colptr, self.d_colrows, self.d_colvalues, d_u, self.d_out)
+        return self.run.read(self.d_out)
 
     def _send(self, w: np.ndarray):
-        self.d_v.copy_to_device(np.ascontiguousarray(w, dtype=np.float64))
+        """w up through the pinned buffer, asynchronously: every caller reads a result back (and
+        so waits) before the next send reuses the buffer."""
+        self.v_host[:] = w
+        self.run.copy_up(ArrayRef(self.d_v, 0, self.d_v.shape), self.v_host)
         return self.d_v
 
     def scores(self, w: np.ndarray) -> np.ndarray:
         self._matvec(self._send(w), self.d_s)
-        return self.d_s.copy_to_host()
+        return self.run.read(self.d_s)
 
     def evaluate(self, w: np.ndarray) -> float:
-        g = self.g
+        g, run = self.g, self.run
         S = self.slots[self.trial]
         self._matvec(self._send(w), self.d_s)
-        self.k_structure[self.Q, g.query_threads](
-            self.d_starts, self.d_s, self.d_lrank, self.n_levels, self.d_goff, self.d_gkeys, self.d_gidx,
-            S["order"], S["ssorted"], self.d_sweights, S["vsorted"], S["lo"], S["hi"], S["seqrow"], S["rank0"],
-            self.d_vbuf, self.d_rbuf, S["beta_minus"], S["beta_plus"])
-        self.k_sums[self.Q, g.query_threads](
-            self.d_starts, S["order"], S["vsorted"], S["lo"], S["hi"], S["seqrow"], S["rank0"], self.n_levels,
-            self.d_sweights, 1, self.d_W0, self.d_W1, self.d_sums_minus, self.d_sums_plus)
-        self.k_eval[g.elementwise_blocks, g.reduce_threads](
-            self.d_sweights, S["beta_minus"], S["beta_plus"], self.d_sums_minus, self.d_sums_plus, S["z"],
-            self.d_loss_partial)
-        return float(np.sum(self.d_loss_partial.copy_to_host()))
+        run.launch(self.k_structure, self.Q, g.query_threads,
+                   self.d_starts, self.d_s, self.d_lrank, self.n_levels, self.d_goff, self.d_gkeys, self.d_gidx,
+                   S["order"], S["ssorted"], self.d_sweights, S["vsorted"], S["lo"], S["hi"], S["seqrow"], S["rank0"],
+                   self.d_vbuf, self.d_rbuf, S["beta_minus"], S["beta_plus"])
+        run.launch(self.k_sums, self.Q, g.query_threads,
+                   self.d_starts, S["order"], S["vsorted"], S["lo"], S["hi"], S["seqrow"], S["rank0"], self.n_levels,
+                   self.d_sweights, 1, self.d_W0, self.d_W1, self.d_sums_minus, self.d_sums_plus)
+        run.launch(self.k_eval, g.elementwise_blocks, g.reduce_threads,
+                   self.d_sweights, S["beta_minus"], S["beta_plus"], self.d_sums_minus, self.d_sums_plus, S["z"],
+                   self.d_loss_partial)
+        return float(np.sum(run.read(self.d_loss_partial)))
 
     def accept(self) -> None:
         self.current, self.trial = self.trial, self.current
@@ -116,22 +130,22 @@ class CudaRankOps(RankOpsSizes):
         return self._rmatvec(self.slots[self.current]["z"])
 
     def xt_hess(self, v: np.ndarray) -> np.ndarray:
-        g = self.g
+        g, run = self.g, self.run
         S = self.slots[self.current]
-        self._matvec(self._send(v), self.d_a[0])
-        self.k_sums[self.Q, g.query_threads](
-            self.d_starts, S["order"], S["vsorted"], S["lo"], S["hi"], S["seqrow"], S["rank0"], self.n_levels,
-            self.d_a, 1, self.d_W0, self.d_W1, self.d_alpha_minus, self.d_alpha_plus)
-        KC.hess_finish[g.elementwise_blocks, g.reduce_threads](
-            S["beta_minus"], S["beta_plus"], self.d_a[0], self.d_alpha_minus[0], self.d_alpha_plus[0], self.d_u)
+        self._matvec(self._send(v), self.d_a0)
+        run.launch(self.k_sums, self.Q, g.query_threads,
+                   self.d_starts, S["order"], S["vsorted"], S["lo"], S["hi"], S["seqrow"], S["rank0"], self.n_levels,
+                   self.d_a, 1, self.d_W0, self.d_W1, self.d_alpha_minus, self.d_alpha_plus)
+        run.launch(KC.hess_finish, g.elementwise_blocks, g.reduce_threads,
+                   S["beta_minus"], S["beta_plus"], self.d_a0, self.d_alpha_minus0, self.d_alpha_plus0, self.d_u)
         return self._rmatvec(self.d_u)
 
     def statistics(self) -> dict:
         S = self.slots[self.current]
-        return {k: S[k].copy_to_host() for k in ("beta_minus", "beta_plus", "z", "order", "lo", "hi")}
+        return {k: self.run.read(S[k]) for k in ("beta_minus", "beta_plus", "z", "order", "lo", "hi")}
 
     def synchronize(self) -> None:
-        cuda.synchronize()
+        self.run.wait()
 
 
 def _nonempty(a: np.ndarray) -> np.ndarray:
