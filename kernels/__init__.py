@@ -29,6 +29,11 @@ What lives where:
     dense_common.py canonical float64 sums and final scores
     dense_keys.py   stage 1: approximate float32 keys (matvec, register-tiled GEMM)
     dense_exact.py  stage 2: candidate selection, exact rescoring, merge + sort, certificate
+  linear learners (gputext.rank, gputext.linear):
+    products.py     the CPU twins of X v, X^T u, X B and X^T B (RankSVM's one column, the SVM's
+                    block of columns), written once for both; no numba.cuda
+    linear_svm.py   the one-vs-rest SVM's device products, squared-hinge terms and column algebra
+                    (kernels and twins)
   RankSVM (gputext.rank):
     ranksvm.py      pair structure (sort, binary searches, wavelet matrix), matvecs, finishes: the
                     per-item functions and CPU twins (no numba.cuda: the CPU path starts without it)

@@ -20,7 +20,9 @@ Sums are in a fixed order on both backends (no atomics): a GEMM output sums its 
 in order (split in ``splits`` consecutive chunks whose partials are added in chunk order); a CSR
 product sums a row's entries in order (X^T U through a CSC copy); column reductions sum rows in
 fixed chunks, then the chunks in order. The CPU twins (``*_cpu``) use the same formulas; device
-and twin may differ in the last bits (the device fuses multiply-adds), never in structure.
+and twin may differ in the last bits (the device fuses multiply-adds), never in structure. The
+products' CPU twins are shared with RankSVM (kernels/products.py: csr_matmat_cpu,
+dense_matmat_cpu).
 
 =====================  =======================================================================
 gemm                   partial[z, r, cols] = A[r, Kz] @ B[Kz, cols] (A float32, B float64);
@@ -56,7 +58,6 @@ _NO_X = np.zeros((0, 0), np.float32)
 
 GEMM_TILE = 64  # output rows and columns per block (16 x 16 threads, 4 x 4 each)
 GEMM_SLAB = 16  # inner-dimension slab staged in shared memory
-CPU_ROW_BLOCK = 32  # output rows per task of the CPU twin's dense product
 
 
 # ----------------------------------------------------------------------------- shared per-element logic
@@ -126,43 +127,6 @@ _is_active_cpu = numba.njit(cache=True, inline="always")(_is_active)
 
 
 # ----------------------------------------------------------------------------- CPU twins
-@numba.njit(parallel=True, cache=True)
-def dense_matmat_cpu(A, B, out):
-    """out (M, N) float64 = A (M, K) float32 @ B (K, N) float64, each output summed over K in
-    order; tasks of CPU_ROW_BLOCK output rows (an accumulator of CPU_ROW_BLOCK x N)."""
-    M, K = A.shape
-    N = B.shape[1]
-    n_blocks = (M + CPU_ROW_BLOCK - 1) // CPU_ROW_BLOCK
-    for b in prange(n_blocks):
-        r0 = b * CPU_ROW_BLOCK
-        rows = min(M, r0 + CPU_ROW_BLOCK) - r0
-        acc = np.zeros((CPU_ROW_BLOCK, N), np.float64)
-        for c in range(K):
-            for i in range(rows):
-                x = numba.float64(A[r0 + i, c])
-                for j in range(N):
-                    acc[i, j] += x * B[c, j]
-        for i in range(rows):
-            for j in range(N):
-                out[r0 + i, j] = acc[i, j]
-
-
-@numba.njit(parallel=True, cache=True)
-def csr_matmat_cpu(indptr, indices, data, B, out):
-    """out (n, N) float64 = CSR (n, K) @ B (K, N) float64; a row's entries summed in order.
-    With X's CSC copy (colptr, rows, data) it gives X^T B."""
-    n = indptr.shape[0] - 1
-    N = B.shape[1]
-    for r in prange(n):
-        for j in range(N):
-            out[r, j] = 0.0
-        for p in range(indptr[r], indptr[r + 1]):
-            x = numba.float64(data[p])
-            c = indices[p]
-            for j in range(N):
-                out[r, j] += x * B[c, j]
-
-
 @numba.njit(parallel=True, cache=True)
 def _chunked_column_sums(A, B, labels, folds, cls, group, loss, partial, out):
     """out[j] = sum over rows i of A (n, N) of term(i, j): the hinge loss term of A[i, j] (loss

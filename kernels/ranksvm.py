@@ -54,7 +54,9 @@ X^T u is deterministic on both backends: no atomics; every output is a fixed-ord
 per row block, then a fixed tree over blocks; sparse: per column over a CSC copy on the device, in
 row order per column over the CSR rows on the CPU, csr_rmatvec_cpu). The CPU twins
 (``*_cpu``, numba.njit(parallel=True)) take the same arrays; their prefix sums are sequential, so
-float sums can differ from the device's in the last bits, counts never.
+float sums can differ from the device's in the last bits, counts never. The CPU twins of the
+products X v and, through the CSC copy, X^T u are the linear learners' shared ones
+(kernels/products.py: csr_matvec_cpu, dense_matvec_cpu), also the SVM's one-column case.
 """
 from __future__ import annotations
 
@@ -250,18 +252,6 @@ def n_levels_for(n_distinct: int) -> int:
 # ----------------------------------------------------------------------------- CPU twins
 
 
-@numba.njit(parallel=True, cache=True)
-def dense_matvec_cpu(Xd, v, out):
-    """out[r] = sum_c float64(Xd[r, c]) * v[c]; Xd (rows, cols) float32, v (cols,) float64,
-    out (rows,) float64. Columns summed in order (as the device kernel does)."""
-    n_rows, n_cols = Xd.shape
-    for r in prange(n_rows):
-        acc = 0.0
-        for c in range(n_cols):
-            acc += numba.float64(Xd[r, c]) * v[c]
-        out[r] = acc
-
-
 @numba.njit(inline="always")
 def _sum_in_order(values):
     """values[0] + values[1] + ... from 0.0, in index order (float64)."""
@@ -290,22 +280,6 @@ def dense_rmatvec_cpu(Xd, u, rows_per_block, partial, out):
         out[c] = _sum_in_order(partial[c])
 
 
-@numba.njit(parallel=True, cache=True)
-def csr_matvec_cpu(indptr, indices, data, v, out):
-    """out[r] = sum over row r's entries of data * v[indices]; CSR int64/uint32 (or int32)/float32, v, out float64.
-
-    Also X^T u: called with X's CSC copy (colptr, rows, data) it gives out[c] = sum over column
-    c's entries of data * u[rows]. Entries summed in order from 0.0: the value of
-    linear_svm.csr_matmat_cpu's one-column case bit for bit (tests/test_rank_kernels.py), written
-    out here so that the CPU path does not import the SVM's kernel module and numba.cuda with it.
-    """
-    for r in prange(indptr.shape[0] - 1):
-        acc = 0.0
-        for p in range(indptr[r], indptr[r + 1]):
-            acc += numba.float64(data[p]) * v[indices[p]]
-        out[r] = acc
-
-
 @numba.njit
 def _scatter_columns(indptr, indices, data, u, c0, c1, check, out):
     """out[c0:c1] = 0, then every row in order adds data * u[row] to the columns of its entries
@@ -324,7 +298,7 @@ def _scatter_columns(indptr, indices, data, u, c0, c1, check, out):
 @numba.njit(parallel=True, cache=True)
 def csr_rmatvec_cpu(indptr, indices, data, u, n_blocks, out):
     """out = X^T u from X's CSR rows: out[c] = sum over the rows r holding column c, in row order
-    from 0.0, of data * u[r]: the sum csr_matvec_cpu gives over X's CSC copy, bit for bit, without
+    from 0.0, of data * u[r]: the sum products.csr_matvec_cpu gives over X's CSC copy, bit for bit, without
     the copy. CSR int64/uint32 (or int32)/float32 or float64; u (rows,), out (cols,) float64.
 
     One parallel iteration per contiguous block of columns (``n_blocks``, e.g. the threads in use):

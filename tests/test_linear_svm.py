@@ -11,6 +11,7 @@ import pytest
 import scipy.sparse as sp
 
 from gputext.kernels import linear_svm as K
+from gputext.kernels import products as P
 from gputext.estimators.svm import LinearSVC
 from gputext.linear.ops import CpuSvmOps
 from gputext.linear.problem import decide, make_blocks, make_columns, stopping_eps
@@ -52,10 +53,10 @@ def test_cpu_products_match_numpy():
     rng = np.random.default_rng(3)
     V = rng.normal(size=(Xd.shape[1], 5))
     out = np.empty((Xd.shape[0], 5))
-    K.dense_matmat_cpu(Xd, V, out)
+    P.dense_matmat_cpu(Xd, V, out)
     np.testing.assert_allclose(out, Xd.astype(np.float64) @ V, rtol=1e-12, atol=1e-12)
     Vs = rng.normal(size=(Xs.shape[1], 5))
-    K.csr_matmat_cpu(Xs.indptr.astype(np.int64), Xs.indices.astype(np.int32), Xs.data, Vs, out)
+    P.csr_matmat_cpu(Xs.indptr.astype(np.int64), Xs.indices.astype(np.int32), Xs.data, Vs, out)
     np.testing.assert_allclose(out, Xs.toarray().astype(np.float64) @ Vs, rtol=1e-12, atol=1e-12)
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from gputext.kernels import products as P
 from gputext.kernels import ranksvm as K
 from gputext.kernels import ranksvm_cuda as KC
 from gputext.rank.data import prepare
@@ -31,7 +32,7 @@ def test_cpu_matvec_twins_match_numpy():
     v = rng.normal(size=6)
     u = rng.normal(size=37)
     out = np.zeros(37)
-    K.dense_matvec_cpu(A, v, out)
+    P.dense_matvec_cpu(A, v, out)
     np.testing.assert_allclose(out, A.astype(np.float64) @ v, rtol=1e-12)
     partial = np.zeros((6, 5))
     res = np.zeros(6)
@@ -40,26 +41,26 @@ def test_cpu_matvec_twins_match_numpy():
     S = sp.random(37, 9, density=0.3, random_state=1, format="csr", dtype=np.float32)
     v9 = rng.normal(size=9)
     out = np.zeros(37)
-    K.csr_matvec_cpu(S.indptr.astype(np.int64), S.indices.astype(np.int32), S.data, v9, out)
+    P.csr_matvec_cpu(S.indptr.astype(np.int64), S.indices.astype(np.int32), S.data, v9, out)
     np.testing.assert_allclose(out, S.astype(np.float64) @ v9, rtol=1e-12)
     C = S.tocsc()
     res = np.zeros(9)
-    K.csr_matvec_cpu(C.indptr.astype(np.int64), C.indices.astype(np.int32), C.data, u, res)
+    P.csr_matvec_cpu(C.indptr.astype(np.int64), C.indices.astype(np.int32), C.data, u, res)
     np.testing.assert_allclose(res, S.astype(np.float64).T @ u, rtol=1e-12)
 
 
 
 def test_csr_matvec_equals_the_svm_product_bit_for_bit():
-    # RankSVM's CPU product is written out (its module imports no numba.cuda); it must stay the
-    # one-column case of the SVM's product, to the last bit
-    from gputext.kernels.linear_svm import csr_matmat_cpu
+    # RankSVM's one-column CPU product (a register sum) must stay the one-column case of the
+    # SVM's product, to the last bit
+    from gputext.kernels.products import csr_matmat_cpu
 
     S = sp.random(203, 41, density=0.2, random_state=3, format="csr", dtype=np.float32)
     for M, n_in in ((S, 41), (S.tocsc(), 203)):
         v = np.random.default_rng(n_in).normal(size=n_in)
         args = (M.indptr.astype(np.int64), M.indices.astype(np.int32), M.data)
         out, ref = np.zeros(len(M.indptr) - 1), np.zeros((len(M.indptr) - 1, 1))
-        K.csr_matvec_cpu(*args, v, out)
+        P.csr_matvec_cpu(*args, v, out)
         csr_matmat_cpu(*args, v.reshape(-1, 1), ref)
         assert np.array_equal(out, ref[:, 0])
 
@@ -70,7 +71,7 @@ def test_row_order_transpose_product_equals_the_column_walk_bit_for_bit():
     C = S.tocsc()
     u = np.random.default_rng(5).normal(size=311)
     ref = np.zeros(47)
-    K.csr_matvec_cpu(C.indptr.astype(np.int64), C.indices.astype(np.int32), C.data, u, ref)
+    P.csr_matvec_cpu(C.indptr.astype(np.int64), C.indices.astype(np.int32), C.data, u, ref)
     for index_type, data in ((np.int32, S.data), (np.uint32, S.data.astype(np.float64))):
         for n_blocks in (1, 3, 47):
             out = np.full(47, np.nan)

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..io.corpus import csr_arrays
 from ..kernels import linear_svm as K
+from ..kernels import products as P
 from ..rank.ops import cpu_threads_limited
 from ..rank.tron import HostSpace
 from .problem import Blocks, Columns
@@ -89,10 +90,10 @@ class HostMatrix:
         """X V for a compact V (m, kc) -> (n, kc)."""
         out = np.zeros((self.n, V.shape[1]))
         if self.csr is not None:
-            K.csr_matmat_cpu(*self.csr, np.ascontiguousarray(V[:self.ms]), out)
+            P.csr_matmat_cpu(*self.csr, np.ascontiguousarray(V[:self.ms]), out)
         if self.dense is not None:
             part = np.empty_like(out)
-            K.dense_matmat_cpu(self.dense, np.ascontiguousarray(V[self.ms:]), part)
+            P.dense_matmat_cpu(self.dense, np.ascontiguousarray(V[self.ms:]), part)
             out = out + part if self.csr is not None else part
         return out
 
@@ -100,9 +101,9 @@ class HostMatrix:
         """X^T U for a compact U (n, kc) -> (m, kc)."""
         out = np.empty((self.m, U.shape[1]))
         if self.csc is not None:
-            K.csr_matmat_cpu(*self.csc, U, out[:self.ms])
+            P.csr_matmat_cpu(*self.csc, U, out[:self.ms])
         if self.dense_t is not None:
-            K.dense_matmat_cpu(self.dense_t, U, out[self.ms:])
+            P.dense_matmat_cpu(self.dense_t, U, out[self.ms:])
         return out
 
     def pairs_forward(self, VT: np.ndarray, ptr, rows) -> np.ndarray:

@@ -22,6 +22,7 @@ import numba
 import numpy as np
 
 from ..backend import Backend
+from ..kernels import products as P
 from ..kernels import ranksvm as K
 from .data import RankingData
 from .geometry import RankGeometry, RankOpsSizes, slot_arrays, solver_arrays
@@ -90,9 +91,9 @@ class CpuRankOps(RankOpsSizes):
     def _matvec(self, v: np.ndarray, out: np.ndarray) -> None:
         v = np.ascontiguousarray(v, dtype=np.float64)
         if self.dense is not None:
-            K.dense_matvec_cpu(self.dense, v, out)
+            P.dense_matvec_cpu(self.dense, v, out)
         else:
-            K.csr_matvec_cpu(self.indptr, self.indices, self.values, v, out)
+            P.csr_matvec_cpu(self.indptr, self.indices, self.values, v, out)
 
     def _rmatvec(self, u: np.ndarray) -> np.ndarray:
         if self.dense is not None:
@@ -167,8 +168,8 @@ def matvec(X, w: np.ndarray, backend: Backend, geometry: RankGeometry | None = N
     out = np.zeros(n, np.float64)
     with cpu_threads_limited(max(X.nnz, 8 * n)):
         if dense:
-            K.dense_matvec_cpu(np.ascontiguousarray(X.data, dtype=np.float32).reshape(n, m), w, out)
+            P.dense_matvec_cpu(np.ascontiguousarray(X.data, dtype=np.float32).reshape(n, m), w, out)
         else:
             indptr, indices, data = csr_arrays(X)
-            K.csr_matvec_cpu(indptr, unsigned(indices), data, w, out)
+            P.csr_matvec_cpu(indptr, unsigned(indices), data, w, out)
     return out
