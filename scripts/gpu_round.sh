@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU round on the device host: environment probe, GPU tests, then benchmarks.
 # Usage (device tool, carry .whl):  bash scripts/gpu_round.sh [STEP ...]
-#   steps: probe tests tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-shard-sweep pruning bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify
+#   steps: probe tests tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-shard-sweep knn-5e7 pruning bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify
 #   (knn_classify reads the real datasets from .data/, an ignored copy of ../shared/datasets carried along)
 # Logs go to $OUT (default out/gpu). Each step has its own time limit so one slow step cannot eat the round.
 set -u
@@ -47,6 +47,8 @@ for step in "${steps[@]}"; do
     pruning) run pruning 400 python3 scripts/knn_pruning.py --device cuda --docs 1e6 --queries 1000 --datasets "${GPUTEXT_DATASETS:-.data}" --out "$OUT" ;;
     # shards at 10^6 too: is it the batch's concurrently live score rows, not one row, that spills L2? (issues 15/19)
     knn-shard-sweep) run knn-shard-sweep 560 python3 scripts/bench_knn.py --latency --device cuda --sizes 1e6 --queries 100,1000,10000 --singles 50 --check 5 --repeats 3 --geometries "s500k:shard_docs=500000;s250k:shard_docs=250000;s125k:shard_docs=125000" --out "$OUT" ;;
+    # 5x10^7 documents (3.6G nonzeros; about 29 GB of postings) on one GPU, 1 and 1,000 queries (issue 19)
+    knn-5e7) run knn-5e7 560 python3 scripts/bench_knn.py --device cuda --sizes 5e7 --queries 1,1000 --peers "" --repeats 1 --check 2 --out "$OUT" ;;
     bench-knn-quick) run bench-knn-quick 200 python3 scripts/bench_knn.py --quick --device cuda --out "$OUT" ;;
     bench-knn) run bench-knn 560 python3 scripts/bench_knn.py --sizes 1e5,1e6 --queries 1,100,10000 --device cuda --profile --out "$OUT" ;;
     bench-knn-1e6) run bench-knn-1e6 500 python3 scripts/bench_knn.py --sizes 1e6 --queries 1,100,10000 --peers cupy_spmm,torch_spmm,sklearn,cpu --cpu-queries 100 --profile --device cuda --out "$OUT" ;;
