@@ -53,7 +53,9 @@ def choose_method(method: str, n_docs: int, n_terms: int, nnz: int | None, backe
         return "inverted", "dense method not available"
     if method == "dense":
         return "dense", "requested"
-    if groups > 1 and (not backend.is_cuda or k <= _max_cuda_k()):
+    from ..engine.search import MAX_CUDA_K
+
+    if groups > 1 and (not backend.is_cuda or k <= MAX_CUDA_K):
         return "inverted", f"inverted: one grouped search serves all {groups} classes (dense: an index per class)"
     if not backend.is_cuda:
         if index_built:
@@ -62,7 +64,6 @@ def choose_method(method: str, n_docs: int, n_terms: int, nnz: int | None, backe
         return ("dense" if fits else "inverted"), reason
     from ..backend import device_memory
 
-    MAX_CUDA_K = _max_cuda_k()
     mem = device_memory()
     fits, reason = dense.dense_fits(n_docs, n_terms, mem[0] if mem else None, nnz=nnz)
     if not fits and k > MAX_CUDA_K and mem is not None:
@@ -70,8 +71,3 @@ def choose_method(method: str, n_docs: int, n_terms: int, nnz: int | None, backe
         if room:
             return "dense", f"dense: k = {k} is more than the inverted index's CUDA selector holds ({MAX_CUDA_K})"
     return ("dense" if fits else "inverted"), reason
-
-
-def _max_cuda_k() -> int:
-    from ..engine.search import MAX_CUDA_K
-    return MAX_CUDA_K

@@ -13,6 +13,8 @@ bytes; sparse: 8 nnz CSR + 8 nnz CSC), two slots of 36 n + 4 B (2 n + Q) bytes, 
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from numba import cuda
 
@@ -60,7 +62,7 @@ class CudaRankOps(RankOpsSizes):
             self.k_csc = KC.csc_rmatvec_kernel(g.reduce_threads)
         self.d_gkeys = self.work.get("gkeys", (max(total, 1),), np.float64)
         self.d_gidx = self.work.get("gidx", (max(total, 1),), np.int32)
-        names = iter(range(1 << 30))
+        names = itertools.count()
         alloc = lambda shape, dtype: self.work.get(f"a{next(names)}", shape, dtype)  # noqa: E731
         self.slots = [slot_arrays(alloc, L, Q, self.n_levels) for _ in range(2)]
         self.current, self.trial = 0, 1
@@ -68,6 +70,7 @@ class CudaRankOps(RankOpsSizes):
         self.d_a0, self.d_alpha_minus0, self.d_alpha_plus0 = (item(a, 0) for a in (self.d_a, self.d_alpha_minus,
                                                                                      self.d_alpha_plus))
         self.d_v = self.work.get("v", (m,), np.float64)
+        self.v_ref = ArrayRef(self.d_v, 0, (m,))
         self.v_host = run.pinned.get("v", (m,), np.float64)
         self.d_out = self.work.get("out", (m,), np.float64)
         self.d_loss_partial = self.work.get("loss_partial", (g.elementwise_blocks,), np.float64)
@@ -100,7 +103,7 @@ class CudaRankOps(RankOpsSizes):
         """w up through the pinned buffer, asynchronously: every caller reads a result back (and
         so waits) before the next send reuses the buffer."""
         self.v_host[:] = w
-        self.run.copy_up(ArrayRef(self.d_v, 0, self.d_v.shape), self.v_host)
+        self.run.copy_up(self.v_ref, self.v_host)
         return self.d_v
 
     def scores(self, w: np.ndarray) -> np.ndarray:
