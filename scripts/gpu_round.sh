@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU round on the device host: environment probe, GPU tests, then benchmarks.
 # Usage (device tool, carry .whl):  bash scripts/gpu_round.sh [STEP ...]
-#   steps: probe tests tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-shard-sweep knn-5e7 pruning bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify
+#   steps: probe tests tests-only tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-shard-sweep knn-5e7 pruning bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify
 #   (knn_classify reads the real datasets from .data/, an ignored copy of ../shared/datasets carried along)
 # Logs go to $OUT (default out/gpu). Each step has its own time limit so one slow step cannot eat the round.
 set -u
@@ -37,6 +37,8 @@ for step in "${steps[@]}"; do
     # written to $OUT/tests.live as it happens (tests/conftest.py) so that a run cut off by the
     # call's limit still names its failures; Dask's tests (a LocalCluster of their own) apart.
     tests-par) run tests-par "${LIMIT_tests_par:-380}" bash -c "cd /tmp && GPUTEXT_TEST_LOG=$OUT/tests.live python3 -m pytest -q -rfE -p no:cacheprovider -m gpu -n ${WORKERS:-8} --durations=15 $PWD/tests --ignore=$PWD/tests/test_distributed.py" ;;
+    # chosen test files only: TESTS_ONLY="tests/test_rank_gpu.py ..." (paths from the checkout)
+    tests-only) run tests-only "${LIMIT_tests_only:-400}" bash -c "cd /tmp && GPUTEXT_TEST_LOG=$OUT/tests.live python3 -m pytest -q -rfE -p no:cacheprovider -m gpu --durations=5 $(for t in ${TESTS_ONLY:-}; do printf '%s ' "$PWD/$t"; done)" ;;
     tests-dist) run tests-dist "${LIMIT_tests_dist:-150}" bash -c "cd /tmp && GPUTEXT_TEST_LOG=$OUT/tests.live python3 -m pytest -q -rfE -p no:cacheprovider -m gpu --durations=5 $PWD/tests/test_distributed.py" ;;
     # the GT-kNN Tables 2/3 with the SVM trained by our TRON on the GPU (issue 18), every dataset
     # (its corpora are cached outside $OUT: only the table comes back)
