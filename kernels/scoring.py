@@ -169,6 +169,63 @@ def norm_terms(d_sq, d_l1, metric):
     return np.zeros_like(d_sq)
 
 
+# ----------------------------------------------------------------------------- host: tiles of a search
+
+@numba.njit(cache=True, inline="always")
+def tile_one(g, q_indptr, q_indices, q_data, df, tile, term_order, scale, qn, self_doc, doc_lo, doc_hi,
+             seg_off, seg, weights, qinfo):
+    """Tile g of tile_inputs (below), which see; returns its postings."""
+    n_q = q_indptr.shape[0] - 1
+    lo = g * tile
+    hi = min(n_q, lo + tile)
+    s0 = q_indptr[lo]
+    n = q_indptr[hi] - s0
+    key = np.empty(n, np.int64)
+    for q in range(lo, hi):
+        for p in range(q_indptr[q], q_indptr[q + 1]):
+            key[p - s0] = numba.int64(q_indices[p]) * tile + (q - lo)
+        me = self_doc[q]
+        qinfo[q, 0] = scale[q]
+        qinfo[q, 1] = qn[q]
+        qinfo[q, 2] = numba.float64(me - doc_lo) if doc_lo <= me < doc_hi else -1.0
+        qinfo[q, 3] = -1.0
+    order = np.argsort(key) if term_order and hi - lo > 1 else np.arange(n)
+    o0 = s0 + g
+    seg_off[o0] = 0
+    total = numba.int64(0)
+    for i in range(n):
+        j = order[i]
+        t = key[j] // tile
+        seg[s0 + i, 0] = t
+        seg[s0 + i, 1] = key[j] - t * tile
+        weights[s0 + i] = q_data[s0 + j]
+        total += df[t]
+        seg_off[o0 + i + 1] = total
+    return total
+
+
+@numba.njit(parallel=True, cache=True)
+def tile_inputs(q_indptr, q_indices, q_data, df, tile, term_order, scale, qn, self_doc, doc_lo, doc_hi,
+                seg_off, seg, weights, qinfo, postings):
+    """The inputs of accumulate_kernel for queries cut into tiles of ``tile`` consecutive rows.
+
+    q_indptr int64 (n+1,) from 0, q_indices int32, q_data float32: the queries (CSR); df int64
+    (n_terms,): the shard's posting list lengths; scale, qn float64 (n,) and self_doc int64 (n,)
+    (corpus document numbers, -1 for none) of the queries; the shard covers documents
+    [doc_lo, doc_hi). Tile g = queries [g*tile, min(n, (g+1)*tile)) with segments
+    s0 = q_indptr[g*tile] .. s1 = q_indptr[end of tile] writes seg int32 (L, 2) = (term, query
+    within the tile) and weights float32 (L,) at [s0, s1), its postings' exclusive prefix sum,
+    starting at 0, at seg_off int64 (L + n_tiles,) [s0 + g, s1 + g], and postings[g] (int64
+    (n_tiles,)) = its total; qinfo float64 (n, 4) = (scale, norm term, shard-local document to
+    leave out or -1, -1). term_order: a tile's segments by (term, query), so queries that share a
+    term read its postings one after another (from L2 after the first); otherwise (query, term),
+    the rows' order. Tiles in parallel; one tile alone: call tile_one(0, ...) (no thread pool
+    to wake for a single query)."""
+    for g in numba.prange(postings.shape[0]):
+        postings[g] = tile_one(g, q_indptr, q_indices, q_data, df, tile, term_order, scale, qn, self_doc,
+                               doc_lo, doc_hi, seg_off, seg, weights, qinfo)
+
+
 # ----------------------------------------------------------------------------- CPU twin: scoring
 
 @numba.njit(cache=True, inline="always")

@@ -455,6 +455,8 @@ def latency(a, backend, out: Path) -> None:
     except Exception as exc:  # a peer that cannot run is reported, not fatal
         report["cupy_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
     Q = Qall[:n_batch]
+    if a.profile:
+        profile_one_query(index, singles[0], a.k, backend, out / "profile_latency.txt")
     if backend.is_cuda:
         report["stages_ms"] = stage_times(index, singles, a.k, backend, geom)
         print("stages of one query (events, p50 of 50):", report["stages_ms"], flush=True)

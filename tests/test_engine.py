@@ -117,10 +117,14 @@ def test_index_file_round_trip(tmp_path):
 
 # sorted: the CPU twin's postings uploaded (the default); narrow: the small-batch merge width
 # (32 entries = groups of 4 lists of k = 5, 3 segments, so the one level narrows to 16 entries);
-# shard_docs: three resident shards of 13-14 documents (the tied duplicates 3 and 39 in different ones)
+# shard_docs: three resident shards of 13-14 documents (the tied duplicates 3 and 39 in different ones);
+# tile_rows: tiles of two queries (a tile of 2 and one of 1), their segments by term or by query;
+# tile_chunk: chunks of one tile each
 VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), ("l1", {"sorted_postings": True}),
                                          ("cosine", {"merge_width": 64, "merge_width_small": 32}),
-                                         ("l2", {"shard_docs": 16}), ("dot", {"shard_docs": 16, "sorted_postings": True})]
+                                         ("l2", {"shard_docs": 16}), ("dot", {"shard_docs": 16, "sorted_postings": True}),
+                                         ("cosine", {"tile_rows": 2}), ("l1", {"tile_rows": 2, "tile_term_order": False}),
+                                         ("dot", {"tile_rows": 2, "tile_chunk": 2, "shard_docs": 16})]
 
 
 @pytest.mark.cudasim
@@ -231,3 +235,36 @@ def test_sparse_and_dense_cpu_paths_agree_with_reference(metric):
     idx, sc = search_topk(Index.from_csr(X), Q, 12, metric, device="cpu")
     ref_idx, ref_sc = topk(X, Q, 12, metric)
     assert same_up_to_ties(idx, sc, ref_idx, ref_sc)
+
+
+@pytest.mark.parametrize("term_order", [True, False])
+def test_tile_inputs_layout(term_order):
+    # kernels.scoring.tile_inputs against the layout written out by hand: tiles of 3 queries (the
+    # last of 2), per tile the (term, query-in-tile) segments by term (or by query), their
+    # postings' prefix sums from 0, and the queries' qinfo rows; one tile alone by tile_one
+    from gputext.io.corpus import csr_arrays
+    from gputext.kernels import scoring
+    Q = random_corpus(8, 20, 0.3, seed=31)
+    ptr, ind, dat = csr_arrays(Q)
+    df = np.arange(20, dtype=np.int64) % 7
+    scale, qn = np.arange(8.0) + 1, np.arange(8.0) + 10
+    self_doc = np.array([-1, 5, 12, 40, -1, 11, 3, 9], np.int64)
+    n_tiles, L = 3, Q.nnz
+    seg_off, seg = np.full(L + n_tiles, -7, np.int64), np.full((L, 2), -7, np.int32)
+    weights, qinfo, postings = np.zeros(L, np.float32), np.zeros((8, 4)), np.zeros(n_tiles, np.int64)
+    scoring.tile_inputs(ptr, ind, dat, df, 3, term_order, scale, qn, self_doc, 10, 20, seg_off, seg, weights,
+                        qinfo, postings)
+    for g in range(n_tiles):
+        lo, hi = 3 * g, min(8, 3 * g + 3)
+        s0, s1 = ptr[lo], ptr[hi]
+        want = [(ind[p], q - lo, dat[p]) for q in range(lo, hi) for p in range(ptr[q], ptr[q + 1])]
+        if term_order:
+            want.sort(key=lambda e: (e[0], e[1]))
+        assert seg[s0:s1].tolist() == [[t, q] for t, q, _ in want] and weights[s0:s1].tolist() == [w for *_, w in want]
+        assert seg_off[s0 + g:s1 + g + 1].tolist() == [0] + np.cumsum([df[t] for t, *_ in want]).tolist()
+        assert postings[g] == sum(df[t] for t, *_ in want)
+    assert qinfo[:, 0].tolist() == scale.tolist() and qinfo[:, 1].tolist() == qn.tolist()
+    assert qinfo[:, 2].tolist() == [-1, -1, 2, -1, -1, 1, -1, -1] and np.all(qinfo[:, 3] == -1)
+    one = np.full(L + 1, -7, np.int64), np.full((L, 2), -7, np.int32), np.zeros(L, np.float32), np.zeros((8, 4))
+    assert scoring.tile_one(0, ptr, ind, dat, df, 8, term_order, scale, qn, self_doc, 10, 20, *one) == postings.sum()
+    assert one[0][-1] == postings.sum()

@@ -30,4 +30,7 @@ def test_gpu_objective_equals_cpu_twin(density):
         sg, sc = gpu.ops.statistics(), cpu.ops.statistics()
         for key in ("beta_minus", "beta_plus", "order", "lo", "hi"):
             np.testing.assert_array_equal(sg[key], sc[key], err_msg=key)
-        np.testing.assert_allclose(gpu.scores(point), cpu.scores(point), rtol=1e-12)
+        # X w sums 40 products in another order on the device: a score near 0 differs by a few
+        # ulps of the largest score (H100, 2026-11-27: 2.7e-15 against scores up to 13), not of itself
+        cs = cpu.scores(point)
+        np.testing.assert_allclose(gpu.scores(point), cs, rtol=1e-12, atol=1e-13 * np.abs(cs).max())

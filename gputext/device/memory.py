@@ -154,11 +154,12 @@ def host_copy(src: np.ndarray, dst: np.ndarray) -> None:
 
 
 def packed_layout(arrays) -> tuple[list[int], int]:
-    """Byte offsets (ALIGN-aligned) of arrays packed one after another, and the total size."""
+    """Byte offsets (ALIGN-aligned) of arrays packed one after another, and the total size;
+    an int in ``arrays`` stands for an array of that many bytes."""
     offsets, at = [], 0
     for a in arrays:
         offsets.append(at)
-        at += -(-a.nbytes // ALIGN) * ALIGN
+        at += -(-(a if isinstance(a, int) else a.nbytes) // ALIGN) * ALIGN
     return offsets, max(at, ALIGN)
 
 

@@ -285,26 +285,34 @@ class QueryBatch:
 
 
 class TopkPlan:
-    """The top-k pipeline of one shard for batches of up to ``rows`` queries, marshalled once.
+    """The top-k pipeline of one shard for tiles of up to ``rows`` queries, marshalled once.
 
-    Kernels (gputext.kernels.scoring): accumulate (postings into the score rows), select_topk
-    (grid segments x queries: each segment's k best), then merge_topk levels (groups of lists
-    into one) until one list per query is left. A merge block sorts its group's entries in shared
-    memory, so each level's kernel is as wide as its groups need (the last level of a single query
-    holds a few lists, not merge_width entries), and batches below SMALL_BATCH queries use groups
-    of merge_width_small entries: more blocks in parallel and fewer sort steps each (H100,
-    10^6 documents, one query: the two 2048-wide merges took 0.18 ms of 0.52). Buffers come from the shard's workspace at
-    ``rows`` capacity (kernels index rows by blockIdx.y, so a smaller batch uses a prefix). Per
-    batch: the inputs are packed into a pinned buffer and go up in one asynchronous copy, the
-    launches are one driver call each (gputext.device.Launch: only the batch's input shapes,
-    grid sizes and addresses are rewritten), the final lists come back through pinned buffers,
-    and the stream is synchronised once. In the simulator the same launches go through numba's
-    dispatcher with device views of the upload.
+    Kernels (gputext.kernels.scoring): accumulate (a tile's postings into its score rows),
+    select_topk (grid segments x queries: each segment's k best), then merge_topk levels (groups
+    of lists into one) until one list per query is left. A merge block sorts its group's entries
+    in shared memory, so each level's kernel is as wide as its groups need, and tiles below
+    SMALL_BATCH queries use groups of merge_width_small entries: more blocks in parallel and
+    fewer sort steps each (H100, 10^6 documents, one query: the two 2048-wide merges took 0.18 ms
+    of 0.52).
+
+    A search runs in chunks of up to ``chunk`` queries, each chunk as consecutive tiles of
+    ``rows`` queries (tile_rows: as many score rows as fit half of L2). Per chunk: the inputs of
+    every tile (kernels.scoring.tile_inputs: each tile's segments by term, so the tile's queries
+    that share a term read its postings one after another) are packed into a pinned buffer and go
+    up in one asynchronous copy; per tile, accumulate, select and merges run back to back, so the
+    select reads the score rows from L2 and leaves them zeroed there for the next tile, and the
+    last merge writes the tile's lists into the chunk's output; the chunk's lists come back in one
+    copy and the stream is synchronised once. Launches are one driver call each
+    (gputext.device.Launch: per tile only the input addresses, shapes and grids are rewritten).
+    Buffers come from the shard's workspace at ``rows`` capacity (kernels index rows by
+    blockIdx.y, so a smaller tile uses a prefix). In the simulator the same launches go through
+    numba's dispatcher with device views of the upload.
     """
 
-    def __init__(self, shard: DeviceShard, k: int, code: int, geom, rows: int):
+    def __init__(self, shard: DeviceShard, k: int, code: int, geom, rows: int, chunk: int):
         res = resources()
-        self.shard, self.k, self.code, self.rows = shard, k, code, rows
+        self.shard, self.k, self.code, self.rows, self.chunk = shard, k, code, rows, chunk
+        self.term_order = bool(geom.tile_term_order)
         self.block, items, cap = scoring.topk_geometry(k, geom.select_block, geom.select_items)
         self.n_seg = blocks(shard.n_docs, self.block * items)
         width = geom.merge_width if rows >= SMALL_BATCH else min(geom.merge_width, geom.merge_width_small)
@@ -315,9 +323,12 @@ class TopkPlan:
         dn = shard.dn(code, geom.build_block)
         d_doc = shard.buffer("seg_doc", (rows, self.n_seg, k), np.int32)
         d_key = shard.buffer("seg_key", (rows, self.n_seg, k), np.float64)
+        self.chunk_doc = shard.buffer("chunk_doc", (chunk, 1, k), np.int32)
+        self.chunk_key = shard.buffer("chunk_key", (chunk, 1, k), np.float64)
         self.raw = not res.simulator and getattr(geom, "fast_launch", True)
         self.calls = DriverCalls(None) if self.raw else None
-        self.upload = shard.buffer("plan_upload", (self._upload_bytes(rows, 16 * rows + 1024),), np.uint8)
+        self.upload = shard.buffer("plan_upload", (packed_layout((8 * (16 * chunk + 1), 8 * 16 * chunk, 4 * 16 * chunk,
+                                                                  32 * chunk))[1],), np.uint8)
         qinfo = self.upload[:32 * rows].view(np.float64).reshape(rows, 4)
         seg_off = self.upload[:8].view(np.int64)
         seg = self.upload[:8].view(np.int32).reshape(1, 2)
@@ -339,7 +350,9 @@ class TopkPlan:
             self.merges.append((Launch(merge, (n_groups, 1), geom.merge_block, (d_doc, d_key, group, k, o_doc, o_key),
                                        raw=self.raw), n_groups))
             d_doc, d_key, n_lists = o_doc, o_key, n_groups
-        self.out_doc, self.out_key = d_doc, d_key  # (rows, 1, k) once merged
+        # the launch that writes a tile's final lists (rows, 1, k), and the position of its out_doc
+        # argument (out_key follows): pointed at the tile's rows of the chunk's output
+        self.last = (self.merges[-1][0], 4) if self.merges else (self.select, 6)
         self.buffers = self._buffer_ids()
         if self.raw and any(L.mode != "raw" for L in self._launches()):
             self.raw = False  # a numba-cuda without the raw path: every launch through the dispatcher
@@ -359,67 +372,121 @@ class TopkPlan:
         """False once a workspace buffer this plan points into was replaced."""
         return self._buffer_ids() == self.buffers
 
-    @staticmethod
-    def _upload_bytes(n: int, n_segments: int) -> int:
-        return packed_layout([np.empty(n_segments + 1, np.int64), np.empty((n_segments, 2), np.int32),
-                              np.empty(n_segments, np.float32), np.empty((n, 4), np.float64)])[1]
+    def _point(self, launch: Launch, i: int, offset: int, shape: tuple, dtype) -> None:
+        """Argument i of ``launch`` becomes the array of ``shape`` at byte ``offset`` of the upload."""
+        itemsize = np.dtype(dtype).itemsize
+        if self.raw:
+            launch.set_array(i, self._base + offset, shape, itemsize)
+        else:
+            n = itemsize * int(np.prod(shape, dtype=np.int64))
+            launch.set(i, self.upload[offset:offset + n].view(dtype).reshape(shape))
 
-    def run(self, arrays, lo: int, hi: int, scale, qn, self_doc, docs: np.ndarray, keys: np.ndarray) -> int:
-        """Score queries [lo, hi) (CSR arrays of all queries) into docs/keys[lo:hi] (corpus
-        document numbers, -1 where none). Returns the postings scored."""
-        shard, k, n = self.shard, self.k, hi - lo
-        seg_off, seg, weights, qinfo, postings = batch_inputs(*arrays, lo, hi, shard, scale, qn, self_doc)
-        parts = (seg_off, seg, weights, qinfo)
-        offsets, total = packed_layout(parts)
-        if total > self.upload.size:  # a query with more terms than the buffer holds: grow it
+    def _target(self, t0: int, m: int) -> None:
+        """The final lists of the tile of queries [t0, t0 + m) of the chunk go to its output rows."""
+        launch, i = self.last
+        if self.raw:
+            k = self.k
+            launch.set_array(i, device_address(self.chunk_doc) + 4 * k * t0, (m, 1, k), 4)
+            launch.set_array(i + 1, device_address(self.chunk_key) + 8 * k * t0, (m, 1, k), 8)
+        else:
+            launch.set(i, self.chunk_doc[t0:t0 + m])
+            launch.set(i + 1, self.chunk_key[t0:t0 + m])
+
+    def _inputs(self, q_ptr, q_ind, q_dat, lo: int, hi: int, scale, qn, self_doc):
+        """The chunk's tile inputs written into the pinned upload buffer: (byte offsets of seg_off,
+        seg, weights, qinfo; total bytes; postings per tile int64)."""
+        shard, n = self.shard, hi - lo
+        n_tiles = -(-n // self.rows)
+        L = int(q_ptr[-1])
+        offsets, total = packed_layout((8 * (L + n_tiles), 8 * L, 4 * L, 32 * n))
+        if total > self.upload.size:  # queries with more terms than the buffer holds: grow it
             self.upload = shard.buffer("plan_upload", (2 * total,), np.uint8)
             self.buffers = self._buffer_ids()
-        res = resources()
-        host = res.pinned.get("engine_upload", (self.upload.size,), np.uint8)
-        for a, off in zip(parts, offsets):
-            host[off:off + a.nbytes] = a.reshape(-1).view(np.uint8)
+        host = resources().pinned.get("engine_upload", (self.upload.size,), np.uint8)
+        o0, o1, o2, o3 = offsets
+        args = (q_ptr, q_ind, q_dat, shard.df, self.rows, self.term_order, scale[lo:hi], qn[lo:hi], self_doc[lo:hi],
+                shard.doc_lo, shard.doc_hi, host[o0:o0 + 8 * (L + n_tiles)].view(np.int64),
+                host[o1:o1 + 8 * L].view(np.int32).reshape(L, 2), host[o2:o2 + 4 * L].view(np.float32),
+                host[o3:o3 + 32 * n].view(np.float64).reshape(n, 4))
+        postings = np.empty(n_tiles, np.int64)
+        if n_tiles == 1:
+            postings[0] = scoring.tile_one(0, *args)
+        else:
+            scoring.tile_inputs(*args, postings)
+        return offsets, total, postings, host
+
+    def run(self, arrays, lo: int, hi: int, scale, qn, self_doc, docs: np.ndarray, keys: np.ndarray) -> int:
+        """Score queries [lo, hi) (at most ``chunk``; CSR arrays of all queries) into
+        docs/keys[lo:hi] (corpus document numbers, -1 where none). Returns the postings scored."""
+        shard, k, n, T = self.shard, self.k, hi - lo, self.rows
+        q_ptr, q_ind, q_dat = csr_rows(*arrays, lo, hi)
+        (o0, o1, o2, o3), total, postings, host = self._inputs(q_ptr, q_ind, q_dat, lo, hi, scale, qn, self_doc)
         if shard.rows_dirty:
             shard.zero_rows(self.acc, self.acc_block)
         shard.rows_dirty = True
         if self.raw:
-            base = device_address(self.upload)
-            self.calls.copy_h2d(base, host.ctypes.data, total)
-            for i, (a, off) in enumerate(zip(parts, offsets)):
-                self.accumulate.set_array(i, base + off, a.shape, a.dtype.itemsize)
-            self.select.set_array(2, base + offsets[3], qinfo.shape, 8)
+            self._base = device_address(self.upload)
+            self.calls.copy_h2d(self._base, host.ctypes.data, total)
         else:
             self.upload[:total].copy_to_device(host[:total])
-            views = [self.upload[off:off + a.nbytes].view(a.dtype).reshape(a.shape) for a, off in zip(parts, offsets)]
-            for i, v in enumerate(views):
-                self.accumulate.set(i, v)
-            self.select.set(2, views[3])
-        if postings:
-            self.accumulate(grid=blocks(postings, self.acc_block * self.acc_items))
-        self.select(grid=(self.n_seg, n))
-        for launch, n_groups in self.merges:
-            launch(grid=(n_groups, n))
+        for g, t0 in enumerate(range(0, n, T)):
+            m = min(T, n - t0)
+            s0, s1 = int(q_ptr[t0]), int(q_ptr[t0 + m])
+            self._point(self.select, 2, o3 + 32 * t0, (m, 4), np.float64)
+            if postings[g]:
+                self._point(self.accumulate, 0, o0 + 8 * (s0 + g), (s1 - s0 + 1,), np.int64)
+                self._point(self.accumulate, 1, o1 + 8 * s0, (s1 - s0, 2), np.int32)
+                self._point(self.accumulate, 2, o2 + 4 * s0, (s1 - s0,), np.float32)
+                self._point(self.accumulate, 3, o3 + 32 * t0, (m, 4), np.float64)
+                self.accumulate(grid=blocks(int(postings[g]), self.acc_block * self.acc_items))
+            self._target(t0, m)
+            self.select(grid=(self.n_seg, m))
+            for launch, n_groups in self.merges:
+                launch(grid=(n_groups, m))
         shard.rows_dirty = False
+        res = resources()
         got_doc = res.pinned.get("engine_docs", (n, k), np.int32)
         got_key = res.pinned.get("engine_keys", (n, k), np.float64)
         if self.raw:
-            self.calls.copy_d2h(got_doc.ctypes.data, device_address(self.out_doc), got_doc.nbytes)
-            self.calls.copy_d2h(got_key.ctypes.data, device_address(self.out_key), got_key.nbytes)
+            self.calls.copy_d2h(got_doc.ctypes.data, device_address(self.chunk_doc), got_doc.nbytes)
+            self.calls.copy_d2h(got_key.ctypes.data, device_address(self.chunk_key), got_key.nbytes)
             self.calls.sync()
         else:
-            got_doc[:] = self.out_doc[:n].copy_to_host()[:, 0, :]
-            got_key[:] = self.out_key[:n].copy_to_host()[:, 0, :]
+            got_doc[:] = self.chunk_doc[:n].copy_to_host()[:, 0, :]
+            got_key[:] = self.chunk_key[:n].copy_to_host()[:, 0, :]
         docs[lo:hi] = np.where(got_doc >= 0, got_doc + shard.doc_lo, -1)
         keys[lo:hi] = got_key
-        return postings
+        return int(postings.sum())
+
+
+CHUNK_LIST_BYTES = 64 << 20  # a chunk's final lists on the device (12 B an entry) stay below this
+
+
+def tile_rows(shard: DeviceShard, n_queries: int, batch_size: int | None, geom, per_query_extra: int) -> int:
+    """Queries per tile (TopkPlan): ``batch_size`` when given; else Geometry.tile_rows; for
+    tile_rows None (the default) as many int64 score rows as fit half of the device's L2 (at
+    least one: the accumulation's atomics and the select then stay in L2); for 0, or a device
+    that does not say its L2, as many as ROWS_SHARE of the free memory holds (one tile per batch:
+    the score rows go to HBM). Never more than the memory share holds."""
+    fit = batch_rows(shard, n_queries, batch_size, per_query_extra)
+    if batch_size:
+        return fit
+    want = geom.tile_rows
+    l2 = resources().l2_bytes
+    if want is None and l2:
+        want = (l2 // 2) // (8 * max(shard.n_docs, 1))
+    return max(1, min(fit, int(want))) if want else fit
 
 
 def topk_plan(shard: DeviceShard, k: int, code: int, geom, rows: int) -> TopkPlan:
     """The shard's TopkPlan for these parameters (made once; remade when its buffers changed)."""
-    key = (k, code, rows, geom.select_block, geom.select_items, geom.merge_block, geom.merge_width, geom.merge_width_small,
-           geom.accumulate_block, geom.accumulate_items, geom.build_block, getattr(geom, "fast_launch", True))
+    chunk = max(rows, min(geom.tile_chunk, CHUNK_LIST_BYTES // (12 * k)) // rows * rows)
+    key = (k, code, rows, chunk, geom.select_block, geom.select_items, geom.merge_block, geom.merge_width,
+           geom.merge_width_small, geom.accumulate_block, geom.accumulate_items, geom.build_block,
+           getattr(geom, "fast_launch", True), geom.tile_term_order)
     plan = shard.plans.get(key)
     if plan is None or not plan.valid():
-        plan = shard.plans[key] = TopkPlan(shard, k, code, geom, rows)
+        plan = shard.plans[key] = TopkPlan(shard, k, code, geom, rows, chunk)
     return plan
 
 
@@ -434,18 +501,17 @@ def topk_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geom, repor
     report.postings = 0
     for shard in device_shards(index, geom, report, split=n_q >= geom.shard_min_queries):
         n_seg = blocks(shard.n_docs, block * items)
-        rows = batch_rows(shard, n_q, batch_size, 24 * n_seg * k)
+        rows = tile_rows(shard, n_q, batch_size, geom, 24 * n_seg * k)
         report.batch_size = rows
         report.rows_bytes = 8 * rows * shard.n_docs + 12 * rows * n_seg * k
         plan = topk_plan(shard, k, code, geom, rows)
         report.launch = "raw" if plan.raw else "dispatcher"
         docs = np.empty((n_q, k), np.int32)
         keys = np.empty((n_q, k), np.float64)
-        batches = range(0, n_q, rows)
-        with progress(len(batches) if len(batches) > 1 else 0, "scoring (cuda)", quiet) as bar:
-            for lo in batches:
-                hi = min(n_q, lo + rows)
-                report.postings += plan.run(arrays, lo, hi, scale, qn, self_doc, docs, keys)
+        chunks = range(0, n_q, plan.chunk)
+        with progress(len(chunks) if len(chunks) > 1 else 0, "scoring (cuda)", quiet) as bar:
+            for lo in chunks:
+                report.postings += plan.run(arrays, lo, min(n_q, lo + plan.chunk), scale, qn, self_doc, docs, keys)
                 bar.update(1)
         shard.release()
         parts.append((docs, keys))
