@@ -379,7 +379,7 @@ def stage_times(index, singles, k, backend, geom) -> dict:
     search_topk(index, singles[0], k, "cosine", backend, geometry=geom, stats=stats)
     shard = index.device_cache.get("shard") or next(v for key, v in index.device_cache.items()
                                                      if isinstance(key, tuple) and key[0] == "shards")[0]
-    plan = next(p for p in shard.plans.values() if p.rows >= 1)  # the first shard's (of several: stats' postings are all shards')
+    plan = next(p for p in shard.plans.values() if p.rows >= 1).lanes[0]  # the first shard's (of several: stats' postings are all shards')
     steps = [("accumulate", lambda: plan.accumulate(grid=blocks(stats["postings"], plan.acc_block * plan.acc_items))),
              ("select", lambda: plan.select(grid=(plan.n_seg, 1)))]
     steps += [(f"merge{i}", (lambda L=L, g=g: L(grid=(g, 1)))) for i, (L, g) in enumerate(plan.merges)]
@@ -465,7 +465,7 @@ def latency(a, backend, out: Path) -> None:
     for n, secs in batch_times(a, index, Q, backend, geom).items():
         report[f"gputext_{n}_queries_s"] = secs
         print(f"gputext {n} queries: {secs:.4f} s (median of {a.repeats})", flush=True)
-    harness.write_json(str(out / "bench_knn_latency.json"), {**report, "env": harness.probe(backend)})
+    harness.write_json(str(out / f"bench_knn_latency_{int(n_docs)}.json"), {**report, "env": harness.probe(backend)})
     print(json.dumps(report, indent=1))
 
 

@@ -119,12 +119,13 @@ def test_index_file_round_trip(tmp_path):
 # (32 entries = groups of 4 lists of k = 5, 3 segments, so the one level narrows to 16 entries);
 # shard_docs: three resident shards of 13-14 documents (the tied duplicates 3 and 39 in different ones);
 # tile_rows: tiles of two queries (a tile of 2 and one of 1), their segments by term or by query;
-# tile_chunk: chunks of one tile each
+# tile_chunk: chunks of one tile each; tile_lanes: tiles dealt to two lanes (own score rows; one stream here)
 VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), ("l1", {"sorted_postings": True}),
                                          ("cosine", {"merge_width": 64, "merge_width_small": 32}),
                                          ("l2", {"shard_docs": 16}), ("dot", {"shard_docs": 16, "sorted_postings": True}),
                                          ("cosine", {"tile_rows": 2}), ("l1", {"tile_rows": 2, "tile_term_order": False}),
-                                         ("dot", {"tile_rows": 2, "tile_chunk": 2, "shard_docs": 16})]
+                                         ("dot", {"tile_rows": 2, "tile_chunk": 2, "shard_docs": 16}),
+                                         ("l2", {"tile_rows": 1, "tile_lanes": 2}), ("cosine", {"tile_lanes": 1})]
 
 
 @pytest.mark.cudasim

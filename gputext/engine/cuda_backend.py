@@ -52,6 +52,7 @@ class DeviceShard:
     work: Workspace = field(default_factory=Workspace)  # buffers reused across batches and searches
     rows_dirty: bool = False  # score rows not yet re-zeroed by a selector
     plans: dict = field(default_factory=dict)  # TopkPlan per (k, metric, rows, geometry)
+    res: object = field(default_factory=resources)  # the Resources of the device that holds the shard
 
     def buffer(self, name: str, shape: tuple, dtype, zeroed: bool = False):
         """A device array of ``shape`` from the shard's workspace (gputext.device.Workspace)."""
@@ -223,8 +224,8 @@ def device_shards(index: Index, geom, report: SearchReport, split: bool = False)
 
 def batch_rows(shard: DeviceShard, n_queries: int, batch_size: int | None, per_query_extra: int) -> int:
     """Queries per batch: score rows (8 B a document) + per_query_extra bytes within ROWS_SHARE."""
-    return resources().rows_that_fit(n_queries, 8 * shard.n_docs + per_query_extra, ROWS_SHARE, batch_size,
-                                     simulator_rows=SIM_BATCH)
+    return shard.res.rows_that_fit(n_queries, 8 * shard.n_docs + per_query_extra, ROWS_SHARE, batch_size,
+                                   simulator_rows=SIM_BATCH)
 
 
 def csr_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, lo: int, hi: int):
@@ -284,6 +285,51 @@ class QueryBatch:
                 self.acc)
 
 
+class TopkLane:
+    """One stream's part of a TopkPlan: its own score rows (``rows`` x n_docs int64), per-segment
+    and merge lists, and the launches of accumulate, select and merges on its stream (module
+    gputext.kernels.scoring). Lane 0 keeps the workspace names of a single-lane plan ("acc", ...)."""
+
+    def __init__(self, shard: DeviceShard, k: int, code: int, geom, rows: int, index: int, stream, raw: bool):
+        tag = "" if index == 0 else str(index)
+        self.stream = stream
+        self.block, items, cap = scoring.topk_geometry(k, geom.select_block, geom.select_items)
+        self.n_seg = blocks(shard.n_docs, self.block * items)
+        width = geom.merge_width if rows >= SMALL_BATCH else min(geom.merge_width, geom.merge_width_small)
+        group = max(2, width // next_pow2(k))
+        self.acc_block, self.acc_items = geom.accumulate_block, geom.accumulate_items
+        self.acc = shard.buffer("acc" + tag, (rows * shard.n_docs,), np.int64, zeroed=True)
+        dn = shard.dn(code, geom.build_block)
+        d_doc = shard.buffer("seg_doc" + tag, (rows, self.n_seg, k), np.int32)
+        d_key = shard.buffer("seg_key" + tag, (rows, self.n_seg, k), np.float64)
+        placeholder = shard.buffer("plan_upload", (64,), np.uint8)  # inputs are pointed into the upload per tile
+        qinfo = placeholder[:32].view(np.float64).reshape(1, 4)
+        self.accumulate = Launch(scoring.accumulate_kernel(self.acc_block, self.acc_items), 1, self.acc_block,
+                                 (placeholder[:8].view(np.int64), placeholder[:8].view(np.int32).reshape(1, 2),
+                                  placeholder[:4].view(np.float32), qinfo, shard.term_ptr, shard.post_doc,
+                                  shard.post_w, code, shard.n_docs, self.acc), stream=stream, raw=raw)
+        select = scoring.select_topk_kernel(self.block, items, cap)
+        self.select = Launch(select, (self.n_seg, 1), self.block, (self.acc, shard.n_docs, qinfo, dn, code, k, d_doc,
+                                                                    d_key), stream=stream, raw=raw)
+        self.merges = []
+        n_lists, level = self.n_seg, 0
+        while n_lists > 1:
+            n_groups = blocks(n_lists, group)
+            merge = scoring.merge_topk_kernel(geom.merge_block, next_pow2(min(group, n_lists) * k))
+            level += 1
+            o_doc = shard.buffer(f"merge_doc{tag}_{level % 2}", (rows, n_groups, k), np.int32)
+            o_key = shard.buffer(f"merge_key{tag}_{level % 2}", (rows, n_groups, k), np.float64)
+            self.merges.append((Launch(merge, (n_groups, 1), geom.merge_block, (d_doc, d_key, group, k, o_doc, o_key),
+                                       stream=stream, raw=raw), n_groups))
+            d_doc, d_key, n_lists = o_doc, o_key, n_groups
+        # the launch that writes a tile's final lists (rows, 1, k), and the position of its out_doc
+        # argument (out_key follows): pointed at the tile's rows of the chunk's output
+        self.last = (self.merges[-1][0], 4) if self.merges else (self.select, 6)
+
+    def launches(self) -> list:
+        return [self.accumulate, self.select] + [L for L, _ in self.merges]
+
+
 class TopkPlan:
     """The top-k pipeline of one shard for tiles of up to ``rows`` queries, marshalled once.
 
@@ -296,73 +342,40 @@ class TopkPlan:
     of 0.52).
 
     A search runs in chunks of up to ``chunk`` queries, each chunk as consecutive tiles of
-    ``rows`` queries (tile_rows: as many score rows as fit half of L2). Per chunk: the inputs of
-    every tile (kernels.scoring.tile_inputs: each tile's segments by term, so the tile's queries
-    that share a term read its postings one after another) are packed into a pinned buffer and go
-    up in one asynchronous copy; per tile, accumulate, select and merges run back to back, so the
-    select reads the score rows from L2 and leaves them zeroed there for the next tile, and the
-    last merge writes the tile's lists into the chunk's output; the chunk's lists come back in one
-    copy and the stream is synchronised once. Launches are one driver call each
-    (gputext.device.Launch: per tile only the input addresses, shapes and grids are rewritten).
-    Buffers come from the shard's workspace at ``rows`` capacity (kernels index rows by
-    blockIdx.y, so a smaller tile uses a prefix). In the simulator the same launches go through
-    numba's dispatcher with device views of the upload.
+    ``rows`` queries dealt round-robin to ``lanes`` streams (TopkLane, each with its own score
+    rows). Per chunk: the inputs of every tile (kernels.scoring.tile_inputs) are packed into a
+    pinned buffer and go up in one asynchronous copy; per tile, its lane runs accumulate, select
+    and merges back to back, so the select reads score rows that are still in L2 (tile_rows x
+    lanes rows fit half of it) and leaves them zeroed there, while the other lanes' tiles
+    accumulate: the select's and merges' small grids overlap with work that fills the device. The
+    last merge writes the tile's lists into the chunk's output; the lanes' streams join lane 0's,
+    the chunk's lists come back in one copy and the stream is synchronised once. Launches are
+    one driver call each (gputext.device.Launch: per tile only input addresses, shapes and grids
+    are rewritten). In the simulator the launches go through numba's dispatcher, one stream.
     """
 
-    def __init__(self, shard: DeviceShard, k: int, code: int, geom, rows: int, chunk: int):
+    def __init__(self, shard: DeviceShard, k: int, code: int, geom, rows: int, chunk: int, lanes: int):
         res = resources()
         self.shard, self.k, self.code, self.rows, self.chunk = shard, k, code, rows, chunk
         self.term_order = bool(geom.tile_term_order)
-        self.block, items, cap = scoring.topk_geometry(k, geom.select_block, geom.select_items)
-        self.n_seg = blocks(shard.n_docs, self.block * items)
-        width = geom.merge_width if rows >= SMALL_BATCH else min(geom.merge_width, geom.merge_width_small)
-        group = max(2, width // next_pow2(k))
-        self.acc_block, self.acc_items = geom.accumulate_block, geom.accumulate_items
-        self.merge_block = geom.merge_block
-        self.acc = shard.buffer("acc", (rows * shard.n_docs,), np.int64, zeroed=True)
-        dn = shard.dn(code, geom.build_block)
-        d_doc = shard.buffer("seg_doc", (rows, self.n_seg, k), np.int32)
-        d_key = shard.buffer("seg_key", (rows, self.n_seg, k), np.float64)
+        self.raw = not res.simulator and getattr(geom, "fast_launch", True)
         self.chunk_doc = shard.buffer("chunk_doc", (chunk, 1, k), np.int32)
         self.chunk_key = shard.buffer("chunk_key", (chunk, 1, k), np.float64)
-        self.raw = not res.simulator and getattr(geom, "fast_launch", True)
-        self.calls = DriverCalls(None) if self.raw else None
         self.upload = shard.buffer("plan_upload", (packed_layout((8 * (16 * chunk + 1), 8 * 16 * chunk, 4 * 16 * chunk,
                                                                   32 * chunk))[1],), np.uint8)
-        qinfo = self.upload[:32 * rows].view(np.float64).reshape(rows, 4)
-        seg_off = self.upload[:8].view(np.int64)
-        seg = self.upload[:8].view(np.int32).reshape(1, 2)
-        weights = self.upload[:4].view(np.float32)
-        self.accumulate = Launch(scoring.accumulate_kernel(self.acc_block, self.acc_items), 1, self.acc_block,
-                                 (seg_off, seg, weights, qinfo, shard.term_ptr, shard.post_doc, shard.post_w, code,
-                                  shard.n_docs, self.acc), raw=self.raw)
-        select = scoring.select_topk_kernel(self.block, items, cap)
-        self.select = Launch(select, (self.n_seg, 1), self.block, (self.acc, shard.n_docs, qinfo, dn, code, k, d_doc,
-                                                                    d_key), raw=self.raw)
-        self.merges = []
-        n_lists, level = self.n_seg, 0
-        while n_lists > 1:
-            n_groups = blocks(n_lists, group)
-            merge = scoring.merge_topk_kernel(geom.merge_block, next_pow2(min(group, n_lists) * k))
-            level += 1
-            o_doc = shard.buffer(f"merge_doc{level % 2}", (rows, n_groups, k), np.int32)
-            o_key = shard.buffer(f"merge_key{level % 2}", (rows, n_groups, k), np.float64)
-            self.merges.append((Launch(merge, (n_groups, 1), geom.merge_block, (d_doc, d_key, group, k, o_doc, o_key),
-                                       raw=self.raw), n_groups))
-            d_doc, d_key, n_lists = o_doc, o_key, n_groups
-        # the launch that writes a tile's final lists (rows, 1, k), and the position of its out_doc
-        # argument (out_key follows): pointed at the tile's rows of the chunk's output
-        self.last = (self.merges[-1][0], 4) if self.merges else (self.select, 6)
-        self.buffers = self._buffer_ids()
-        if self.raw and any(L.mode != "raw" for L in self._launches()):
+        # dispatcher launches (the simulator): the lanes take turns on numba's default stream
+        streams = [res.stream(f"engine{i}") for i in range(lanes)] if self.raw and lanes > 1 else [None] * lanes
+        self.lanes = [TopkLane(shard, k, code, geom, rows, i, s, self.raw) for i, s in enumerate(streams)]
+        launches = [L for lane in self.lanes for L in lane.launches()]
+        if self.raw and any(L.mode != "raw" for L in launches):
             self.raw = False  # a numba-cuda without the raw path: every launch through the dispatcher
-            self.calls = None
-            for L in self._launches():
-                L._raw = None
-                L.mode = "dispatcher"
-
-    def _launches(self):
-        return [self.accumulate, self.select] + [L for L, _ in self.merges]
+            self.lanes = [TopkLane(shard, k, code, geom, rows, i, None, False) for i in range(lanes)]
+        self.buffers = self._buffer_ids()
+        self.calls = [DriverCalls(lane.stream) for lane in self.lanes] if self.raw else None
+        if self.raw and len(self.lanes) > 1:
+            from numba import cuda
+            self.uploaded = cuda.event(timing=False)
+            self.done = [cuda.event(timing=False) for _ in self.lanes]
 
     def _buffer_ids(self) -> tuple:
         work = self.shard.work
@@ -381,9 +394,9 @@ class TopkPlan:
             n = itemsize * int(np.prod(shape, dtype=np.int64))
             launch.set(i, self.upload[offset:offset + n].view(dtype).reshape(shape))
 
-    def _target(self, t0: int, m: int) -> None:
+    def _target(self, lane: TopkLane, t0: int, m: int) -> None:
         """The final lists of the tile of queries [t0, t0 + m) of the chunk go to its output rows."""
-        launch, i = self.last
+        launch, i = lane.last
         if self.raw:
             k = self.k
             launch.set_array(i, device_address(self.chunk_doc) + 4 * k * t0, (m, 1, k), 4)
@@ -402,7 +415,7 @@ class TopkPlan:
         if total > self.upload.size:  # queries with more terms than the buffer holds: grow it
             self.upload = shard.buffer("plan_upload", (2 * total,), np.uint8)
             self.buffers = self._buffer_ids()
-        host = resources().pinned.get("engine_upload", (self.upload.size,), np.uint8)
+        host = shard.res.pinned.get("engine_upload", (self.upload.size,), np.uint8)
         o0, o1, o2, o3 = offsets
         args = (q_ptr, q_ind, q_dat, shard.df, self.rows, self.term_order, scale[lo:hi], qn[lo:hi], self_doc[lo:hi],
                 shard.doc_lo, shard.doc_hi, host[o0:o0 + 8 * (L + n_tiles)].view(np.int64),
@@ -422,38 +435,48 @@ class TopkPlan:
         q_ptr, q_ind, q_dat = csr_rows(*arrays, lo, hi)
         (o0, o1, o2, o3), total, postings, host = self._inputs(q_ptr, q_ind, q_dat, lo, hi, scale, qn, self_doc)
         if shard.rows_dirty:
-            shard.zero_rows(self.acc, self.acc_block)
+            for lane in self.lanes:
+                shard.zero_rows(lane.acc, lane.acc_block)
         shard.rows_dirty = True
+        n_tiles = postings.size
+        used = self.lanes[:n_tiles]
         if self.raw:
             self._base = device_address(self.upload)
-            self.calls.copy_h2d(self._base, host.ctypes.data, total)
+            self.calls[0].copy_h2d(self._base, host.ctypes.data, total)
+            if len(used) > 1:
+                self.calls[0].record(self.uploaded)
+                for calls in self.calls[1:len(used)]:
+                    calls.wait(self.uploaded)
         else:
             self.upload[:total].copy_to_device(host[:total])
         for g, t0 in enumerate(range(0, n, T)):
+            lane = used[g % len(used)]
             m = min(T, n - t0)
             s0, s1 = int(q_ptr[t0]), int(q_ptr[t0 + m])
-            self._point(self.select, 2, o3 + 32 * t0, (m, 4), np.float64)
+            self._point(lane.select, 2, o3 + 32 * t0, (m, 4), np.float64)
             if postings[g]:
-                self._point(self.accumulate, 0, o0 + 8 * (s0 + g), (s1 - s0 + 1,), np.int64)
-                self._point(self.accumulate, 1, o1 + 8 * s0, (s1 - s0, 2), np.int32)
-                self._point(self.accumulate, 2, o2 + 4 * s0, (s1 - s0,), np.float32)
-                self._point(self.accumulate, 3, o3 + 32 * t0, (m, 4), np.float64)
-                self.accumulate(grid=blocks(int(postings[g]), self.acc_block * self.acc_items))
-            self._target(t0, m)
-            self.select(grid=(self.n_seg, m))
-            for launch, n_groups in self.merges:
+                self._point(lane.accumulate, 0, o0 + 8 * (s0 + g), (s1 - s0 + 1,), np.int64)
+                self._point(lane.accumulate, 1, o1 + 8 * s0, (s1 - s0, 2), np.int32)
+                self._point(lane.accumulate, 2, o2 + 4 * s0, (s1 - s0,), np.float32)
+                self._point(lane.accumulate, 3, o3 + 32 * t0, (m, 4), np.float64)
+                lane.accumulate(grid=blocks(int(postings[g]), lane.acc_block * lane.acc_items))
+            self._target(lane, t0, m)
+            lane.select(grid=(lane.n_seg, m))
+            for launch, n_groups in lane.merges:
                 launch(grid=(n_groups, m))
-        shard.rows_dirty = False
-        res = resources()
-        got_doc = res.pinned.get("engine_docs", (n, k), np.int32)
-        got_key = res.pinned.get("engine_keys", (n, k), np.float64)
+        got_doc = shard.res.pinned.get("engine_docs", (n, k), np.int32)
+        got_key = shard.res.pinned.get("engine_keys", (n, k), np.float64)
         if self.raw:
-            self.calls.copy_d2h(got_doc.ctypes.data, device_address(self.chunk_doc), got_doc.nbytes)
-            self.calls.copy_d2h(got_key.ctypes.data, device_address(self.chunk_key), got_key.nbytes)
-            self.calls.sync()
+            for calls, done in zip(self.calls[1:len(used)], self.done[1:]):
+                calls.record(done)
+                self.calls[0].wait(done)
+            self.calls[0].copy_d2h(got_doc.ctypes.data, device_address(self.chunk_doc), got_doc.nbytes)
+            self.calls[0].copy_d2h(got_key.ctypes.data, device_address(self.chunk_key), got_key.nbytes)
+            self.calls[0].sync()
         else:
             got_doc[:] = self.chunk_doc[:n].copy_to_host()[:, 0, :]
             got_key[:] = self.chunk_key[:n].copy_to_host()[:, 0, :]
+        shard.rows_dirty = False
         docs[lo:hi] = np.where(got_doc >= 0, got_doc + shard.doc_lo, -1)
         keys[lo:hi] = got_key
         return int(postings.sum())
@@ -464,17 +487,18 @@ CHUNK_LIST_BYTES = 64 << 20  # a chunk's final lists on the device (12 B an entr
 
 def tile_rows(shard: DeviceShard, n_queries: int, batch_size: int | None, geom, per_query_extra: int) -> int:
     """Queries per tile (TopkPlan): ``batch_size`` when given; else Geometry.tile_rows; for
-    tile_rows None (the default) as many int64 score rows as fit half of the device's L2 (at
-    least one: the accumulation's atomics and the select then stay in L2); for 0, or a device
-    that does not say its L2, as many as ROWS_SHARE of the free memory holds (one tile per batch:
-    the score rows go to HBM). Never more than the memory share holds."""
+    tile_rows None (the default) as many int64 score rows as fit half of the device's L2 with
+    Geometry.tile_lanes tiles in flight (at least one: the accumulation's atomics and the select
+    then stay in L2); for 0, or a device that does not say its L2, as many as ROWS_SHARE of the
+    free memory holds (one tile per batch: the score rows go to HBM). Never more than the memory
+    share holds."""
     fit = batch_rows(shard, n_queries, batch_size, per_query_extra)
     if batch_size:
         return fit
     want = geom.tile_rows
-    l2 = resources().l2_bytes
+    l2 = shard.res.l2_bytes
     if want is None and l2:
-        want = (l2 // 2) // (8 * max(shard.n_docs, 1))
+        want = (l2 // 2) // (8 * max(shard.n_docs, 1) * max(1, geom.tile_lanes))
     return max(1, min(fit, int(want))) if want else fit
 
 
@@ -483,10 +507,10 @@ def topk_plan(shard: DeviceShard, k: int, code: int, geom, rows: int) -> TopkPla
     chunk = max(rows, min(geom.tile_chunk, CHUNK_LIST_BYTES // (12 * k)) // rows * rows)
     key = (k, code, rows, chunk, geom.select_block, geom.select_items, geom.merge_block, geom.merge_width,
            geom.merge_width_small, geom.accumulate_block, geom.accumulate_items, geom.build_block,
-           getattr(geom, "fast_launch", True), geom.tile_term_order)
+           getattr(geom, "fast_launch", True), geom.tile_term_order, geom.tile_lanes)
     plan = shard.plans.get(key)
     if plan is None or not plan.valid():
-        plan = shard.plans[key] = TopkPlan(shard, k, code, geom, rows, chunk)
+        plan = shard.plans[key] = TopkPlan(shard, k, code, geom, rows, chunk, max(1, geom.tile_lanes))
     return plan
 
 
