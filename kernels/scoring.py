@@ -30,7 +30,8 @@ GPU pipeline for a batch of queries (dense per-query score rows, as the paper):
     3. ``select_topk``       block (segment s, query q) turns B*IPT score rows entries into keys and
                              keeps the segment's top k (thread-max prefilter, ties in index order,
                              bitonic sort of the few candidates).
-    4. ``merge_topk``        groups of sorted top-k lists are merged (bitonic) until one is left.
+    4. ``merge_rank``        groups of sorted top-k lists are merged (each entry's rank by binary
+                             searches; ``merge_topk``: bitonic) until one is left.
    or 3'. ``count_threshold`` / ``write_threshold``: ordered compaction of keys >= threshold.
 The index build is kernels/postings.py, the grouped top-k kernels/grouped.py, the block-wide
 selection kernels/select.py.
@@ -48,7 +49,8 @@ from .metrics import COSINE, DOT, L1, L2
 from .metrics import METRIC_CODE as METRICS  # noqa: F401 (scoring.METRICS: name -> code, kept for host code)
 from .primitives import block_exclusive_scan_dev, last_le_dev
 from .postings import term_maxabs_cpu  # noqa: F401 (kept for host code: gputext.distributed)
-from .select import merge_sorted_lists, offer_cpu, select_top_keys, topk_geometry, topk_scratch, write_first_k
+from .select import (merge_sorted_lists, offer_cpu, rank_in_lists_dev, select_top_keys, topk_geometry, topk_scratch,
+                     write_first_k)
 
 NEG_INF = -np.inf
 
@@ -522,6 +524,42 @@ def merge_topk_kernel(block: int, width: int):
 
 
 @kernel_cache
+def merge_rank_kernel(block: int, width: int):
+    """merge_topk by rank instead of sorting: block (g, q) loads lists [g*group, (g+1)*group) of
+    query q (in_doc int32 / in_key float64 (Q, n_lists, k), each sorted best first) into shared
+    arrays of ``width`` >= group*k entries; each thread takes entries tid, tid + block, ... and
+    finds each one's rank among the group's entries (select.rank_in_lists: its slot plus a binary
+    search per other list, no barrier), and an entry of rank r < k is written to slot r of
+    out (Q, n_groups, k), which is first filled with doc -1 / key -inf. One barrier in all,
+    against the bitonic merge's one per compare-exchange step. Shared: 12*width bytes. CPU twin:
+    select.merge_rank_cpu."""
+
+    @cuda.jit
+    def merge_rank(in_doc, in_key, group, k, out_doc, out_key):
+        keys = cuda.shared.array(width, numba.float64)
+        docs = cuda.shared.array(width, numba.int32)
+        tid = cuda.threadIdx.x
+        g = cuda.blockIdx.x
+        q = cuda.blockIdx.y
+        lo = g * group
+        n_here = max(0, min(group, in_doc.shape[1] - lo))
+        for e in range(tid, n_here * k, block):
+            docs[e] = in_doc[q, lo + e // k, e % k]
+            keys[e] = in_key[q, lo + e // k, e % k]
+        for j in range(tid, k, block):
+            out_doc[q, g, j] = -1
+            out_key[q, g, j] = -math.inf
+        cuda.syncthreads()  # lists loaded, output slots emptied
+        for e in range(tid, n_here * k, block):
+            r = rank_in_lists_dev(keys, docs, n_here, k, e)
+            if 0 <= r < k:
+                out_doc[q, g, r] = docs[e]
+                out_key[q, g, r] = keys[e]
+
+    return merge_rank
+
+
+@kernel_cache
 def threshold_kernels(block: int, items: int):
     """Ordered compaction of documents with key >= min_key, per (segment, query) block.
 
@@ -596,6 +634,8 @@ def ptx_kernels():
          "void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], int64, int64, int64[::1])"),
         ("select_topk", select_topk_kernel(b, it, cap), acc_sig + "int64, int32[:, :, ::1], float64[:, :, ::1])"),
         ("merge_topk", merge_topk_kernel(256, 2048),
+         "void(int32[:, :, ::1], float64[:, :, ::1], int64, int64, int32[:, :, ::1], float64[:, :, ::1])"),
+        ("merge_rank", merge_rank_kernel(512, 480),
          "void(int32[:, :, ::1], float64[:, :, ::1], int64, int64, int32[:, :, ::1], float64[:, :, ::1])"),
         ("count_threshold", count_t, acc_sig + "float64, int32[:, ::1])"),
         ("write_threshold", write_t, acc_sig + "float64, int64[::1], int32[::1], float64[::1])"),

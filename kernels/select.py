@@ -13,6 +13,8 @@ Device, block-wide (every thread of the block calls them; shared scratch from th
                               candidates by counter, ties by block scan, sort or counting)
     kth_largest_shared(...), first_k_by_counting(...)  the counting forms used by select_top_keys
     merge_sorted_lists(...)   sorted lists loaded into one shared array and sorted: their best first
+    rank_in_lists(...)        an entry's rank among sorted lists (binary searches): merging by rank,
+                              no sort (scoring.merge_rank_kernel; twin merge_rank_cpu)
     write_first_k(...)        a result row out of shared memory
     make_block_select(...), block_select_scratch(...)    the dense kNN's k best of a list of float32 keys (bound from group
                               maxima, compaction, radix select, winners sorted by document)
@@ -29,7 +31,7 @@ from numba import cuda, int32, int64, uint64
 
 from ._factory import kernel_cache
 from .geometry import next_pow2
-from .primitives import (before_cpu, block_exclusive_scan_dev, better_dev, ordered_bits_dev,
+from .primitives import (before_cpu, better_cpu, block_exclusive_scan_dev, better_dev, ordered_bits_dev,
                          sort_keys_ascending_dev, sort_keys_descending_dev, sort_pairs_best_first_dev)
 
 
@@ -221,6 +223,62 @@ def merge_sorted_lists(keys, docs, src_doc, src_key, lo, n_entries, k, width, ti
             keys[e] = src_key[lo + e // k, e % k]
     cuda.syncthreads()  # shared lists loaded
     sort_pairs_best_first_dev(keys, docs, 0, width, tid, block)
+
+
+def _make_rank_in_lists(better):
+    def rank_in_lists(keys, docs, n_lists, k, e):
+        """Rank of entry e among the n_lists sorted lists (best first under ``better``) of k entries
+        each in keys / docs (list j at [j*k, (j+1)*k), empty slots doc -1 at their ends): its slot
+        in its own list plus, for every other list, how many of its entries are better (a binary
+        search). Returns -1 for an empty slot and stops counting at k (the entry is not among
+        the k best). Ties cannot happen (documents are distinct), so the ranks of the non-empty
+        entries are distinct: rank r goes to slot r of the merged list."""
+        j = e // k
+        d = docs[e]
+        if d < 0:
+            return -1
+        key = keys[e]
+        rank = e - j * k
+        for i in range(n_lists):
+            if rank >= k:
+                break
+            if i == j:
+                continue
+            lo = i * k
+            hi = lo + k
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if better(keys[mid], docs[mid], key, d):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            rank += lo - i * k
+        return rank
+    return rank_in_lists
+
+
+rank_in_lists_dev = cuda.jit(device=True, inline=True)(_make_rank_in_lists(better_dev))
+rank_in_lists_cpu = numba.njit(inline="always")(_make_rank_in_lists(better_cpu))
+
+
+@numba.njit(cache=True)
+def merge_rank_cpu(in_doc, in_key, group, k, out_doc, out_key):
+    """CPU twin of scoring.merge_rank_kernel: in (Q, n_lists, k) sorted lists, out (Q, n_groups,
+    k) = the k best of each group of ``group`` lists (slots without a document: -1 / -inf)."""
+    n_lists = in_doc.shape[1]
+    for q in range(in_doc.shape[0]):
+        for g in range(out_doc.shape[1]):
+            lo = g * group
+            n_here = max(0, min(group, n_lists - lo))
+            keys = in_key[q, lo:lo + n_here].copy().reshape(-1)
+            docs = in_doc[q, lo:lo + n_here].copy().reshape(-1)
+            out_doc[q, g, :] = -1
+            out_key[q, g, :] = -math.inf
+            for e in range(n_here * k):
+                r = rank_in_lists_cpu(keys, docs, n_here, k, e)
+                if 0 <= r < k:
+                    out_doc[q, g, r] = docs[e]
+                    out_key[q, g, r] = keys[e]
 
 
 @cuda.jit(device=True, inline=True)

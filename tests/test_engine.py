@@ -119,13 +119,16 @@ def test_index_file_round_trip(tmp_path):
 # (32 entries = groups of 4 lists of k = 5, 3 segments, so the one level narrows to 16 entries);
 # shard_docs: three resident shards of 13-14 documents (the tied duplicates 3 and 39 in different ones);
 # tile_rows: tiles of two queries (a tile of 2 and one of 1), their segments by term or by query;
-# tile_chunk: chunks of one tile each; tile_lanes: tiles dealt to two lanes (own score rows; one stream here)
+# tile_chunk: chunks of one tile each; tile_lanes: tiles dealt to two lanes (own score rows; one stream here);
+# merge_rank_group: 0 the bitonic merges, 2 rank merges of two lists a level
 VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), ("l1", {"sorted_postings": True}),
                                          ("cosine", {"merge_width": 64, "merge_width_small": 32}),
                                          ("l2", {"shard_docs": 16}), ("dot", {"shard_docs": 16, "sorted_postings": True}),
                                          ("cosine", {"tile_rows": 2}), ("l1", {"tile_rows": 2, "tile_term_order": False}),
                                          ("dot", {"tile_rows": 2, "tile_chunk": 2, "shard_docs": 16}),
-                                         ("l2", {"tile_rows": 1, "tile_lanes": 2}), ("cosine", {"tile_lanes": 1})]
+                                         ("l2", {"tile_rows": 1, "tile_lanes": 2}), ("cosine", {"tile_lanes": 1}),
+                                         ("cosine", {"merge_rank_group": 0, "merge_width": 64, "merge_width_small": 32}),
+                                         ("l1", {"merge_rank_group": 2})]
 
 
 @pytest.mark.cudasim
@@ -269,3 +272,30 @@ def test_tile_inputs_layout(term_order):
     one = np.full(L + 1, -7, np.int64), np.full((L, 2), -7, np.int32), np.zeros(L, np.float32), np.zeros((8, 4))
     assert scoring.tile_one(0, ptr, ind, dat, df, 8, term_order, scale, qn, self_doc, 10, 20, *one) == postings.sum()
     assert one[0][-1] == postings.sum()
+
+
+def test_merge_by_rank_equals_sorting():
+    # select.merge_rank_cpu (the twin of scoring.merge_rank_kernel): each group's k best under the
+    # tie rule, equal keys across lists (ordered by document), short lists padded with -1 / -inf
+    from gputext.kernels.select import merge_rank_cpu
+    rng = np.random.default_rng(32)
+    n_q, n_lists, k, group = 3, 7, 5, 3
+    keys = np.round(rng.random((n_q, n_lists, k)) * 4) / 4  # few distinct values: ties
+    docs = rng.permutation(n_q * n_lists * k).reshape(n_q, n_lists, k).astype(np.int32)
+    docs[1, 2, 3:] = -1  # a list with two empty slots
+    docs[2, 6, :] = -1  # an empty list, alone in the last group
+    keys[docs < 0] = -np.inf
+    for q in range(n_q):
+        for j in range(n_lists):
+            order = sorted(range(k), key=lambda p: (docs[q, j, p] < 0, -keys[q, j, p], docs[q, j, p]))
+            keys[q, j], docs[q, j] = keys[q, j, order], docs[q, j, order]
+    n_groups = -(-n_lists // group)
+    out_doc, out_key = np.zeros((n_q, n_groups, k), np.int32), np.zeros((n_q, n_groups, k))
+    merge_rank_cpu(docs, keys, group, k, out_doc, out_key)
+    for q in range(n_q):
+        for g in range(n_groups):
+            e = [(-keys[q, j, p], docs[q, j, p]) for j in range(g * group, min(n_lists, g * group + group))
+                 for p in range(k) if docs[q, j, p] >= 0]
+            want = sorted(e)[:k] + [(np.inf, -1)] * max(0, k - len(e))
+            assert out_doc[q, g].tolist() == [d for _, d in want]
+            assert out_key[q, g].tolist() == [-v for v, _ in want]

@@ -97,10 +97,6 @@ class DriverCalls:
     def record(self, event) -> None:
         _check(self.cu.cuEventRecord(int(event.handle), self.hstream), "cuEventRecord")
 
-    def wait(self, event) -> None:
-        """Later work of this stream waits for ``event`` (recorded on another stream)."""
-        _check(self.cu.cuStreamWaitEvent(self.hstream, int(event.handle), 0), "cuStreamWaitEvent")
-
 
 def _as_bytes(x) -> bytes:
     """One flattened kernel parameter (numba's marshalling output) as its little-endian bytes."""

@@ -34,6 +34,7 @@ from .report import SearchReport
 INDEX_SHARE = 0.45
 ROWS_SHARE = 0.30
 SIM_BATCH = 64  # the simulator has no memory to plan against
+RANK_MERGE_ENTRIES = 3840  # merge_rank's shared lists (12 B an entry) within 46 KB
 SMALL_BATCH = 32  # rows top-k: batches below this merge in narrower groups (Geometry.merge_width_small)
 
 
@@ -295,8 +296,12 @@ class TopkLane:
         self.stream = stream
         self.block, items, cap = scoring.topk_geometry(k, geom.select_block, geom.select_items)
         self.n_seg = blocks(shard.n_docs, self.block * items)
-        width = geom.merge_width if rows >= SMALL_BATCH else min(geom.merge_width, geom.merge_width_small)
-        group = max(2, width // next_pow2(k))
+        by_rank = geom.merge_rank_group > 0
+        if by_rank:
+            group = max(2, min(geom.merge_rank_group, RANK_MERGE_ENTRIES // k))
+        else:
+            width = geom.merge_width if rows >= SMALL_BATCH else min(geom.merge_width, geom.merge_width_small)
+            group = max(2, width // next_pow2(k))
         self.acc_block, self.acc_items = geom.accumulate_block, geom.accumulate_items
         self.acc = shard.buffer("acc" + tag, (rows * shard.n_docs,), np.int64, zeroed=True)
         dn = shard.dn(code, geom.build_block)
@@ -315,11 +320,17 @@ class TopkLane:
         n_lists, level = self.n_seg, 0
         while n_lists > 1:
             n_groups = blocks(n_lists, group)
-            merge = scoring.merge_topk_kernel(geom.merge_block, next_pow2(min(group, n_lists) * k))
+            entries = min(group, n_lists) * k
+            if by_rank:
+                m_block = min(1024, max(32, next_pow2(entries)))
+                merge = scoring.merge_rank_kernel(m_block, entries)
+            else:
+                m_block = geom.merge_block
+                merge = scoring.merge_topk_kernel(m_block, next_pow2(entries))
             level += 1
             o_doc = shard.buffer(f"merge_doc{tag}_{level % 2}", (rows, n_groups, k), np.int32)
             o_key = shard.buffer(f"merge_key{tag}_{level % 2}", (rows, n_groups, k), np.float64)
-            self.merges.append((Launch(merge, (n_groups, 1), geom.merge_block, (d_doc, d_key, group, k, o_doc, o_key),
+            self.merges.append((Launch(merge, (n_groups, 1), m_block, (d_doc, d_key, group, k, o_doc, o_key),
                                        stream=stream, raw=raw), n_groups))
             d_doc, d_key, n_lists = o_doc, o_key, n_groups
         # the launch that writes a tile's final lists (rows, 1, k), and the position of its out_doc
@@ -334,12 +345,12 @@ class TopkPlan:
     """The top-k pipeline of one shard for tiles of up to ``rows`` queries, marshalled once.
 
     Kernels (gputext.kernels.scoring): accumulate (a tile's postings into its score rows),
-    select_topk (grid segments x queries: each segment's k best), then merge_topk levels (groups
-    of lists into one) until one list per query is left. A merge block sorts its group's entries
-    in shared memory, so each level's kernel is as wide as its groups need, and tiles below
-    SMALL_BATCH queries use groups of merge_width_small entries: more blocks in parallel and
-    fewer sort steps each (H100, 10^6 documents, one query: the two 2048-wide merges took 0.18 ms
-    of 0.52).
+    select_topk (grid segments x queries: each segment's k best), then merge levels (groups of
+    lists into one) until one list per query is left: merge_rank (Geometry.merge_rank_group
+    lists a group, each entry's rank by binary searches: one barrier) or, with merge_rank_group
+    0, merge_topk (a bitonic sort of the group in shared memory, one barrier per step: three
+    levels took 0.073 ms of a single query's 0.2 ms of kernels on an H100 at 10^6 documents;
+    tiles below SMALL_BATCH queries use groups of merge_width_small entries).
 
     A search runs in chunks of up to ``chunk`` queries, each chunk as consecutive tiles of
     ``rows`` queries dealt round-robin to ``lanes`` streams (TopkLane, each with its own score
@@ -372,6 +383,7 @@ class TopkPlan:
             self.lanes = [TopkLane(shard, k, code, geom, rows, i, None, False) for i in range(lanes)]
         self.buffers = self._buffer_ids()
         self.calls = [DriverCalls(lane.stream) for lane in self.lanes] if self.raw else None
+        self.uploaded, self.done = None, []  # events: the chunk's upload (lane 0), each lane's last tile
         if self.raw and len(self.lanes) > 1:
             from numba import cuda
             self.uploaded = cuda.event(timing=False)
@@ -443,10 +455,10 @@ class TopkPlan:
         if self.raw:
             self._base = device_address(self.upload)
             self.calls[0].copy_h2d(self._base, host.ctypes.data, total)
-            if len(used) > 1:
-                self.calls[0].record(self.uploaded)
-                for calls in self.calls[1:len(used)]:
-                    calls.wait(self.uploaded)
+            if len(used) > 1:  # the other lanes' streams start after the upload (numba's event API)
+                self.uploaded.record(used[0].stream)
+                for lane in used[1:]:
+                    self.uploaded.wait(lane.stream)
         else:
             self.upload[:total].copy_to_device(host[:total])
         for g, t0 in enumerate(range(0, n, T)):
@@ -467,9 +479,9 @@ class TopkPlan:
         got_doc = shard.res.pinned.get("engine_docs", (n, k), np.int32)
         got_key = shard.res.pinned.get("engine_keys", (n, k), np.float64)
         if self.raw:
-            for calls, done in zip(self.calls[1:len(used)], self.done[1:]):
-                calls.record(done)
-                self.calls[0].wait(done)
+            for lane, done in zip(used[1:], self.done[1:]):  # lane 0's stream waits for the others' last tiles
+                done.record(lane.stream)
+                done.wait(used[0].stream)
             self.calls[0].copy_d2h(got_doc.ctypes.data, device_address(self.chunk_doc), got_doc.nbytes)
             self.calls[0].copy_d2h(got_key.ctypes.data, device_address(self.chunk_key), got_key.nbytes)
             self.calls[0].sync()
@@ -485,32 +497,35 @@ class TopkPlan:
 CHUNK_LIST_BYTES = 64 << 20  # a chunk's final lists on the device (12 B an entry) stay below this
 
 
-def tile_rows(shard: DeviceShard, n_queries: int, batch_size: int | None, geom, per_query_extra: int) -> int:
-    """Queries per tile (TopkPlan): ``batch_size`` when given; else Geometry.tile_rows; for
-    tile_rows None (the default) as many int64 score rows as fit half of the device's L2 with
-    Geometry.tile_lanes tiles in flight (at least one: the accumulation's atomics and the select
-    then stay in L2); for 0, or a device that does not say its L2, as many as ROWS_SHARE of the
-    free memory holds (one tile per batch: the score rows go to HBM). Never more than the memory
-    share holds."""
+def tile_rows(shard: DeviceShard, n_queries: int, batch_size: int | None, geom, per_query_extra: int) -> tuple[int, int]:
+    """(queries per tile, lanes) of a TopkPlan. With ``batch_size``: that many rows, one lane.
+    Otherwise Geometry.tile_rows rows and Geometry.tile_lanes lanes; for tile_rows None (the
+    default) as many int64 score rows as fit half of the device's L2 with every lane's tile in
+    flight (at least one row: the accumulation's atomics and the select then stay in L2); for 0,
+    or a device that does not say its L2, as many as ROWS_SHARE of the free memory holds, one
+    lane (one tile per batch: the score rows go to HBM). The lanes' rows together never exceed
+    what the memory share holds."""
     fit = batch_rows(shard, n_queries, batch_size, per_query_extra)
-    if batch_size:
-        return fit
     want = geom.tile_rows
     l2 = shard.res.l2_bytes
-    if want is None and l2:
-        want = (l2 // 2) // (8 * max(shard.n_docs, 1) * max(1, geom.tile_lanes))
-    return max(1, min(fit, int(want))) if want else fit
+    if batch_size or not (want or (want is None and l2)):
+        return fit, 1
+    lanes = max(1, min(geom.tile_lanes, fit))
+    if want is None:
+        want = (l2 // 2) // (8 * max(shard.n_docs, 1) * lanes)
+    room = fit if fit >= n_queries else max(1, fit // lanes)  # the memory share binds: the lanes share it
+    return max(1, min(room, int(want))), lanes
 
 
-def topk_plan(shard: DeviceShard, k: int, code: int, geom, rows: int) -> TopkPlan:
+def topk_plan(shard: DeviceShard, k: int, code: int, geom, rows: int, lanes: int) -> TopkPlan:
     """The shard's TopkPlan for these parameters (made once; remade when its buffers changed)."""
     chunk = max(rows, min(geom.tile_chunk, CHUNK_LIST_BYTES // (12 * k)) // rows * rows)
     key = (k, code, rows, chunk, geom.select_block, geom.select_items, geom.merge_block, geom.merge_width,
-           geom.merge_width_small, geom.accumulate_block, geom.accumulate_items, geom.build_block,
-           getattr(geom, "fast_launch", True), geom.tile_term_order, geom.tile_lanes)
+           geom.merge_width_small, geom.merge_rank_group, geom.accumulate_block, geom.accumulate_items, geom.build_block,
+           getattr(geom, "fast_launch", True), geom.tile_term_order, lanes)
     plan = shard.plans.get(key)
     if plan is None or not plan.valid():
-        plan = shard.plans[key] = TopkPlan(shard, k, code, geom, rows, chunk, max(1, geom.tile_lanes))
+        plan = shard.plans[key] = TopkPlan(shard, k, code, geom, rows, chunk, lanes)
     return plan
 
 
@@ -525,10 +540,10 @@ def topk_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geom, repor
     report.postings = 0
     for shard in device_shards(index, geom, report, split=n_q >= geom.shard_min_queries):
         n_seg = blocks(shard.n_docs, block * items)
-        rows = tile_rows(shard, n_q, batch_size, geom, 24 * n_seg * k)
+        rows, lanes = tile_rows(shard, n_q, batch_size, geom, 24 * n_seg * k)
         report.batch_size = rows
-        report.rows_bytes = 8 * rows * shard.n_docs + 12 * rows * n_seg * k
-        plan = topk_plan(shard, k, code, geom, rows)
+        report.rows_bytes = lanes * (8 * rows * shard.n_docs + 12 * rows * n_seg * k)
+        plan = topk_plan(shard, k, code, geom, rows, lanes)
         report.launch = "raw" if plan.raw else "dispatcher"
         docs = np.empty((n_q, k), np.int32)
         keys = np.empty((n_q, k), np.float64)
