@@ -416,37 +416,39 @@ def zero_int64(values):
 
 @kernel_cache
 def accumulate_kernel(block: int, items: int):
-    """Load-balanced accumulation of a batch's postings into dense score rows.
+    """Load-balanced accumulation of a tile's postings into dense score rows.
 
-    Segments j = 0..L-1 are the (query, term) pairs of the batch in query order; seg_off int64
-    (L+1,) is the exclusive prefix sum of their document frequencies, so E = seg_off[L] postings
-    in all. Block b covers positions [b*block*items, (b+1)*block*items); thread tid takes
-    p = base + i*block + tid for i < items (consecutive threads read consecutive postings), finds
-    its segment by binary search once and then walks forward. Each posting adds
-    int64(contribution * scale[query]) into acc[query * n_docs + doc] with an atomic add.
-    seg int32 (L, 2) = (term, query); seg_weight float32 (L,); qinfo float64 (Q, 3) = (scale,
-    norm term, document to leave out or -1);
-    term_ptr int64 (n_terms+1,), post_doc int32, post_w float32; acc int64 (Q * n_docs,).
-    No shared memory, no synchronisation.
+    The tile's segments j = 0..n_seg-1 are entries s0 + j of seg int32 (L, 2) = (term, query in
+    the tile) and seg_weight float32 (L,), in query order (or term order: tile_inputs);
+    seg_off[o0:o0 + n_seg + 1] (int64) is the exclusive prefix sum of their document frequencies
+    from 0, so E = seg_off[o0 + n_seg] postings in all. Block b covers positions
+    [b*block*items, (b+1)*block*items); thread tid takes p = base + i*block + tid for i < items
+    (consecutive threads read consecutive postings), finds its segment by binary search once and
+    then walks forward. Each posting adds int64(contribution * scale) (scale = qinfo[q0 + query,
+    0]; qinfo float64 (Q, 4)) into acc[query * n_docs + doc] with an atomic add. term_ptr int64
+    (n_terms+1,), post_doc int32, post_w float32; acc int64 (tile rows * n_docs,). A tile's
+    offsets (s0, o0, n_seg, q0) are scalars, so a pipeline of tiles rewrites four parameter slots
+    per launch; a single batch passes 0, 0, L, 0. No shared memory, no synchronisation.
     """
 
     @cuda.jit
-    def accumulate(seg_off, seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, n_docs, acc):
-        n_seg = seg.shape[0]
-        total = seg_off[n_seg]
+    def accumulate(seg_off, seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, n_docs, acc, s0, o0, n_seg,
+                   q0):
+        total = seg_off[o0 + n_seg]
         p = numba.int64(cuda.blockIdx.x) * (block * items) + cuda.threadIdx.x
         if p >= total:
             return
-        j = last_le_dev(seg_off, 0, n_seg, p)
+        j = last_le_dev(seg_off, o0, o0 + n_seg, p)
         for i in range(items):
             if p >= total:
                 return
             while seg_off[j + 1] <= p:
                 j += 1
-            t = seg[j, 0]
-            q = seg[j, 1]
+            e = s0 + (j - o0)
+            t = seg[e, 0]
+            q = seg[e, 1]
             r = term_ptr[t] + (p - seg_off[j])
-            v = numba.int64(contribution_dev(metric, seg_weight[j], post_w[r]) * qinfo[q, 0])
+            v = numba.int64(contribution_dev(metric, seg_weight[e], post_w[r]) * qinfo[q0 + q, 0])
             cuda.atomic.add(acc, numba.int64(q) * n_docs + post_doc[r], v)
             p += block
 
@@ -455,7 +457,8 @@ def accumulate_kernel(block: int, items: int):
 
 @kernel_cache
 def select_topk_kernel(block: int, items: int, cap: int):
-    """Top k of each (query, segment): block (s, q) covers documents [s*block*items, ...).
+    """Top k of each (query, segment): block (s, q) covers documents [s*block*items, ...) of score
+    row q (query q0 + q of qinfo; its lists go to row out0 + q of out_doc / out_key).
 
     1. Thread tid turns acc entries of documents s*block*items + i*block + tid (i < items) into keys
        (shared float64 keys[block*items]; the query's self document and documents past n_docs get
@@ -473,7 +476,7 @@ def select_topk_kernel(block: int, items: int, cap: int):
     scratch = topk_scratch(block, cap)
 
     @cuda.jit
-    def select_topk(acc, n_docs, qinfo, dn, metric, k, out_doc, out_key):
+    def select_topk(acc, n_docs, qinfo, dn, metric, k, out_doc, out_key, q0, out0):
         keys = cuda.shared.array(seg_len, numba.float64)
         flags = cuda.shared.array(block, numba.int32)
         tmax, cand_key, cand_doc, counter = scratch()
@@ -482,9 +485,9 @@ def select_topk_kernel(block: int, items: int, cap: int):
         q = cuda.blockIdx.y
         base = seg * seg_len
         row = numba.int64(q) * n_docs
-        sc = qinfo[q, 0]
-        qnorm = qinfo[q, 1]
-        me = numba.int64(qinfo[q, 2])
+        sc = qinfo[q0 + q, 0]
+        qnorm = qinfo[q0 + q, 1]
+        me = numba.int64(qinfo[q0 + q, 2])
         best = -math.inf
         for i in range(items):
             d = base + i * block + tid
@@ -497,7 +500,7 @@ def select_topk_kernel(block: int, items: int, cap: int):
             if key > best:
                 best = key
         select_top_keys(keys, items, best, base, k, cap, tmax, cand_key, cand_doc, counter, flags, tid, block, False)
-        write_first_k(out_doc[q, seg], out_key[q, seg], cand_doc, cand_key, k, tid, block)
+        write_first_k(out_doc[out0 + q, seg], out_key[out0 + q, seg], cand_doc, cand_key, k, tid, block)
 
     return select_topk
 
@@ -631,8 +634,10 @@ def ptx_kernels():
     return [
         ("zero_int64", zero_int64, "void(int64[::1])"),
         ("accumulate", accumulate_kernel(256, 16),
-         "void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], int64, int64, int64[::1])"),
-        ("select_topk", select_topk_kernel(b, it, cap), acc_sig + "int64, int32[:, :, ::1], float64[:, :, ::1])"),
+         "void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], int64, int64, "
+         "int64[::1], int64, int64, int64, int64)"),
+        ("select_topk", select_topk_kernel(b, it, cap),
+         acc_sig + "int64, int32[:, :, ::1], float64[:, :, ::1], int64, int64)"),
         ("merge_topk", merge_topk_kernel(256, 2048),
          "void(int32[:, :, ::1], float64[:, :, ::1], int64, int64, int32[:, :, ::1], float64[:, :, ::1])"),
         ("merge_rank", merge_rank_kernel(512, 480),

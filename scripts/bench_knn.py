@@ -379,11 +379,12 @@ def stage_times(index, singles, k, backend, geom) -> dict:
     search_topk(index, singles[0], k, "cosine", backend, geometry=geom, stats=stats)
     shard = index.device_cache.get("shard") or next(v for key, v in index.device_cache.items()
                                                      if isinstance(key, tuple) and key[0] == "shards")[0]
-    plan = next(p for p in shard.plans.values() if p.rows >= 1).lanes[0]  # the first shard's (of several: stats' postings are all shards')
-    steps = [("accumulate", lambda: plan.accumulate(grid=blocks(stats["postings"], plan.acc_block * plan.acc_items))),
-             ("select", lambda: plan.select(grid=(plan.n_seg, 1)))]
+    plan = next(p for p in shard.plans.values() if p.rows >= 1)  # the first shard's (of several: stats' postings are all shards')
+    lane = plan.lanes[0]
+    steps = [("accumulate", lambda: lane.accumulate(grid=blocks(stats["postings"], lane.acc_block * lane.acc_items))),
+             ("select", lambda: lane.select(grid=(plan.n_seg, 1)))]
     steps += [(f"merge{i}", (lambda L=L, g=g: L(grid=(g, 1)))) for i, (L, g) in enumerate(plan.merges)]
-    steps.append(("zero_rows", lambda: shard.zero_rows(plan.acc, plan.acc_block)))
+    steps.append(("zero_rows", lambda: shard.zero_rows(lane.acc, lane.acc_block)))
     out = {"postings": int(stats["postings"]), "segments": int(plan.n_seg)}
     for name, fn in steps:
         times = []

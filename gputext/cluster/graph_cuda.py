@@ -482,7 +482,7 @@ class _SuffixIndexes:
             a, e = int(self.indptr[lo]), int(self.indptr[hi])
             scoring.accumulate_kernel(b, egeom.accumulate_items)[grid_blocks(postings, b * egeom.accumulate_items), b](
                 cuda.to_device(seg_off), cuda.to_device(seg), self.d_data[a:e], qinfo, shard.term_ptr, shard.post_doc,
-                shard.post_w, code, shard.n_docs, acc)
+                shard.post_w, code, shard.n_docs, acc, 0, 0, seg.shape[0], 0)
         return SimpleNamespace(n=n_q, acc=acc, qinfo=qinfo, dn=shard.dn(code, egeom.build_block), postings=postings)
 
     def shard(self, s: int) -> DeviceShard:

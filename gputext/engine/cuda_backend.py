@@ -283,41 +283,99 @@ class QueryBatch:
             b = geom.accumulate_block
             scoring.accumulate_kernel(b, geom.accumulate_items)[blocks(self.postings, b * geom.accumulate_items), b](
                 d_off, d_seg, d_w, self.qinfo, shard.term_ptr, shard.post_doc, shard.post_w, code, shard.n_docs,
-                self.acc)
+                self.acc, 0, 0, d_seg.shape[0], 0)
 
 
 class TopkLane:
-    """One stream's part of a TopkPlan: its own score rows (``rows`` x n_docs int64), per-segment
-    and merge lists, and the launches of accumulate, select and merges on its stream (module
-    gputext.kernels.scoring). Lane 0 keeps the workspace names of a single-lane plan ("acc", ...)."""
+    """One stream's part of a TopkPlan: its own score rows (``rows`` x n_docs int64) and the
+    launches of accumulate and select on its stream (gputext.kernels.scoring); a tile's offsets
+    into the chunk's inputs and lists are scalar arguments. Lane 0 keeps the workspace name of a
+    single-lane plan's rows ("acc")."""
 
-    def __init__(self, shard: DeviceShard, k: int, code: int, geom, rows: int, index: int, stream, raw: bool):
-        tag = "" if index == 0 else str(index)
+    def __init__(self, plan: "TopkPlan", index: int, stream, raw: bool):
+        shard, geom = plan.shard, plan.geom
         self.stream = stream
+        self.acc_block, self.acc_items = geom.accumulate_block, geom.accumulate_items
+        self.acc = shard.buffer("acc" + ("" if index == 0 else str(index)), (plan.rows * shard.n_docs,), np.int64,
+                                zeroed=True)
+        seg_off, seg, weights, qinfo = (plan.view(i, 0, shape) for i, shape in enumerate(plan.input_shapes(plan.rows, 1, 1)))
+        self.accumulate = Launch(scoring.accumulate_kernel(self.acc_block, self.acc_items), 1, self.acc_block,
+                                 (seg_off, seg, weights, qinfo, shard.term_ptr, shard.post_doc, shard.post_w, plan.code,
+                                  shard.n_docs, self.acc, 0, 0, 1, 0), stream=stream, raw=raw)
+        self.select = Launch(plan.select_kernel, (plan.n_seg, 1), plan.block,
+                             (self.acc, shard.n_docs, qinfo, plan.dn, plan.code, plan.k, plan.seg_doc, plan.seg_key, 0, 0),
+                             stream=stream, raw=raw)
+
+    def launches(self) -> list:
+        return [self.accumulate, self.select]
+
+
+class TopkPlan:
+    """The top-k pipeline of one shard for tiles of up to ``rows`` queries, marshalled once.
+
+    Kernels (gputext.kernels.scoring): accumulate (a tile's postings into its score rows),
+    select_topk (grid segments x queries: each segment's k best), then merge levels (groups of
+    lists into one) until one list per query is left: merge_rank (Geometry.merge_rank_group
+    lists a group, each entry's rank by binary searches: one barrier) or, with merge_rank_group
+    0, merge_topk (a bitonic sort of the group in shared memory, one barrier per step; fewer than
+    SMALL_BATCH rows merge in groups of merge_width_small entries).
+
+    A search runs in chunks of up to ``chunk`` queries, each chunk as consecutive tiles of
+    ``rows`` queries dealt round-robin to ``lanes`` streams (TopkLane: each its own score rows).
+    Per chunk: the inputs of every tile (kernels.scoring.tile_inputs) are packed into a pinned
+    buffer and go up in one asynchronous copy; per tile, its lane runs accumulate and select back
+    to back (only the tile's four offsets and two row numbers are rewritten: scalar parameter
+    slots), so the select reads score rows that the accumulation just wrote (in L2 when rows x
+    lanes rows fit half of it) and leaves them zeroed, while the other lanes' tiles accumulate.
+    The selects write every tile's per-segment lists into the chunk's list buffer; the lanes'
+    streams then join lane 0's, the merge levels run once over all the chunk's rows, the final
+    lists come back in one copy and the stream is synchronised once. Launches are one driver
+    call each (gputext.device.Launch). In the simulator the launches go through numba's
+    dispatcher on one stream.
+    """
+
+    def __init__(self, shard: DeviceShard, k: int, code: int, geom, rows: int, chunk: int, lanes: int):
+        res = shard.res
+        self.shard, self.geom, self.k, self.code, self.rows, self.chunk = shard, geom, k, code, rows, chunk
+        self.term_order = bool(geom.tile_term_order)
+        self.raw = not res.simulator and getattr(geom, "fast_launch", True)
         self.block, items, cap = scoring.topk_geometry(k, geom.select_block, geom.select_items)
         self.n_seg = blocks(shard.n_docs, self.block * items)
+        self.select_kernel = scoring.select_topk_kernel(self.block, items, cap)
+        self.dn = shard.dn(code, geom.build_block)
+        self.upload = shard.buffer("plan_upload", (packed_layout((8 * (16 * chunk + 1), 8 * 16 * chunk, 4 * 16 * chunk,
+                                                                  32 * chunk))[1],), np.uint8)
+        self.seg_doc = shard.buffer("seg_doc", (chunk, self.n_seg, k), np.int32)
+        self.seg_key = shard.buffer("seg_key", (chunk, self.n_seg, k), np.float64)
+        # dispatcher launches (the simulator): the lanes take turns on numba's default stream
+        streams = [res.stream(f"engine{i}") for i in range(lanes)] if self.raw and lanes > 1 else [None] * lanes
+        self._merges(streams[0])
+        self.lanes = [TopkLane(self, i, s, self.raw) for i, s in enumerate(streams)]
+        launches = [L for lane in self.lanes for L in lane.launches()] + [L for L, _ in self.merges]
+        if self.raw and any(L.mode != "raw" for L in launches):
+            self.raw = False  # a numba-cuda without the raw path: every launch through the dispatcher
+            self._merges(None)
+            self.lanes = [TopkLane(self, i, None, False) for i in range(lanes)]
+        self.buffers = self._buffer_ids()
+        self.calls = DriverCalls(self.lanes[0].stream) if self.raw else None
+        self.uploaded, self.done = None, []  # events: the chunk's upload (lane 0), each lane's last tile
+        if self.raw and lanes > 1:
+            from numba import cuda
+            self.uploaded = cuda.event(timing=False)
+            self.done = [cuda.event(timing=False) for _ in self.lanes]
+
+    def _merges(self, stream) -> None:
+        """The merge levels over a chunk's rows, on lane 0's stream; the last writes the final
+        lists (chunk, 1, k) into out_doc / out_key (the select's lists when one segment)."""
+        geom, k, shard = self.geom, self.k, self.shard
         by_rank = geom.merge_rank_group > 0
         if by_rank:
             group = max(2, min(geom.merge_rank_group, RANK_MERGE_ENTRIES // k))
         else:
-            width = geom.merge_width if rows >= SMALL_BATCH else min(geom.merge_width, geom.merge_width_small)
+            width = geom.merge_width if self.rows >= SMALL_BATCH else min(geom.merge_width, geom.merge_width_small)
             group = max(2, width // next_pow2(k))
-        self.acc_block, self.acc_items = geom.accumulate_block, geom.accumulate_items
-        self.acc = shard.buffer("acc" + tag, (rows * shard.n_docs,), np.int64, zeroed=True)
-        dn = shard.dn(code, geom.build_block)
-        d_doc = shard.buffer("seg_doc" + tag, (rows, self.n_seg, k), np.int32)
-        d_key = shard.buffer("seg_key" + tag, (rows, self.n_seg, k), np.float64)
-        placeholder = shard.buffer("plan_upload", (64,), np.uint8)  # inputs are pointed into the upload per tile
-        qinfo = placeholder[:32].view(np.float64).reshape(1, 4)
-        self.accumulate = Launch(scoring.accumulate_kernel(self.acc_block, self.acc_items), 1, self.acc_block,
-                                 (placeholder[:8].view(np.int64), placeholder[:8].view(np.int32).reshape(1, 2),
-                                  placeholder[:4].view(np.float32), qinfo, shard.term_ptr, shard.post_doc,
-                                  shard.post_w, code, shard.n_docs, self.acc), stream=stream, raw=raw)
-        select = scoring.select_topk_kernel(self.block, items, cap)
-        self.select = Launch(select, (self.n_seg, 1), self.block, (self.acc, shard.n_docs, qinfo, dn, code, k, d_doc,
-                                                                    d_key), stream=stream, raw=raw)
         self.merges = []
-        n_lists, level = self.n_seg, 0
+        d_doc, d_key, n_lists, level = self.seg_doc, self.seg_key, self.n_seg, 0
         while n_lists > 1:
             n_groups = blocks(n_lists, group)
             entries = min(group, n_lists) * k
@@ -328,66 +386,13 @@ class TopkLane:
                 m_block = geom.merge_block
                 merge = scoring.merge_topk_kernel(m_block, next_pow2(entries))
             level += 1
-            o_doc = shard.buffer(f"merge_doc{tag}_{level % 2}", (rows, n_groups, k), np.int32)
-            o_key = shard.buffer(f"merge_key{tag}_{level % 2}", (rows, n_groups, k), np.float64)
+            name = "chunk" if n_groups == 1 else f"merge{level % 2}"
+            o_doc = shard.buffer(f"{name}_doc", (self.chunk, n_groups, k), np.int32)
+            o_key = shard.buffer(f"{name}_key", (self.chunk, n_groups, k), np.float64)
             self.merges.append((Launch(merge, (n_groups, 1), m_block, (d_doc, d_key, group, k, o_doc, o_key),
-                                       stream=stream, raw=raw), n_groups))
+                                       stream=stream, raw=self.raw), n_groups))
             d_doc, d_key, n_lists = o_doc, o_key, n_groups
-        # the launch that writes a tile's final lists (rows, 1, k), and the position of its out_doc
-        # argument (out_key follows): pointed at the tile's rows of the chunk's output
-        self.last = (self.merges[-1][0], 4) if self.merges else (self.select, 6)
-
-    def launches(self) -> list:
-        return [self.accumulate, self.select] + [L for L, _ in self.merges]
-
-
-class TopkPlan:
-    """The top-k pipeline of one shard for tiles of up to ``rows`` queries, marshalled once.
-
-    Kernels (gputext.kernels.scoring): accumulate (a tile's postings into its score rows),
-    select_topk (grid segments x queries: each segment's k best), then merge levels (groups of
-    lists into one) until one list per query is left: merge_rank (Geometry.merge_rank_group
-    lists a group, each entry's rank by binary searches: one barrier) or, with merge_rank_group
-    0, merge_topk (a bitonic sort of the group in shared memory, one barrier per step: three
-    levels took 0.073 ms of a single query's 0.2 ms of kernels on an H100 at 10^6 documents;
-    tiles below SMALL_BATCH queries use groups of merge_width_small entries).
-
-    A search runs in chunks of up to ``chunk`` queries, each chunk as consecutive tiles of
-    ``rows`` queries dealt round-robin to ``lanes`` streams (TopkLane, each with its own score
-    rows). Per chunk: the inputs of every tile (kernels.scoring.tile_inputs) are packed into a
-    pinned buffer and go up in one asynchronous copy; per tile, its lane runs accumulate, select
-    and merges back to back, so the select reads score rows that are still in L2 (tile_rows x
-    lanes rows fit half of it) and leaves them zeroed there, while the other lanes' tiles
-    accumulate: the select's and merges' small grids overlap with work that fills the device. The
-    last merge writes the tile's lists into the chunk's output; the lanes' streams join lane 0's,
-    the chunk's lists come back in one copy and the stream is synchronised once. Launches are
-    one driver call each (gputext.device.Launch: per tile only input addresses, shapes and grids
-    are rewritten). In the simulator the launches go through numba's dispatcher, one stream.
-    """
-
-    def __init__(self, shard: DeviceShard, k: int, code: int, geom, rows: int, chunk: int, lanes: int):
-        res = resources()
-        self.shard, self.k, self.code, self.rows, self.chunk = shard, k, code, rows, chunk
-        self.term_order = bool(geom.tile_term_order)
-        self.raw = not res.simulator and getattr(geom, "fast_launch", True)
-        self.chunk_doc = shard.buffer("chunk_doc", (chunk, 1, k), np.int32)
-        self.chunk_key = shard.buffer("chunk_key", (chunk, 1, k), np.float64)
-        self.upload = shard.buffer("plan_upload", (packed_layout((8 * (16 * chunk + 1), 8 * 16 * chunk, 4 * 16 * chunk,
-                                                                  32 * chunk))[1],), np.uint8)
-        # dispatcher launches (the simulator): the lanes take turns on numba's default stream
-        streams = [res.stream(f"engine{i}") for i in range(lanes)] if self.raw and lanes > 1 else [None] * lanes
-        self.lanes = [TopkLane(shard, k, code, geom, rows, i, s, self.raw) for i, s in enumerate(streams)]
-        launches = [L for lane in self.lanes for L in lane.launches()]
-        if self.raw and any(L.mode != "raw" for L in launches):
-            self.raw = False  # a numba-cuda without the raw path: every launch through the dispatcher
-            self.lanes = [TopkLane(shard, k, code, geom, rows, i, None, False) for i in range(lanes)]
-        self.buffers = self._buffer_ids()
-        self.calls = [DriverCalls(lane.stream) for lane in self.lanes] if self.raw else None
-        self.uploaded, self.done = None, []  # events: the chunk's upload (lane 0), each lane's last tile
-        if self.raw and len(self.lanes) > 1:
-            from numba import cuda
-            self.uploaded = cuda.event(timing=False)
-            self.done = [cuda.event(timing=False) for _ in self.lanes]
+        self.out_doc, self.out_key = d_doc, d_key
 
     def _buffer_ids(self) -> tuple:
         work = self.shard.work
@@ -397,42 +402,35 @@ class TopkPlan:
         """False once a workspace buffer this plan points into was replaced."""
         return self._buffer_ids() == self.buffers
 
-    def _point(self, launch: Launch, i: int, offset: int, shape: tuple, dtype) -> None:
-        """Argument i of ``launch`` becomes the array of ``shape`` at byte ``offset`` of the upload."""
-        itemsize = np.dtype(dtype).itemsize
-        if self.raw:
-            launch.set_array(i, self._base + offset, shape, itemsize)
-        else:
-            n = itemsize * int(np.prod(shape, dtype=np.int64))
-            launch.set(i, self.upload[offset:offset + n].view(dtype).reshape(shape))
+    INPUT_DTYPES = (np.int64, np.int32, np.float32, np.float64)  # seg_off, seg, weights, qinfo
 
-    def _target(self, lane: TopkLane, t0: int, m: int) -> None:
-        """The final lists of the tile of queries [t0, t0 + m) of the chunk go to its output rows."""
-        launch, i = lane.last
-        if self.raw:
-            k = self.k
-            launch.set_array(i, device_address(self.chunk_doc) + 4 * k * t0, (m, 1, k), 4)
-            launch.set_array(i + 1, device_address(self.chunk_key) + 8 * k * t0, (m, 1, k), 8)
-        else:
-            launch.set(i, self.chunk_doc[t0:t0 + m])
-            launch.set(i + 1, self.chunk_key[t0:t0 + m])
+    @staticmethod
+    def input_shapes(n: int, n_tiles: int, L: int) -> tuple:
+        """Shapes of a chunk's inputs: seg_off (L + n_tiles,), seg (L, 2), weights (L,), qinfo (n, 4)."""
+        return (L + n_tiles,), (L, 2), (L,), (n, 4)
 
-    def _inputs(self, q_ptr, q_ind, q_dat, lo: int, hi: int, scale, qn, self_doc):
+    def view(self, i: int, offset: int, shape: tuple):
+        """Input i (INPUT_DTYPES) of ``shape`` at byte ``offset`` of the upload, as a device view."""
+        dt = np.dtype(self.INPUT_DTYPES[i])
+        return self.upload[offset:offset + dt.itemsize * int(np.prod(shape))].view(dt).reshape(shape)
+
+    def _host_inputs(self, q_ptr, q_ind, q_dat, lo: int, hi: int, scale, qn, self_doc):
         """The chunk's tile inputs written into the pinned upload buffer: (byte offsets of seg_off,
         seg, weights, qinfo; total bytes; postings per tile int64)."""
         shard, n = self.shard, hi - lo
         n_tiles = -(-n // self.rows)
         L = int(q_ptr[-1])
-        offsets, total = packed_layout((8 * (L + n_tiles), 8 * L, 4 * L, 32 * n))
+        sizes = (8 * (L + n_tiles), 8 * L, 4 * L, 32 * n)
+        offsets, total = packed_layout(sizes)
         if total > self.upload.size:  # queries with more terms than the buffer holds: grow it
             self.upload = shard.buffer("plan_upload", (2 * total,), np.uint8)
             self.buffers = self._buffer_ids()
         host = shard.res.pinned.get("engine_upload", (self.upload.size,), np.uint8)
         o0, o1, o2, o3 = offsets
         args = (q_ptr, q_ind, q_dat, shard.df, self.rows, self.term_order, scale[lo:hi], qn[lo:hi], self_doc[lo:hi],
-                shard.doc_lo, shard.doc_hi, host[o0:o0 + 8 * (L + n_tiles)].view(np.int64),
-                host[o1:o1 + 8 * L].view(np.int32).reshape(L, 2), host[o2:o2 + 4 * L].view(np.float32),
-                host[o3:o3 + 32 * n].view(np.float64).reshape(n, 4))
+                shard.doc_lo, shard.doc_hi, host[o0:o0 + sizes[0]].view(np.int64),
+                host[o1:o1 + sizes[1]].view(np.int32).reshape(L, 2), host[o2:o2 + sizes[2]].view(np.float32),
+                host[o3:o3 + sizes[3]].view(np.float64).reshape(n, 4))
         postings = np.empty(n_tiles, np.int64)
         if n_tiles == 1:
             postings[0] = scoring.tile_one(0, *args)
@@ -440,12 +438,23 @@ class TopkPlan:
             scoring.tile_inputs(*args, postings)
         return offsets, total, postings, host
 
+    def _point_inputs(self, lanes, offsets, n: int, L: int, n_tiles: int) -> None:
+        """The lanes' accumulate and select read this chunk's inputs (arrays set once a chunk; a
+        chunk without terms launches no accumulation)."""
+        shapes = self.input_shapes(n, n_tiles, L)
+        for lane in lanes:
+            for launch, arg, i in ([(lane.accumulate, i, i) for i in range(4)] if L else []) + [(lane.select, 2, 3)]:
+                if self.raw:
+                    launch.set_array(arg, self._base + offsets[i], shapes[i], np.dtype(self.INPUT_DTYPES[i]).itemsize)
+                else:
+                    launch.set(arg, self.view(i, offsets[i], shapes[i]))
+
     def run(self, arrays, lo: int, hi: int, scale, qn, self_doc, docs: np.ndarray, keys: np.ndarray) -> int:
         """Score queries [lo, hi) (at most ``chunk``; CSR arrays of all queries) into
         docs/keys[lo:hi] (corpus document numbers, -1 where none). Returns the postings scored."""
         shard, k, n, T = self.shard, self.k, hi - lo, self.rows
         q_ptr, q_ind, q_dat = csr_rows(*arrays, lo, hi)
-        (o0, o1, o2, o3), total, postings, host = self._inputs(q_ptr, q_ind, q_dat, lo, hi, scale, qn, self_doc)
+        offsets, total, postings, host = self._host_inputs(q_ptr, q_ind, q_dat, lo, hi, scale, qn, self_doc)
         if shard.rows_dirty:
             for lane in self.lanes:
                 shard.zero_rows(lane.acc, lane.acc_block)
@@ -454,47 +463,50 @@ class TopkPlan:
         used = self.lanes[:n_tiles]
         if self.raw:
             self._base = device_address(self.upload)
-            self.calls[0].copy_h2d(self._base, host.ctypes.data, total)
+            self.calls.copy_h2d(self._base, host.ctypes.data, total)
             if len(used) > 1:  # the other lanes' streams start after the upload (numba's event API)
                 self.uploaded.record(used[0].stream)
                 for lane in used[1:]:
                     self.uploaded.wait(lane.stream)
         else:
             self.upload[:total].copy_to_device(host[:total])
+        self._point_inputs(used, offsets, n, int(q_ptr[-1]), n_tiles)
         for g, t0 in enumerate(range(0, n, T)):
             lane = used[g % len(used)]
             m = min(T, n - t0)
-            s0, s1 = int(q_ptr[t0]), int(q_ptr[t0 + m])
-            self._point(lane.select, 2, o3 + 32 * t0, (m, 4), np.float64)
             if postings[g]:
-                self._point(lane.accumulate, 0, o0 + 8 * (s0 + g), (s1 - s0 + 1,), np.int64)
-                self._point(lane.accumulate, 1, o1 + 8 * s0, (s1 - s0, 2), np.int32)
-                self._point(lane.accumulate, 2, o2 + 4 * s0, (s1 - s0,), np.float32)
-                self._point(lane.accumulate, 3, o3 + 32 * t0, (m, 4), np.float64)
-                lane.accumulate(grid=blocks(int(postings[g]), lane.acc_block * lane.acc_items))
-            self._target(lane, t0, m)
-            lane.select(grid=(lane.n_seg, m))
-            for launch, n_groups in lane.merges:
-                launch(grid=(n_groups, m))
+                s0, s1 = int(q_ptr[t0]), int(q_ptr[t0 + m])
+                acc = lane.accumulate
+                acc.set(10, s0)
+                acc.set(11, s0 + g)
+                acc.set(12, s1 - s0)
+                acc.set(13, t0)
+                acc(grid=blocks(int(postings[g]), lane.acc_block * lane.acc_items))
+            lane.select.set(8, t0)
+            lane.select.set(9, t0)
+            lane.select(grid=(self.n_seg, m))
+        if self.raw:
+            for lane, done in zip(used[1:], self.done[1:]):  # lane 0's stream waits for the others' tiles
+                done.record(lane.stream)
+                done.wait(used[0].stream)
+        for launch, n_groups in self.merges:
+            launch(grid=(n_groups, n))
         got_doc = shard.res.pinned.get("engine_docs", (n, k), np.int32)
         got_key = shard.res.pinned.get("engine_keys", (n, k), np.float64)
         if self.raw:
-            for lane, done in zip(used[1:], self.done[1:]):  # lane 0's stream waits for the others' last tiles
-                done.record(lane.stream)
-                done.wait(used[0].stream)
-            self.calls[0].copy_d2h(got_doc.ctypes.data, device_address(self.chunk_doc), got_doc.nbytes)
-            self.calls[0].copy_d2h(got_key.ctypes.data, device_address(self.chunk_key), got_key.nbytes)
-            self.calls[0].sync()
+            self.calls.copy_d2h(got_doc.ctypes.data, device_address(self.out_doc), got_doc.nbytes)
+            self.calls.copy_d2h(got_key.ctypes.data, device_address(self.out_key), got_key.nbytes)
+            self.calls.sync()
         else:
-            got_doc[:] = self.chunk_doc[:n].copy_to_host()[:, 0, :]
-            got_key[:] = self.chunk_key[:n].copy_to_host()[:, 0, :]
+            got_doc[:] = self.out_doc[:n].copy_to_host()[:, 0, :]
+            got_key[:] = self.out_key[:n].copy_to_host()[:, 0, :]
         shard.rows_dirty = False
         docs[lo:hi] = np.where(got_doc >= 0, got_doc + shard.doc_lo, -1)
         keys[lo:hi] = got_key
         return int(postings.sum())
 
 
-CHUNK_LIST_BYTES = 64 << 20  # a chunk's final lists on the device (12 B an entry) stay below this
+CHUNK_LIST_BYTES = 1 << 30  # a chunk's per-segment lists on the device (12 B an entry) stay below this
 
 
 def tile_rows(shard: DeviceShard, n_queries: int, batch_size: int | None, geom, per_query_extra: int) -> tuple[int, int]:
@@ -517,9 +529,14 @@ def tile_rows(shard: DeviceShard, n_queries: int, batch_size: int | None, geom, 
     return max(1, min(room, int(want))), lanes
 
 
-def topk_plan(shard: DeviceShard, k: int, code: int, geom, rows: int, lanes: int) -> TopkPlan:
-    """The shard's TopkPlan for these parameters (made once; remade when its buffers changed)."""
-    chunk = max(rows, min(geom.tile_chunk, CHUNK_LIST_BYTES // (12 * k)) // rows * rows)
+def topk_plan(shard: DeviceShard, k: int, code: int, geom, rows: int, lanes: int, n_seg: int, n_q: int) -> TopkPlan:
+    """The shard's TopkPlan for these parameters (made once; remade when its buffers changed).
+    Its chunk: the search's tiles rounded up to a power of two (so searches of similar sizes share
+    a plan and its buffers), at most Geometry.tile_chunk queries and fewer where the chunk's
+    per-segment lists (12 B x n_seg x k a query) would pass CHUNK_LIST_BYTES; whole tiles, at
+    least one."""
+    cap = min(geom.tile_chunk, CHUNK_LIST_BYTES // (12 * k * n_seg))
+    chunk = max(rows, min(cap, next_pow2(-(-n_q // rows)) * rows) // rows * rows)
     key = (k, code, rows, chunk, geom.select_block, geom.select_items, geom.merge_block, geom.merge_width,
            geom.merge_width_small, geom.merge_rank_group, geom.accumulate_block, geom.accumulate_items, geom.build_block,
            getattr(geom, "fast_launch", True), geom.tile_term_order, lanes)
@@ -543,7 +560,7 @@ def topk_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geom, repor
         rows, lanes = tile_rows(shard, n_q, batch_size, geom, 24 * n_seg * k)
         report.batch_size = rows
         report.rows_bytes = lanes * (8 * rows * shard.n_docs + 12 * rows * n_seg * k)
-        plan = topk_plan(shard, k, code, geom, rows, lanes)
+        plan = topk_plan(shard, k, code, geom, rows, lanes, n_seg, n_q)
         report.launch = "raw" if plan.raw else "dispatcher"
         docs = np.empty((n_q, k), np.int32)
         keys = np.empty((n_q, k), np.float64)

@@ -63,7 +63,7 @@ class Geometry:
     shard_min_queries: int = 2  # rows top-k: a search of fewer queries makes no resident shards (one query at 10^7: 2.07 ms split, 1.69 ms whole)
     tile_rows: int | None = None  # rows top-k: queries per tile; None = as many score rows as fit half of L2 (engine.cuda_backend.tile_rows); 0 = as many as the memory share holds
     tile_term_order: bool = True  # ... a tile's (query, term) segments by term: queries sharing a term read its postings back to back
-    tile_lanes: int = 3  # ... tiles in flight on as many streams, each lane with its own score rows (its select and merges overlap the others' accumulation)
+    tile_lanes: int = 4  # ... tiles in flight on as many streams, each lane with its own score rows (its select and merges overlap the others' accumulation)
     tile_chunk: int = 8192  # ... queries whose tiles are uploaded, launched and read back together (one synchronisation)
     sorted_postings: bool = True  # rows top-k: upload the CPU twin's build (lists sorted by document: a warp's atomics share sectors) instead of building on the device (lists in any order)
     blocked_block: int | None = None  # blocked top-k: threads a block; None = max(128, next pow2 of k)
