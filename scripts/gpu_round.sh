@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU round on the device host: environment probe, GPU tests, then benchmarks.
 # Usage (device tool, carry .whl):  bash scripts/gpu_round.sh [STEP ...]
-#   steps: probe tests tests-only tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-tiles knn-tiles-1e7 knn-shard-sweep knn-5e7 pruning bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify
+#   steps: probe tests tests-only tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-tiles knn-tiles-1e7 knn-issue19 knn-latency knn-shard-sweep knn-5e7 pruning bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify
 #   (knn_classify reads the real datasets from .data/, an ignored copy of ../shared/datasets carried along)
 # Logs go to $OUT (default out/gpu). Each step has its own time limit so one slow step cannot eat the round.
 set -u
@@ -52,6 +52,9 @@ for step in "${steps[@]}"; do
     # tiles of the rows top-k (issues 15/19): score rows of a few queries kept in L2 and selected there, segments by term
     knn-tiles) run knn-tiles "${LIMIT_knn_tiles:-420}" python3 scripts/bench_knn.py --latency --profile --device cuda --sizes 1e6 --queries 1000,10000 --singles 200 --check 5 --repeats 3 --geometries "${GEOMS_1e6:-legacy:tile_rows=0,tile_term_order=0;t1:tile_rows=1;t3q:tile_term_order=0;t6:tile_rows=6;t12:tile_rows=12;s250k:shard_docs=250000;s125k:shard_docs=125000;mw:merge_width_small=2048}" --out "$OUT" ;;
     knn-tiles-1e7) run knn-tiles-1e7 "${LIMIT_knn_tiles_1e7:-560}" python3 scripts/bench_knn.py --latency --device cuda --sizes 1e7 --queries 10000 --singles 30 --check 3 --repeats 1 --geometries "${GEOMS_1e7:-legacy:tile_rows=0,tile_term_order=0;s1m:shard_docs=1000000;s500k:shard_docs=500000;s250k:shard_docs=250000}" --out "$OUT" ;;
+    # the issue-19 command (same run: CuPy SpMM + top-k) and the single-query latency at 10^6 (issue 15)
+    knn-issue19) run knn-issue19 "${LIMIT_knn_issue19:-420}" python3 scripts/bench_knn.py --device cuda --sizes 1e6,1e7 --queries 1,10000 --peers cupy_spmm --repeats 1 --check 5 --out "$OUT" ;;
+    knn-latency) run knn-latency "${LIMIT_knn_latency:-200}" python3 scripts/bench_knn.py --latency --device cuda --sizes 1e6 --queries 10000 --singles 300 --repeats 3 --check 5 --out "$OUT" ;;
     # 5x10^7 documents (3.6G nonzeros; about 29 GB of postings) on one GPU, 1 and 1,000 queries (issue 19)
     knn-5e7) run knn-5e7 560 python3 scripts/bench_knn.py --device cuda --sizes 5e7 --queries 1,1000 --peers "" --repeats 1 --check 2 --out "$OUT" ;;
     bench-knn-quick) run bench-knn-quick 200 python3 scripts/bench_knn.py --quick --device cuda --out "$OUT" ;;

@@ -157,18 +157,25 @@ def plan_shards(index: Index) -> list[tuple[int, int]]:
     return ranges
 
 
+L2_ROWS_SHARE = 2 / 3  # of the device's L2: the score rows of the tiles in flight (every lane's)
+
+
 def l2_shard_docs(geom) -> int:
     """Documents per resident shard of the rows top-k (0: do not split): Geometry.shard_docs, or
-    for shard_docs=None (the default) as many as keep one query's int64 score row within half of
-    the device's L2, so that the accumulation's atomics stay in L2 instead of going to HBM (at
-    10^7 documents one row is 80 MB against the H100's 50 MB of L2). Measured on an H100
-    (2026-11-26, bench_knn corpus at 10^7, k = 30): 10,000 queries 7.00 s split against 12.69 s
-    whole, identical results; one query 2.07 ms split against 1.69 ms whole, hence
-    Geometry.shard_min_queries. Below 3 million documents nothing is split on an H100."""
+    for shard_docs=None (the default) as many as keep the int64 score rows of Geometry.tile_lanes
+    one-query tiles within L2_ROWS_SHARE of the device's L2, so that the accumulation's atomics
+    and the select stay in L2 instead of going to HBM (one row at 10^7 documents is 80 MB against
+    the H100's 50 MB of L2): 1.04 million documents on an H100 at 4 lanes. Measured on an H100
+    (bench_knn corpus at 10^7, k = 30, 10,000 queries, identical results): 2026-11-26, one batch
+    of score rows, 7.00 s in shards of 3.1 million documents against 12.69 s whole; 2026-11-27
+    (tiles on 4 lanes), 6.00 s in shards of 1 million against 6.40 s in shards of 3.1 million and
+    6.87 s for 3.1 million without tiles; at 10^6 documents the whole index (0.569 s) beat shards
+    of 500,000 (0.688 s), which the rule gives too. One query keeps the whole index
+    (Geometry.shard_min_queries: at 10^7 1.69 ms whole against 2.07 ms split, 2026-11-26)."""
     if geom.shard_docs is not None and geom.shard_docs >= 0:
         return int(geom.shard_docs)
     l2 = resources().l2_bytes
-    return l2 // 16 if l2 else 0
+    return int(l2 * L2_ROWS_SHARE) // (8 * max(1, geom.tile_lanes)) if l2 else 0
 
 
 def split_shards(index: Index, geom, report: SearchReport, build: bool = True):
@@ -326,7 +333,7 @@ class TopkPlan:
     buffer and go up in one asynchronous copy; per tile, its lane runs accumulate and select back
     to back (only the tile's four offsets and two row numbers are rewritten: scalar parameter
     slots), so the select reads score rows that the accumulation just wrote (in L2 when rows x
-    lanes rows fit half of it) and leaves them zeroed, while the other lanes' tiles accumulate.
+    lanes rows fit L2_ROWS_SHARE of it) and leaves them zeroed, while the other lanes' tiles accumulate.
     The selects write every tile's per-segment lists into the chunk's list buffer; the lanes'
     streams then join lane 0's, the merge levels run once over all the chunk's rows, the final
     lists come back in one copy and the stream is synchronised once. Launches are one driver
@@ -512,8 +519,8 @@ CHUNK_LIST_BYTES = 1 << 30  # a chunk's per-segment lists on the device (12 B an
 def tile_rows(shard: DeviceShard, n_queries: int, batch_size: int | None, geom, per_query_extra: int) -> tuple[int, int]:
     """(queries per tile, lanes) of a TopkPlan. With ``batch_size``: that many rows, one lane.
     Otherwise Geometry.tile_rows rows and Geometry.tile_lanes lanes; for tile_rows None (the
-    default) as many int64 score rows as fit half of the device's L2 with every lane's tile in
-    flight (at least one row: the accumulation's atomics and the select then stay in L2); for 0,
+    default) as many int64 score rows as fit L2_ROWS_SHARE of the device's L2 with every lane's
+    tile in flight (at least one row: the accumulation's atomics and the select then stay in L2); for 0,
     or a device that does not say its L2, as many as ROWS_SHARE of the free memory holds, one
     lane (one tile per batch: the score rows go to HBM). The lanes' rows together never exceed
     what the memory share holds."""
@@ -524,7 +531,7 @@ def tile_rows(shard: DeviceShard, n_queries: int, batch_size: int | None, geom, 
         return fit, 1
     lanes = max(1, min(geom.tile_lanes, fit))
     if want is None:
-        want = (l2 // 2) // (8 * max(shard.n_docs, 1) * lanes)
+        want = int(l2 * L2_ROWS_SHARE) // (8 * max(shard.n_docs, 1) * lanes)
     room = fit if fit >= n_queries else max(1, fit // lanes)  # the memory share binds: the lanes share it
     return max(1, min(room, int(want))), lanes
 
