@@ -267,14 +267,47 @@ def profile_one_query(index, q, k, backend, out):
     with open(out, "w") as f:
         pstats.Stats(prof, stream=f).sort_stats("cumulative").print_stats(45)
 
+CHUNK_DOCS = 5_000_000  # larger corpora are generated and weighted in chunks of this many documents
+
+
 def make_data(n_docs, n_queries, a):
+    """The bench corpus (tf-idf, seed 1) and queries weighted with its idf (seed 2, same model).
+    Above CHUNK_DOCS documents the corpus is generated in chunks (seeds 1001, 2001, ...; the same
+    model) of raw counts, then each chunk is weighted with the whole corpus's document
+    frequencies: at 5x10^7 documents the one-piece generator's float64 temporaries pass the GPU
+    host's 128 GB (killed, 2026-11-27)."""
     from gputext.datasets.synth import make_corpus
     from gputext.io.weighting import Reference
     t = time.perf_counter()
-    corpus = make_corpus(n_docs, a.terms, a.terms_per_doc, 20, seed=1)
-    reference = Reference(np.asarray(corpus.var["df"]), corpus.n_docs)  # queries weighted with the index's idf
+    if n_docs <= CHUNK_DOCS:
+        corpus = make_corpus(n_docs, a.terms, a.terms_per_doc, 20, seed=1)
+        X, reference = corpus.X, Reference(np.asarray(corpus.var["df"]), corpus.n_docs)
+    else:
+        X, reference = chunked_corpus(n_docs, a)
     Q = make_corpus(n_queries, a.terms, a.terms_per_doc, 20, seed=2, model_seed=1, reference=reference).X
-    return corpus.X, Q, time.perf_counter() - t
+    return X, Q, time.perf_counter() - t
+
+
+def chunked_corpus(n_docs, a):
+    """(X float32 CSR, Reference) of make_data's chunked corpus."""
+    import scipy.sparse as sp
+    from gputext.datasets.synth import make_corpus, weight_rows
+    from gputext.io.weighting import Reference
+    parts, df = [], np.zeros(a.terms, np.int64)
+    for i, lo in enumerate(range(0, n_docs, CHUNK_DOCS)):
+        counts = make_corpus(min(CHUNK_DOCS, n_docs - lo), a.terms, a.terms_per_doc, 20, seed=1 + 1000 * (i + 1),
+                             model_seed=1, weighting="none").X
+        df += np.bincount(counts.indices, minlength=a.terms)
+        parts.append(counts)
+        harness.log(f"  generated documents {lo:,} .. {lo + counts.shape[0]:,}")
+    for i, counts in enumerate(parts):
+        indptr, indices, data = weight_rows(counts.indptr, counts.indices, counts.data, "tfidf", df, n_docs)
+        parts[i] = sp.csr_matrix((data, indices, indptr), shape=counts.shape)
+        del counts
+    X = sp.vstack(parts, format="csr")
+    del parts
+    X.has_sorted_indices = True
+    return X, Reference(df, n_docs)
 
 
 def percentiles(values) -> dict:
