@@ -47,7 +47,7 @@ def index(corpus, output, quiet):
 @click.option("--method", type=click.Choice(METHODS), default="auto", show_default=True,
               help="inverted: the GT-kNN inverted index; dense: matrix-vector kernel; auto picks and says which.")
 @click.option("--exclude-self", is_flag=True, help="Queries are the indexed corpus: leave each document out of its own list.")
-@click.option("--batch-size", type=click.IntRange(min=1), help="Queries per device batch (default: sized from free device memory).")
+@click.option("--batch-size", type=click.IntRange(min=1), help="Queries scored at once on the device (default: a few per stream, sized from the GPU's L2 cache).")
 @device_option
 @scheduler_option
 @output_option
@@ -93,6 +93,6 @@ def search(index_path, queries_path, k, metric, method, exclude_self, batch_size
     memory = ""
     if "index_bytes" in p:
         memory = (f"; device memory: index {p['index_bytes'] / 2**20:.0f} MiB in {p.get('shards', 1)} shard(s), "
-                  f"score rows {p.get('rows_bytes', 0) / 2**20:.0f} MiB for batches of {p.get('batch_size')}")
+                  f"score rows {p.get('rows_bytes', 0) / 2**20:.0f} MiB ({p.get('batch_size')} queries at a time a stream)")
     info(f"{result.n_docs} queries x {p['index_n_docs']} documents, k = {k}, {metric}, "
          f"{p['method']} on {p.get('backend', getattr(backend, 'name', backend))}: {p['seconds']:.3f} s{memory}", quiet)
