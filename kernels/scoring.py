@@ -30,8 +30,8 @@ GPU pipeline for a batch of queries (dense per-query score rows, as the paper):
     3. ``select_topk``       block (segment s, query q) turns B*IPT score rows entries into keys and
                              keeps the segment's top k (thread-max prefilter, ties in index order,
                              bitonic sort of the few candidates).
-    4. ``merge_rank``        groups of sorted top-k lists are merged (each entry's rank by binary
-                             searches; ``merge_topk``: bitonic) until one is left.
+    4. ``merge_topk``        groups of sorted top-k lists are merged (each entry's rank by binary
+                             searches, or a bitonic sort) until one is left.
    or 3'. ``count_threshold`` / ``write_threshold``: ordered compaction of keys >= threshold.
 The index build is kernels/postings.py, the grouped top-k kernels/grouped.py, the block-wide
 selection kernels/select.py.
@@ -506,11 +506,18 @@ def select_topk_kernel(block: int, items: int, cap: int):
 
 
 @kernel_cache
-def merge_topk_kernel(block: int, width: int):
-    """Merge groups of sorted top-k lists: block (g, q) loads lists [g*group, (g+1)*group) of query
-    q (in_doc int32 / in_key float64, shape (Q, n_lists, k)) into shared arrays of ``width`` entries
-    (a power of two >= group*k; empty slots doc -1), sorts them (key desc, doc asc) and writes
-    the first k to out (Q, n_groups, k). Shared: 12*width bytes."""
+def merge_topk_kernel(block: int, width: int, by_rank: bool = False):
+    """Merge groups of sorted top-k lists: block (g, q) takes lists [g*group, (g+1)*group) of query
+    q (in_doc int32 / in_key float64 (Q, n_lists, k), each sorted best first) into shared arrays
+    of ``width`` entries and writes their k best (key desc, doc asc) to out (Q, n_groups, k), doc
+    -1 / key -inf where none. Shared: 12*width bytes.
+
+    by_rank False: width a power of two >= group*k; the entries (empty slots doc -1) are sorted
+    (bitonic, a barrier per compare-exchange step) and the first k written.
+    by_rank True: width >= group*k; out is first filled with empty slots, then each thread takes
+    entries tid, tid + block, ... and finds each one's rank among the group's entries
+    (select.rank_in_lists: its slot plus a binary search per other list) and an entry of rank
+    r < k goes to slot r: one barrier in all. CPU twin: select.merge_rank_cpu."""
 
     @cuda.jit
     def merge_topk(in_doc, in_key, group, k, out_doc, out_key):
@@ -520,35 +527,13 @@ def merge_topk_kernel(block: int, width: int):
         g = cuda.blockIdx.x
         q = cuda.blockIdx.y
         n_here = max(0, min(group, in_doc.shape[1] - g * group))  # lists of this group
-        merge_sorted_lists(keys, docs, in_doc[q], in_key[q], g * group, n_here * k, k, width, tid, block)
-        write_first_k(out_doc[q, g], out_key[q, g], docs, keys, k, tid, block)
-
-    return merge_topk
-
-
-@kernel_cache
-def merge_rank_kernel(block: int, width: int):
-    """merge_topk by rank instead of sorting: block (g, q) loads lists [g*group, (g+1)*group) of
-    query q (in_doc int32 / in_key float64 (Q, n_lists, k), each sorted best first) into shared
-    arrays of ``width`` >= group*k entries; each thread takes entries tid, tid + block, ... and
-    finds each one's rank among the group's entries (select.rank_in_lists: its slot plus a binary
-    search per other list, no barrier), and an entry of rank r < k is written to slot r of
-    out (Q, n_groups, k), which is first filled with doc -1 / key -inf. One barrier in all,
-    against the bitonic merge's one per compare-exchange step. Shared: 12*width bytes. CPU twin:
-    select.merge_rank_cpu."""
-
-    @cuda.jit
-    def merge_rank(in_doc, in_key, group, k, out_doc, out_key):
-        keys = cuda.shared.array(width, numba.float64)
-        docs = cuda.shared.array(width, numba.int32)
-        tid = cuda.threadIdx.x
-        g = cuda.blockIdx.x
-        q = cuda.blockIdx.y
-        lo = g * group
-        n_here = max(0, min(group, in_doc.shape[1] - lo))
+        if not by_rank:
+            merge_sorted_lists(keys, docs, in_doc[q], in_key[q], g * group, n_here * k, k, width, tid, block)
+            write_first_k(out_doc[q, g], out_key[q, g], docs, keys, k, tid, block)
+            return
         for e in range(tid, n_here * k, block):
-            docs[e] = in_doc[q, lo + e // k, e % k]
-            keys[e] = in_key[q, lo + e // k, e % k]
+            docs[e] = in_doc[q, g * group + e // k, e % k]
+            keys[e] = in_key[q, g * group + e // k, e % k]
         for j in range(tid, k, block):
             out_doc[q, g, j] = -1
             out_key[q, g, j] = -math.inf
@@ -559,7 +544,7 @@ def merge_rank_kernel(block: int, width: int):
                 out_doc[q, g, r] = docs[e]
                 out_key[q, g, r] = keys[e]
 
-    return merge_rank
+    return merge_topk
 
 
 @kernel_cache
@@ -640,7 +625,7 @@ def ptx_kernels():
          acc_sig + "int64, int32[:, :, ::1], float64[:, :, ::1], int64, int64)"),
         ("merge_topk", merge_topk_kernel(256, 2048),
          "void(int32[:, :, ::1], float64[:, :, ::1], int64, int64, int32[:, :, ::1], float64[:, :, ::1])"),
-        ("merge_rank", merge_rank_kernel(512, 480),
+        ("merge_rank", merge_topk_kernel(512, 480, True),
          "void(int32[:, :, ::1], float64[:, :, ::1], int64, int64, int32[:, :, ::1], float64[:, :, ::1])"),
         ("count_threshold", count_t, acc_sig + "float64, int32[:, ::1])"),
         ("write_threshold", write_t, acc_sig + "float64, int64[::1], int32[::1], float64[::1])"),

@@ -14,7 +14,7 @@ Device, block-wide (every thread of the block calls them; shared scratch from th
     kth_largest_shared(...), first_k_by_counting(...)  the counting forms used by select_top_keys
     merge_sorted_lists(...)   sorted lists loaded into one shared array and sorted: their best first
     rank_in_lists(...)        an entry's rank among sorted lists (binary searches): merging by rank,
-                              no sort (scoring.merge_rank_kernel; twin merge_rank_cpu)
+                              no sort (scoring.merge_topk_kernel by_rank; twin merge_rank_cpu)
     write_first_k(...)        a result row out of shared memory
     make_block_select(...), block_select_scratch(...)    the dense kNN's k best of a list of float32 keys (bound from group
                               maxima, compaction, radix select, winners sorted by document)
@@ -263,7 +263,7 @@ rank_in_lists_cpu = numba.njit(inline="always")(_make_rank_in_lists(better_cpu))
 
 @numba.njit(cache=True)
 def merge_rank_cpu(in_doc, in_key, group, k, out_doc, out_key):
-    """CPU twin of scoring.merge_rank_kernel: in (Q, n_lists, k) sorted lists, out (Q, n_groups,
+    """CPU twin of scoring.merge_topk_kernel(by_rank=True): in (Q, n_lists, k) sorted lists, out (Q, n_groups,
     k) = the k best of each group of ``group`` lists (slots without a document: -1 / -inf)."""
     n_lists = in_doc.shape[1]
     for q in range(in_doc.shape[0]):

@@ -275,7 +275,7 @@ def test_tile_inputs_layout(term_order):
 
 
 def test_merge_by_rank_equals_sorting():
-    # select.merge_rank_cpu (the twin of scoring.merge_rank_kernel): each group's k best under the
+    # select.merge_rank_cpu (the twin of scoring.merge_topk_kernel by rank): each group's k best under the
     # tie rule, equal keys across lists (ordered by document), short lists padded with -1 / -inf
     from gputext.kernels.select import merge_rank_cpu
     rng = np.random.default_rng(32)

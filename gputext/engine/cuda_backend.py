@@ -34,7 +34,7 @@ from .report import SearchReport
 INDEX_SHARE = 0.45
 ROWS_SHARE = 0.30
 SIM_BATCH = 64  # the simulator has no memory to plan against
-RANK_MERGE_ENTRIES = 3840  # merge_rank's shared lists (12 B an entry) within 46 KB
+RANK_MERGE_ENTRIES = 3840  # the rank merge's shared lists (12 B an entry) within 46 KB
 SMALL_BATCH = 32  # rows top-k: batches below this merge in narrower groups (Geometry.merge_width_small)
 
 
@@ -322,9 +322,9 @@ class TopkPlan:
 
     Kernels (gputext.kernels.scoring): accumulate (a tile's postings into its score rows),
     select_topk (grid segments x queries: each segment's k best), then merge levels (groups of
-    lists into one) until one list per query is left: merge_rank (Geometry.merge_rank_group
+    lists into one) until one list per query is left: merge_topk by rank (Geometry.merge_rank_group
     lists a group, each entry's rank by binary searches: one barrier) or, with merge_rank_group
-    0, merge_topk (a bitonic sort of the group in shared memory, one barrier per step; fewer than
+    0, by a bitonic sort of the group in shared memory (one barrier per step; fewer than
     SMALL_BATCH rows merge in groups of merge_width_small entries).
 
     A search runs in chunks of up to ``chunk`` queries, each chunk as consecutive tiles of
@@ -388,7 +388,7 @@ class TopkPlan:
             entries = min(group, n_lists) * k
             if by_rank:
                 m_block = min(1024, max(32, next_pow2(entries)))
-                merge = scoring.merge_rank_kernel(m_block, entries)
+                merge = scoring.merge_topk_kernel(m_block, entries, True)
             else:
                 m_block = geom.merge_block
                 merge = scoring.merge_topk_kernel(m_block, next_pow2(entries))

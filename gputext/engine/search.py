@@ -43,7 +43,7 @@ class Geometry:
     select_items: int | None = None  # None: as many as fit 46 KB of shared memory
     merge_block: int = 256
     merge_width: int = 2048  # entries one merge block sorts (groups of merge_width // k lists) ...
-    merge_rank_group: int = 16  # rows top-k: lists a rank merge combines (kernels.scoring.merge_rank_kernel); 0 = the bitonic merge_topk with merge_width
+    merge_rank_group: int = 16  # rows top-k: lists a rank merge combines (kernels.scoring.merge_topk_kernel by rank); 0 = its bitonic sort, groups by merge_width
     merge_width_small: int = 256  # ... and for batches of fewer than 32 queries (rows top-k): more, smaller merges run in parallel
     build_block: int = 256
     scan_block: int = 256
