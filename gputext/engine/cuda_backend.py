@@ -1,18 +1,20 @@
-"""The engine on a CUDA device: index shards built on the device, batches of queries scored
-into dense fixed-point score rows, then a selector (gputext.kernels.scoring for the kernels).
+"""The engine on a CUDA device: index shards on the device, queries scored into dense
+fixed-point score rows, then a selector (gputext.kernels.scoring for the kernels).
 
 Memory plan (reported in the SearchReport): an index shard takes 8 bytes a posting (doc int32 + weight
 float32) + 8 a term + 16 a document, and 16 bytes a posting while it is being built (the CSR rows
-are on the device then); a batch takes 8 bytes per (query, document) of score rows. Shards get
-up to 45% of the free device memory and score rows 30%, so a corpus larger than the device is
-indexed shard by shard, each shard's top-k lists merged on the host (exact: keys are the same
-float64 values whichever shard a document is in).
+are on the device then); score rows take 8 bytes per (query, document) for the queries scored
+at once: a tile of a few queries per stream for the top-k (TopkPlan), a batch within 30% of the
+free memory for the threshold search (QueryBatch). Shards get up to 45% of the free device
+memory, so a corpus larger than the device is indexed shard by shard, each shard's top-k lists
+merged on the host (exact: keys are the same float64 values whichever shard a document is in).
 
-Per-call cost: the top-k pipeline of a shard is a ``TopkPlan`` made once per (k, metric, batch
-rows) and kept on the shard: its launches are marshalled once (gputext.device.Launch), a batch's
-inputs go up in one pinned transfer and its results come back in one, so a single query costs a
-few driver calls of host time (accumulate, select, merges, two copies, one synchronisation).
-Device memory and buffers come from gputext.device (workspaces, pinned buffers, shares).
+Per-call cost: the top-k pipeline of a shard is a ``TopkPlan`` made once per (k, metric, tile
+rows, lanes, chunk) and kept on the shard: its launches are marshalled once
+(gputext.device.Launch), a chunk's inputs go up in one pinned transfer and its results come back
+in one, so a single query costs a few driver calls of host time (accumulate, select, merges, two
+copies, one synchronisation). Device memory and buffers come from gputext.device (workspaces,
+pinned buffers, shares).
 """
 from __future__ import annotations
 
@@ -305,13 +307,15 @@ class TopkLane:
         self.acc_block, self.acc_items = geom.accumulate_block, geom.accumulate_items
         self.acc = shard.buffer("acc" + ("" if index == 0 else str(index)), (plan.rows * shard.n_docs,), np.int64,
                                 zeroed=True)
-        seg_off, seg, weights, qinfo = (plan.view(i, 0, shape) for i, shape in enumerate(plan.input_shapes(plan.rows, 1, 1)))
+        # marshalled with placeholder inputs at the upload's start; each chunk points them at its own
+        seg_off, seg, weights, qinfo = (plan.view(i, 0, shape)
+                                        for i, shape in enumerate(plan.input_shapes(plan.rows, 1, 1)))
         self.accumulate = Launch(scoring.accumulate_kernel(self.acc_block, self.acc_items), 1, self.acc_block,
-                                 (seg_off, seg, weights, qinfo, shard.term_ptr, shard.post_doc, shard.post_w, plan.code,
-                                  shard.n_docs, self.acc, 0, 0, 1, 0), stream=stream, raw=raw)
+                                 (seg_off, seg, weights, qinfo, shard.term_ptr, shard.post_doc, shard.post_w,
+                                  plan.code, shard.n_docs, self.acc, 0, 0, 1, 0), stream=stream, raw=raw)
         self.select = Launch(plan.select_kernel, (plan.n_seg, 1), plan.block,
-                             (self.acc, shard.n_docs, qinfo, plan.dn, plan.code, plan.k, plan.seg_doc, plan.seg_key, 0, 0),
-                             stream=stream, raw=raw)
+                             (self.acc, shard.n_docs, qinfo, plan.dn, plan.code, plan.k, plan.seg_doc,
+                              plan.seg_key, 0, 0), stream=stream, raw=raw)
 
     def launches(self) -> list:
         return [self.accumulate, self.select]
