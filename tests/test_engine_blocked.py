@@ -12,7 +12,8 @@ from gputext.kernels.blocked import blocked_geometry, shared_bytes
 METRICS = ["cosine", "dot", "l2", "l1"]
 # geometries of the CPU twin: one document block per thread-block of 8 x 2 documents, tiles of 1, 3, 4 queries
 GEOMS = [Geometry(blocked_block=8, blocked_items=2, blocked_tile=t) for t in (1, 3, 4)] + [Geometry()]
-TINY = Geometry(blocked_block=8, blocked_items=2, blocked_tile=2, blocked_probe=1, merge_block=8, merge_width=16)
+TINY = Geometry(blocked_block=8, blocked_items=2, blocked_tile=2, blocked_probe=1, merge_block=8, merge_width=16,
+                blocked_prune=True)
 
 
 def same(a, b):
