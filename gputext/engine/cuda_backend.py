@@ -245,25 +245,20 @@ def csr_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, lo: int,
 
 
 def batch_inputs(indptr, indices, data, lo, hi, shard: DeviceShard, scale, qn, self_doc, after=None):
-    """Host inputs of a batch of queries [lo, hi) against a shard: seg_off int64 (L+1,) (prefix
-    sum of the segments' posting counts), seg int32 (L, 2) = (term, query) of each segment,
-    weights float32 (L,), qinfo float64 (n, 4) = (scale, norm term, document to leave out, only
-    documents after this one), all shard-local. Returns (seg_off, seg, weights, qinfo, postings)."""
-    b_ptr, b_ind, b_dat = csr_rows(indptr, indices, data, lo, hi)
-    n = hi - lo
-    seg_len = shard.df[b_ind]
-    seg_off = np.zeros(len(b_ind) + 1, np.int64)
-    np.cumsum(seg_len, out=seg_off[1:])
-    seg = np.empty((len(b_ind), 2), np.int32)
-    seg[:, 0] = b_ind
-    seg[:, 1] = np.repeat(np.arange(n, dtype=np.int32), np.diff(b_ptr))
-    sd = self_doc[lo:hi]
-    qinfo = np.empty((n, 4), np.float64)
-    qinfo[:, 0] = scale[lo:hi]
-    qinfo[:, 1] = qn[lo:hi]
-    qinfo[:, 2] = np.where((sd >= shard.doc_lo) & (sd < shard.doc_hi), sd - shard.doc_lo, -1)
-    qinfo[:, 3] = -1.0 if after is None else np.maximum(after[lo:hi] - shard.doc_lo, -1)
-    return seg_off, seg, b_dat, qinfo, int(seg_off[-1])
+    """Host inputs of a batch of queries [lo, hi) against a shard: the one tile of
+    kernels.scoring.tile_one in query order, i.e. seg_off int64 (L+1,) (prefix sum of the
+    segments' posting counts), seg int32 (L, 2) = (term, query) of each segment, weights float32
+    (L,), qinfo float64 (n, 4) = (scale, norm term, document to leave out, only documents after
+    this one), all shard-local. Returns (seg_off, seg, weights, qinfo, postings)."""
+    q_ptr, q_ind, q_dat = csr_rows(indptr, indices, data, lo, hi)
+    n, L = hi - lo, len(q_ind)
+    seg_off, seg = np.empty(L + 1, np.int64), np.empty((L, 2), np.int32)
+    weights, qinfo = np.empty(L, np.float32), np.empty((n, 4), np.float64)
+    postings = scoring.tile_one(0, q_ptr, q_ind, q_dat, shard.df, max(n, 1), False, scale[lo:hi], qn[lo:hi],
+                                self_doc[lo:hi], shard.doc_lo, shard.doc_hi, seg_off, seg, weights, qinfo)
+    if after is not None:
+        qinfo[:, 3] = np.maximum(after[lo:hi] - shard.doc_lo, -1)
+    return seg_off, seg, weights, qinfo, int(postings)
 
 
 class QueryBatch:
@@ -529,9 +524,8 @@ def tile_rows(shard: DeviceShard, n_queries: int, batch_size: int | None, geom, 
     lane (one tile per batch: the score rows go to HBM). The lanes' rows together never exceed
     what the memory share holds."""
     fit = batch_rows(shard, n_queries, batch_size, per_query_extra)
-    want = geom.tile_rows
-    l2 = shard.res.l2_bytes
-    if batch_size or not (want or (want is None and l2)):
+    want, l2 = geom.tile_rows, shard.res.l2_bytes
+    if batch_size or want == 0 or (want is None and not l2):
         return fit, 1
     lanes = max(1, min(geom.tile_lanes, fit))
     if want is None:
@@ -569,9 +563,9 @@ def topk_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geom, repor
     for shard in device_shards(index, geom, report, split=n_q >= geom.shard_min_queries):
         n_seg = blocks(shard.n_docs, block * items)
         rows, lanes = tile_rows(shard, n_q, batch_size, geom, 24 * n_seg * k)
-        report.batch_size = rows
-        report.rows_bytes = lanes * (8 * rows * shard.n_docs + 12 * rows * n_seg * k)
         plan = topk_plan(shard, k, code, geom, rows, lanes, n_seg, n_q)
+        report.batch_size = rows
+        report.rows_bytes = 8 * lanes * rows * shard.n_docs + 12 * plan.chunk * n_seg * k  # rows + the chunk's lists
         report.launch = "raw" if plan.raw else "dispatcher"
         docs = np.empty((n_q, k), np.int32)
         keys = np.empty((n_q, k), np.float64)

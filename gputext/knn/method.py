@@ -21,7 +21,7 @@ The rule for ``auto``:
    less work on text; a caller that has built nothing yet takes dense only under dense_fits' host
    rule (the matrix fits HOST_DENSE_MAX_BYTES and is at least 25% dense), else inverted.
 3. A grouped search (the meta-features: every query's k nearest in each of ``groups`` classes)
-   takes the inverted index whenever it can serve k: its grouped search scores each query once for
+   takes the inverted index whenever its grouped selector can serve k (on CUDA k <= 512): its grouped search scores each query once for
    every class, while the dense method builds an index per class and densifies every query row
    once per class. Measured 2026-11-26 (H100, Reuters R52, 52 classes, 6,532 + 2,568 rows): dense
    on the GPU 46.3 s, the inverted CPU twin 1.4 s on 2 cores (dense twin 142 s).
@@ -53,9 +53,9 @@ def choose_method(method: str, n_docs: int, n_terms: int, nnz: int | None, backe
         return "inverted", "dense method not available"
     if method == "dense":
         return "dense", "requested"
-    from ..engine.search import MAX_CUDA_K
+    from ..engine.search import MAX_CUDA_K, MAX_GROUPED_CUDA_K
 
-    if groups > 1 and (not backend.is_cuda or k <= MAX_CUDA_K):
+    if groups > 1 and (not backend.is_cuda or k <= MAX_GROUPED_CUDA_K):
         return "inverted", f"inverted: one grouped search serves all {groups} classes (dense: an index per class)"
     if not backend.is_cuda:
         if index_built:
