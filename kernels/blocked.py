@@ -268,6 +268,99 @@ def blocked_topk_kernel(block: int, items: int, tile: int, cap: int, counting: b
     return blocked_topk
 
 
+# ----------------------------------------------------------------------------- rows accumulation in shared memory
+
+ROWS_SCRATCH = 28  # shared bytes a thread of rows_accumulate_kernel uses besides the accumulators
+
+
+def rows_shared_bytes(block: int, docs: int, rows: int) -> int:
+    """Static shared memory of rows_accumulate_kernel(block, docs, rows)."""
+    return 8 * docs * rows + ROWS_SCRATCH * block + 4
+
+
+@kernel_cache
+def rows_accumulate_kernel(block: int, docs: int, rows: int):
+    """The rows top-k's accumulation through shared memory: a drop-in for
+    scoring.accumulate_kernel (same arguments) that writes the same score rows without global
+    atomics.
+
+    Block b owns documents [b*docs, (b+1)*docs) of every row of the tile (grid: ceil(n_docs /
+    docs) blocks). It zeroes int64 shared accumulators (rows x docs), takes the tile's segments
+    s0 .. s0 + n_seg - 1 of seg int32 (L, 2) = (term, query in the tile) and seg_weight float32
+    block at a time: thread tid finds its segment's postings inside the document block
+    (block_range_dev: two binary searches in the list, which is sorted by document), the ranges
+    go through a block scan and the chunk's postings are split evenly over the threads
+    (primitives.make_chunk_walk), each adding posting_value (scale = qinfo[q0 + query, 0]) into
+    its shared accumulator with a shared-memory atomic (int64: exact and order-free, so the rows
+    equal accumulate_kernel's bit for bit). Then it stores its accumulators into acc int64
+    (rows * n_docs,) at [query * n_docs + document] (coalesced plain stores, every document of
+    the block, zeros included: the rows need no zeroing before). seg_off and o0 are unused (the
+    ranges come from the searches). Shared: rows_shared_bytes(block, docs, rows).
+    """
+    acc_len = docs * rows
+    off_len = block + 1
+
+    @cuda.jit
+    def accumulate_rows(seg_off, seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, n_docs, acc, s0, o0,
+                        n_seg, q0):
+        sh = cuda.shared.array(acc_len, numba.int64)
+        e_start = cuda.shared.array(block, numba.int64)
+        e_row = cuda.shared.array(block, numba.int32)
+        e_w = cuda.shared.array(block, numba.float32)
+        e_scale = cuda.shared.array(block, numba.float64)
+        t_off = cuda.shared.array(off_len, numba.int32)
+        tid = cuda.threadIdx.x
+        d_lo = numba.int64(cuda.blockIdx.x) * docs
+        d_hi = min(numba.int64(n_docs), d_lo + docs)
+        for j in range(tid, acc_len, block):
+            sh[j] = 0
+        cuda.syncthreads()  # accumulators zeroed
+        for chunk in range(0, n_seg, block):
+            j = chunk + tid
+            cnt = 0
+            if j < n_seg:
+                e = s0 + j
+                t = seg[e, 0]
+                q = seg[e, 1]
+                first, last = block_range_dev(post_doc, term_ptr[t], term_ptr[t + 1], d_lo, d_hi)
+                e_start[tid] = first
+                e_row[tid] = q * docs
+                e_w[tid] = seg_weight[e]
+                e_scale[tid] = qinfo[q0 + q, 0]
+                cnt = last - first
+            # synchronises after the offsets and at the end (e_* / t_off are rewritten next chunk)
+            _accumulate_chunk(cnt, e_start, t_off, tid, block,
+                              (sh, e_row, e_w, e_scale, post_doc, post_w, d_lo, metric))
+        for r in range(rows):
+            row = numba.int64(r) * n_docs + d_lo
+            for j in range(tid, d_hi - d_lo, block):
+                acc[row + j] = sh[r * docs + j]
+
+    return accumulate_rows
+
+
+@numba.njit(parallel=True, cache=True)
+def accumulate_rows_cpu(seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, n_docs, docs, acc, s0, n_seg,
+                        q0):
+    """CPU twin of rows_accumulate_kernel: document blocks of ``docs`` in parallel, each adding
+    the segments' postings inside it (block_range_cpu, posting_value_cpu) into acc int64
+    (rows * n_docs,), which it first zeroes over its documents in every row."""
+    n_rows = acc.shape[0] // max(n_docs, 1)
+    for b in prange((n_docs + docs - 1) // docs):
+        d_lo = b * docs
+        d_hi = min(n_docs, d_lo + docs)
+        for r in range(n_rows):
+            acc[r * n_docs + d_lo:r * n_docs + d_hi] = 0
+        for j in range(n_seg):
+            e = s0 + j
+            t = seg[e, 0]
+            row = numba.int64(seg[e, 1]) * n_docs
+            sc = qinfo[q0 + seg[e, 1], 0]
+            first, last = block_range_cpu(post_doc, term_ptr[t], term_ptr[t + 1], d_lo, d_hi)
+            for r in range(first, last):
+                acc[row + post_doc[r]] += posting_value_cpu(metric, seg_weight[e], post_w[r], sc)
+
+
 # ----------------------------------------------------------------------------- safe pruning (block-max bounds)
 
 BOUND_SLACK = 1.0 + 2.0 ** -30  # far above the float64 rounding of a bound (a few ulps per term)
@@ -414,4 +507,10 @@ def ptx_kernels():
         ("blocked_topk_tile8", blocked_topk_kernel(*blocked_geometry(30, 10000, 10 ** 7, 46 * 1024, 132)), sig),
         ("blocked_topk_tile1", blocked_topk_kernel(*blocked_geometry(30, 1, 10 ** 7, 46 * 1024, 132)), sig),
         ("blocked_topk_k200", blocked_topk_kernel(*blocked_geometry(200, 10000, 10 ** 7, 46 * 1024, 132)), sig),
+        ("rows_accumulate", rows_accumulate_kernel(256, 5120, 1),
+         "void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], int64, "
+         "int64, int64[::1], int64, int64, int64, int64)"),
+        ("rows_accumulate_4", rows_accumulate_kernel(256, 1280, 4),
+         "void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], int64, "
+         "int64, int64[::1], int64, int64, int64, int64)"),
     ]

@@ -120,7 +120,8 @@ def test_index_file_round_trip(tmp_path):
 # shard_docs: three resident shards of 13-14 documents (the tied duplicates 3 and 39 in different ones);
 # tile_rows: tiles of two queries (a tile of 2 and one of 1), their segments by term or by query;
 # tile_chunk: chunks of one tile each; tile_lanes: tiles dealt to two lanes (own score rows; one stream here);
-# merge_rank_group: 0 the bitonic merges, 2 rank merges of two lists a level
+# merge_rank_group: 0 the bitonic merges, 2 rank merges of two lists a level; shared_accumulate: the
+# accumulation through shared memory (kernels.blocked.rows_accumulate_kernel) in blocks of 16, 16 and 24 documents
 VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), ("l1", {"sorted_postings": True}),
                                          ("cosine", {"merge_width": 64, "merge_width_small": 32}),
                                          ("l2", {"shard_docs": 16}), ("dot", {"shard_docs": 16, "sorted_postings": True}),
@@ -128,7 +129,12 @@ VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), 
                                          ("dot", {"tile_rows": 2, "tile_chunk": 2, "shard_docs": 16}),
                                          ("l2", {"tile_rows": 1, "tile_lanes": 2}), ("cosine", {"tile_lanes": 1}),
                                          ("cosine", {"merge_rank_group": 0, "merge_width": 64, "merge_width_small": 32}),
-                                         ("l1", {"merge_rank_group": 2})]
+                                         ("l1", {"merge_rank_group": 2}),
+                                         ("cosine", {"tile_rows": 2, "shared_accumulate": 32, "shared_min_docs": 1}),
+                                         ("dot", {"tile_rows": 3, "shared_accumulate": 48, "shared_min_docs": 1,
+                                                  "tile_term_order": False, "shard_docs": 16}),
+                                         ("l2", {"tile_rows": 1, "tile_lanes": 2, "shared_accumulate": 24,
+                                                 "shared_min_docs": 1})]
 
 
 @pytest.mark.cudasim

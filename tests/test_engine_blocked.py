@@ -205,3 +205,57 @@ def test_bound_is_never_below_a_key(metric):
             s_ub = sum(abs(float(w)) * float(bmax[term_row[t], b]) for t, w in
                        zip(indices[indptr[i]:indptr[i + 1]], data[indptr[i]:indptr[i + 1]]))
             assert kb.bound_key_cpu(code, s_ub, qn[i], dn_min[b]) >= key_of[i, b * bound_len:(b + 1) * bound_len].max()
+
+
+def _rows_inputs(metric, seed=40):
+    """Inputs of a rows-accumulation tile of 3 queries at segment offset s0 = 2 of the arrays
+    (two leading segments that must not be read) against a 70-document index: (args, reference
+    rows int64 (3 * 70,) summed in Python from posting_value)."""
+    from gputext.kernels import scoring
+    from gputext.kernels.blocked import posting_value_cpu
+    X = random_corpus(70, 15, 0.25, seed=seed, signed=metric == "dot", duplicates=((3, 64),))
+    Q = random_corpus(3, 15, 0.35, seed=seed + 1)
+    p = Index.from_csr(X).cpu()
+    terms, rows = Q.indices.astype(np.int32), np.repeat(np.arange(3, dtype=np.int32), np.diff(Q.indptr))
+    seg = np.vstack([[[14, 0], [14, 1]], np.c_[terms, rows]]).astype(np.int32)
+    weights = np.r_[np.float32(9), np.float32(9), Q.data].astype(np.float32)
+    qinfo = np.zeros((4, 4))
+    qinfo[1:, 0] = [2.0 ** 20, 3.0 * 2 ** 18, 2.0 ** 21]  # the tile is queries 1..3 of qinfo (q0 = 1)
+    code = scoring.METRICS[metric]
+    want = np.zeros(3 * 70, np.int64)
+    for e in range(2, len(seg)):
+        t, q = seg[e]
+        for r in range(p.term_ptr[t], p.term_ptr[t + 1]):
+            want[q * 70 + p.post_doc[r]] += posting_value_cpu(code, weights[e], p.post_w[r], qinfo[1 + q, 0])
+    seg_off = np.zeros(len(seg) + 1, np.int64)  # unused by the shared kernel; the atomic one's prefix sums
+    seg_off[3:] = np.cumsum(np.diff(p.term_ptr)[seg[2:, 0]])
+    return (seg_off, seg, weights, qinfo, p.term_ptr, p.post_doc, p.post_w, code, 70), want, int(seg_off[-1])
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_rows_accumulation_twin_equals_the_sum_of_postings(metric):
+    # kernels.blocked.accumulate_rows_cpu: blocks of 16 documents (the last of 6), stale rows overwritten
+    from gputext.kernels.blocked import accumulate_rows_cpu
+    (seg_off, seg, w, qinfo, tp, pd, pw, code, n), want, _ = _rows_inputs(metric)
+    acc = np.full(3 * n, 99, np.int64)
+    accumulate_rows_cpu(seg, w, qinfo, tp, pd, pw, code, n, 16, acc, 2, len(seg) - 2, 1)
+    assert np.array_equal(acc, want)
+
+
+@pytest.mark.cudasim
+@pytest.mark.parametrize("docs", [16, 32])
+def test_rows_accumulation_kernel_equals_twin_and_atomics_in_simulator(docs):
+    # kernels.blocked.rows_accumulate_kernel (8 threads, 5 or 3 blocks, 15-16 segments: two chunks of
+    # segments) against the twin and against scoring.accumulate_kernel's atomics on the same rows
+    from numba import cuda
+
+    from gputext.kernels import scoring
+    from gputext.kernels.blocked import rows_accumulate_kernel
+    (seg_off, seg, w, qinfo, tp, pd, pw, code, n), want, total = _rows_inputs("cosine")
+    d = [cuda.to_device(a) for a in (seg_off, seg, w, qinfo, tp, pd, pw)]
+    shared = cuda.to_device(np.full(3 * n, 99, np.int64))
+    rows_accumulate_kernel(8, docs, 3)[-(-n // docs), 8](*d, code, n, shared, 2, 0, len(seg) - 2, 1)
+    atomic = cuda.to_device(np.zeros(3 * n, np.int64))
+    scoring.accumulate_kernel(8, 2)[-(-total // 16), 8](cuda.to_device(seg_off[2:]), *d[1:], code, n, atomic, 2, 0,
+                                                         len(seg) - 2, 1)
+    assert np.array_equal(shared.copy_to_host(), want) and np.array_equal(atomic.copy_to_host(), want)

@@ -21,11 +21,10 @@ from ..device.memory import resources
 from ..io.corpus import csr_arrays
 from ..kernels import blocked, scoring
 from ..progress import progress
-from .cuda_backend import ROWS_SHARE, SIM_BATCH, csr_rows
+from .cuda_backend import ROWS_SHARE, SIM_BATCH, STATIC_SHARED, csr_rows
 from .index import Index
 from .report import SearchReport
 
-STATIC_SHARED = 48 * 1024  # numba's static shared arrays: at most 48 KB a block whatever the device offers
 SHARED_MARGIN = 2 * 1024  # the runtime's own use of shared memory
 
 

@@ -27,7 +27,7 @@ import scipy.sparse as sp
 from ..device.launch import DriverCalls, Launch, blocks, device_address, next_pow2
 from ..device.memory import Workspace, packed_layout, resources
 from ..io.corpus import csr_arrays
-from ..kernels import postings, scan, scoring
+from ..kernels import blocked, postings, scan, scoring
 from ..progress import progress
 from .index import Index, Postings
 from .merge import merge_topk
@@ -290,6 +290,20 @@ class QueryBatch:
                 self.acc, 0, 0, d_seg.shape[0], 0)
 
 
+STATIC_SHARED = 48 * 1024  # numba's static shared arrays: at most 48 KB a block
+
+
+def shared_docs(geom, rows: int) -> int:
+    """Documents per block of the shared-memory accumulation (kernels.blocked.rows_accumulate_kernel)
+    for tiles of ``rows`` queries: Geometry.shared_accumulate int64 accumulators (within the 48 KB
+    of static shared memory with the kernel's scratch) split over the rows; 0 (the atomics of
+    kernels.scoring.accumulate_kernel instead) when switched off or under Geometry.shared_min_docs."""
+    b = geom.accumulate_block
+    entries = min(int(geom.shared_accumulate), (STATIC_SHARED - blocked.rows_shared_bytes(b, 0, 0)) // 8)
+    docs = entries // max(1, rows)
+    return docs if entries > 0 and docs >= max(1, geom.shared_min_docs) else 0
+
+
 class TopkLane:
     """One stream's part of a TopkPlan: its own score rows (``rows`` x n_docs int64) and the
     launches of accumulate and select on its stream (gputext.kernels.scoring); a tile's offsets
@@ -305,7 +319,12 @@ class TopkLane:
         # marshalled with placeholder inputs at the upload's start; each chunk points them at its own
         seg_off, seg, weights, qinfo = (plan.view(i, 0, shape)
                                         for i, shape in enumerate(plan.input_shapes(plan.rows, 1, 1)))
-        self.accumulate = Launch(scoring.accumulate_kernel(self.acc_block, self.acc_items), 1, self.acc_block,
+        docs = shared_docs(geom, plan.rows)
+        if docs:  # one block per document range, whatever the tile's postings
+            kernel, self.acc_grid = blocked.rows_accumulate_kernel(self.acc_block, docs, plan.rows), blocks(shard.n_docs, docs)
+        else:
+            kernel, self.acc_grid = scoring.accumulate_kernel(self.acc_block, self.acc_items), None
+        self.accumulate = Launch(kernel, 1, self.acc_block,
                                  (seg_off, seg, weights, qinfo, shard.term_ptr, shard.post_doc, shard.post_w,
                                   plan.code, shard.n_docs, self.acc, 0, 0, 1, 0), stream=stream, raw=raw)
         self.select = Launch(plan.select_kernel, (plan.n_seg, 1), plan.block,
@@ -487,7 +506,7 @@ class TopkPlan:
                 acc.set(11, s0 + g)
                 acc.set(12, s1 - s0)
                 acc.set(13, t0)
-                acc(grid=blocks(int(postings[g]), lane.acc_block * lane.acc_items))
+                acc(grid=lane.acc_grid or blocks(int(postings[g]), lane.acc_block * lane.acc_items))
             lane.select.set(8, t0)
             lane.select.set(9, t0)
             lane.select(grid=(self.n_seg, m))
@@ -543,8 +562,9 @@ def topk_plan(shard: DeviceShard, k: int, code: int, geom, rows: int, lanes: int
     cap = min(geom.tile_chunk, CHUNK_LIST_BYTES // (12 * k * n_seg))
     chunk = max(rows, min(cap, next_pow2(-(-n_q // rows)) * rows) // rows * rows)
     key = (k, code, rows, chunk, geom.select_block, geom.select_items, geom.merge_block, geom.merge_width,
-           geom.merge_width_small, geom.merge_rank_group, geom.accumulate_block, geom.accumulate_items, geom.build_block,
-           getattr(geom, "fast_launch", True), geom.tile_term_order, lanes)
+           geom.merge_width_small, geom.merge_rank_group, geom.accumulate_block, geom.accumulate_items,
+           geom.shared_accumulate, geom.shared_min_docs, geom.build_block, getattr(geom, "fast_launch", True),
+           geom.tile_term_order, lanes)
     plan = shard.plans.get(key)
     if plan is None or not plan.valid():
         plan = shard.plans[key] = TopkPlan(shard, k, code, geom, rows, chunk, lanes)
