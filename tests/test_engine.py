@@ -121,7 +121,8 @@ def test_index_file_round_trip(tmp_path):
 # tile_rows: tiles of two queries (a tile of 2 and one of 1), their segments by term or by query;
 # tile_chunk: chunks of one tile each; tile_lanes: tiles dealt to two lanes (own score rows; one stream here);
 # merge_rank_group: 0 the bitonic merges, 2 rank merges of two lists a level; shared_accumulate: the
-# accumulation through shared memory (kernels.blocked.rows_accumulate_kernel) in blocks of 16, 16 and 24 documents
+# accumulation through shared memory (kernels.blocked.rows_accumulate_kernel) in blocks of 16, 16 and 24 documents;
+# accumulate_items: the atomics' items in groups of four (5: a group of four and one of one)
 VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), ("l1", {"sorted_postings": True}),
                                          ("cosine", {"merge_width": 64, "merge_width_small": 32}),
                                          ("l2", {"shard_docs": 16}), ("dot", {"shard_docs": 16, "sorted_postings": True}),
@@ -134,7 +135,8 @@ VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), 
                                          ("dot", {"tile_rows": 3, "shared_accumulate": 48, "shared_min_docs": 1,
                                                   "tile_term_order": False, "shard_docs": 16}),
                                          ("l2", {"tile_rows": 1, "tile_lanes": 2, "shared_accumulate": 24,
-                                                 "shared_min_docs": 1})]
+                                                 "shared_min_docs": 1}),
+                                         ("l1", {"accumulate_items": 5}), ("cosine", {"accumulate_items": 8})]
 
 
 @pytest.mark.cudasim
@@ -214,6 +216,13 @@ def test_cuda_score_rows_stay_clean_across_searches_in_simulator():
     assert np.array_equal(T.toarray(), search_threshold(index, Q, 0.1, "dot", device="cpu").toarray())
     got = search_topk(index, Q, 3, "cosine", device="cuda", geometry=TINY)
     assert np.array_equal(got[0], ref[0])
+    # the shared-memory accumulation leaves its rows as they are; the atomics' users zero them first
+    shared = Geometry(**{**TINY.__dict__, "tile_rows": 1, "shared_accumulate": 16, "shared_min_docs": 1})
+    for geom in (shared, TINY, shared):
+        got = search_topk(index, Q, 3, "cosine", device="cuda", geometry=geom)
+        assert np.array_equal(got[0], ref[0]) and np.array_equal(got[1], ref[1])
+        T = search_threshold(index, Q, 0.1, "dot", device="cuda", geometry=TINY)
+        assert np.array_equal(T.toarray(), search_threshold(index, Q, 0.1, "dot", device="cpu").toarray())
 
 
 def test_threshold_after_keeps_the_upper_triangle():

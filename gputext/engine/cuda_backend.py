@@ -366,7 +366,9 @@ class TopkPlan:
         self.raw = not res.simulator and getattr(geom, "fast_launch", True)
         self.block, items, cap = scoring.topk_geometry(k, geom.select_block, geom.select_items)
         self.n_seg = blocks(shard.n_docs, self.block * items)
-        self.select_kernel = scoring.select_topk_kernel(self.block, items, cap)
+        # shared-memory accumulation overwrites whole rows: the select leaves them as they are
+        self.shared = shared_docs(geom, rows) > 0
+        self.select_kernel = scoring.select_topk_kernel(self.block, items, cap, rezero=not self.shared)
         self.dn = shard.dn(code, geom.build_block)
         self.upload = shard.buffer("plan_upload", (packed_layout((8 * (16 * chunk + 1), 8 * 16 * chunk, 4 * 16 * chunk,
                                                                   32 * chunk))[1],), np.uint8)
@@ -480,7 +482,7 @@ class TopkPlan:
         shard, k, n, T = self.shard, self.k, hi - lo, self.rows
         q_ptr, q_ind, q_dat = csr_rows(*arrays, lo, hi)
         offsets, total, postings, host = self._host_inputs(q_ptr, q_ind, q_dat, lo, hi, scale, qn, self_doc)
-        if shard.rows_dirty:
+        if shard.rows_dirty and not self.shared:
             for lane in self.lanes:
                 shard.zero_rows(lane.acc, lane.acc_block)
         shard.rows_dirty = True
@@ -499,7 +501,7 @@ class TopkPlan:
         for g, t0 in enumerate(range(0, n, T)):
             lane = used[g % len(used)]
             m = min(T, n - t0)
-            if postings[g]:
+            if postings[g] or self.shared:  # the shared accumulation writes a tile's rows even when empty
                 s0, s1 = int(q_ptr[t0]), int(q_ptr[t0 + m])
                 acc = lane.accumulate
                 acc.set(10, s0)
@@ -525,7 +527,7 @@ class TopkPlan:
         else:
             got_doc[:] = self.out_doc[:n].copy_to_host()[:, 0, :]
             got_key[:] = self.out_key[:n].copy_to_host()[:, 0, :]
-        shard.rows_dirty = False
+        shard.rows_dirty = self.shared  # the atomics' users zero what the shared accumulation left
         docs[lo:hi] = np.where(got_doc >= 0, got_doc + shard.doc_lo, -1)
         keys[lo:hi] = got_key
         return int(postings.sum())
