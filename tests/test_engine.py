@@ -136,6 +136,8 @@ VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), 
                                                   "tile_term_order": False, "shard_docs": 16}),
                                          ("l2", {"tile_rows": 1, "tile_lanes": 2, "shared_accumulate": 24,
                                                  "shared_min_docs": 1}),
+                                         ("dot", {"tile_rows": 2, "shared_accumulate": 32, "shared_min_docs": 1,
+                                                  "shared_split": True}),
                                          ("l1", {"accumulate_items": 5}), ("cosine", {"accumulate_items": 8})]
 
 

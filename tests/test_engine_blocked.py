@@ -207,7 +207,7 @@ def test_bound_is_never_below_a_key(metric):
             assert kb.bound_key_cpu(code, s_ub, qn[i], dn_min[b]) >= key_of[i, b * bound_len:(b + 1) * bound_len].max()
 
 
-def _rows_inputs(metric, seed=40):
+def _rows_inputs(metric, seed=40, big=False):
     """Inputs of a rows-accumulation tile of 3 queries at segment offset s0 = 2 of the arrays
     (two leading segments that must not be read) against a 70-document index: (args, reference
     rows int64 (3 * 70,) summed in Python from posting_value)."""
@@ -221,6 +221,8 @@ def _rows_inputs(metric, seed=40):
     weights = np.r_[np.float32(9), np.float32(9), Q.data].astype(np.float32)
     qinfo = np.zeros((4, 4))
     qinfo[1:, 0] = [2.0 ** 20, 3.0 * 2 ** 18, 2.0 ** 21]  # the tile is queries 1..3 of qinfo (q0 = 1)
+    if big:  # contributions past 2^32: the split counters' high words and carries
+        qinfo[1:, 0] *= 2.0 ** 26
     code = scoring.METRICS[metric]
     want = np.zeros(3 * 70, np.int64)
     for e in range(2, len(seg)):
@@ -243,18 +245,19 @@ def test_rows_accumulation_twin_equals_the_sum_of_postings(metric):
 
 
 @pytest.mark.cudasim
-@pytest.mark.parametrize("docs", [16, 32])
-def test_rows_accumulation_kernel_equals_twin_and_atomics_in_simulator(docs):
+@pytest.mark.filterwarnings("ignore:overflow encountered")  # the simulator's uint32 words wrap as the device's do
+@pytest.mark.parametrize("docs,split", [(16, False), (32, False), (16, True)])
+def test_rows_accumulation_kernel_equals_twin_and_atomics_in_simulator(docs, split):
     # kernels.blocked.rows_accumulate_kernel (8 threads, 5 or 3 blocks, 15-16 segments: two chunks of
     # segments) against the twin and against scoring.accumulate_kernel's atomics on the same rows
     from numba import cuda
 
     from gputext.kernels import scoring
     from gputext.kernels.blocked import rows_accumulate_kernel
-    (seg_off, seg, w, qinfo, tp, pd, pw, code, n), want, total = _rows_inputs("cosine")
+    (seg_off, seg, w, qinfo, tp, pd, pw, code, n), want, total = _rows_inputs("l1" if split else "cosine", big=split)
     d = [cuda.to_device(a) for a in (seg_off, seg, w, qinfo, tp, pd, pw)]
     shared = cuda.to_device(np.full(3 * n, 99, np.int64))
-    rows_accumulate_kernel(8, docs, 3)[-(-n // docs), 8](*d, code, n, shared, 2, 0, len(seg) - 2, 1)
+    rows_accumulate_kernel(8, docs, 3, split)[-(-n // docs), 8](*d, code, n, shared, 2, 0, len(seg) - 2, 1)
     atomic = cuda.to_device(np.zeros(3 * n, np.int64))
     scoring.accumulate_kernel(8, 2)[-(-total // 16), 8](cuda.to_device(seg_off[2:]), *d[1:], code, n, atomic, 2, 0,
                                                          len(seg) - 2, 1)

@@ -321,7 +321,8 @@ class TopkLane:
                                         for i, shape in enumerate(plan.input_shapes(plan.rows, 1, 1)))
         docs = shared_docs(geom, plan.rows)
         if docs:  # one block per document range, whatever the tile's postings
-            kernel, self.acc_grid = blocked.rows_accumulate_kernel(self.acc_block, docs, plan.rows), blocks(shard.n_docs, docs)
+            kernel, self.acc_grid = (blocked.rows_accumulate_kernel(self.acc_block, docs, plan.rows, bool(geom.shared_split)),
+                                    blocks(shard.n_docs, docs))
         else:
             kernel, self.acc_grid = scoring.accumulate_kernel(self.acc_block, self.acc_items), None
         self.accumulate = Launch(kernel, 1, self.acc_block,
@@ -565,7 +566,7 @@ def topk_plan(shard: DeviceShard, k: int, code: int, geom, rows: int, lanes: int
     chunk = max(rows, min(cap, next_pow2(-(-n_q // rows)) * rows) // rows * rows)
     key = (k, code, rows, chunk, geom.select_block, geom.select_items, geom.merge_block, geom.merge_width,
            geom.merge_width_small, geom.merge_rank_group, geom.accumulate_block, geom.accumulate_items,
-           geom.shared_accumulate, geom.shared_min_docs, geom.build_block, getattr(geom, "fast_launch", True),
+           geom.shared_accumulate, geom.shared_split, geom.shared_min_docs, geom.build_block, getattr(geom, "fast_launch", True),
            geom.tile_term_order, lanes)
     plan = shard.plans.get(key)
     if plan is None or not plan.valid():
