@@ -121,7 +121,8 @@ def test_index_file_round_trip(tmp_path):
 # tile_rows: tiles of two queries (a tile of 2 and one of 1), their segments by term or by query;
 # tile_chunk: chunks of one tile each; tile_lanes: tiles dealt to two lanes (own score rows; one stream here);
 # merge_rank_group: 0 the bitonic merges, 2 rank merges of two lists a level; shared_accumulate: the
-# accumulation through shared memory (kernels.blocked.rows_accumulate_kernel) in blocks of 16, 16 and 24 documents;
+# accumulation through shared memory (kernels.blocked.rows_accumulate_kernel) in blocks of 16, 16, 24 and 16
+# documents (split counters, int64 counters), and not on the device's own build (lists unsorted: the atomics);
 # accumulate_items: the atomics' items in groups of four (5: a group of four and one of one)
 VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), ("l1", {"sorted_postings": True}),
                                          ("cosine", {"merge_width": 64, "merge_width_small": 32}),
@@ -131,16 +132,19 @@ VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), 
                                          ("l2", {"tile_rows": 1, "tile_lanes": 2}), ("cosine", {"tile_lanes": 1}),
                                          ("cosine", {"merge_rank_group": 0, "merge_width": 64, "merge_width_small": 32}),
                                          ("l1", {"merge_rank_group": 2}),
-                                         ("cosine", {"tile_rows": 2, "shared_accumulate": 32, "shared_min_docs": 1}),
+                                         ("cosine", {"tile_rows": 2, "shared_accumulate": 32, "shared_min_docs": 1,
+                                                     "sorted_postings": True}),
                                          ("dot", {"tile_rows": 3, "shared_accumulate": 48, "shared_min_docs": 1,
-                                                  "tile_term_order": False, "shard_docs": 16}),
+                                                  "tile_term_order": False, "shard_docs": 16, "sorted_postings": True}),
                                          ("l2", {"tile_rows": 1, "tile_lanes": 2, "shared_accumulate": 24,
-                                                 "shared_min_docs": 1}),
+                                                 "shared_min_docs": 1, "sorted_postings": True}),
                                          ("dot", {"tile_rows": 2, "shared_accumulate": 32, "shared_min_docs": 1,
-                                                  "shared_split": True}),
+                                                  "shared_split": False, "sorted_postings": True}),
+                                         ("cosine", {"shared_accumulate": 32, "shared_min_docs": 1, "tile_rows": 2}),
                                          ("l1", {"accumulate_items": 5}), ("cosine", {"accumulate_items": 8})]
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered")  # split counters: uint32 words wrap in the simulator too
 @pytest.mark.cudasim
 @pytest.mark.parametrize("metric,change", VARIANTS)
 def test_cuda_equals_cpu_in_simulator(metric, change):
@@ -157,6 +161,9 @@ def test_cuda_equals_cpu_in_simulator(metric, change):
     assert np.array_equal(ic, ig) and np.array_equal(sc, sg)
     ref_idx, ref_sc = topk(X, Q, 5, metric)
     assert same_up_to_ties(ig, sg, ref_idx, ref_sc)
+    if change.get("shared_min_docs"):  # the shared accumulation ran exactly where the lists are sorted
+        shards = index.device_cache.get(("shards", 3)) or [index.device_cache["shard"]]
+        assert {p.shared for s in shards for p in s.plans.values()} == {bool(change.get("sorted_postings"))}
 
 
 @pytest.mark.cudasim
@@ -204,6 +211,7 @@ def test_device_index_build_in_simulator():
     assert np.array_equal(shard.d_sq.copy_to_host(), cpu.d_sq) and np.array_equal(shard.d_l1.copy_to_host(), cpu.d_l1)
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered")  # split counters: uint32 words wrap in the simulator too
 @pytest.mark.cudasim
 def test_cuda_score_rows_stay_clean_across_searches_in_simulator():
     # the selectors re-zero the score rows they read; reuse across batch sizes and selectors
@@ -219,7 +227,9 @@ def test_cuda_score_rows_stay_clean_across_searches_in_simulator():
     got = search_topk(index, Q, 3, "cosine", device="cuda", geometry=TINY)
     assert np.array_equal(got[0], ref[0])
     # the shared-memory accumulation leaves its rows as they are; the atomics' users zero them first
-    shared = Geometry(**{**TINY.__dict__, "tile_rows": 1, "shared_accumulate": 16, "shared_min_docs": 1})
+    shared = Geometry(**{**TINY.__dict__, "tile_rows": 1, "shared_accumulate": 16, "shared_min_docs": 1,
+                         "sorted_postings": True})
+    index = Index.from_csr(X)  # built sorted by the first search (the shared accumulation needs it)
     for geom in (shared, TINY, shared):
         got = search_topk(index, Q, 3, "cosine", device="cuda", geometry=geom)
         assert np.array_equal(got[0], ref[0]) and np.array_equal(got[1], ref[1])

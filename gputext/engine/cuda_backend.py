@@ -56,6 +56,7 @@ class DeviceShard:
     rows_dirty: bool = False  # score rows not yet re-zeroed by a selector
     plans: dict = field(default_factory=dict)  # TopkPlan per (k, metric, rows, geometry)
     res: object = field(default_factory=resources)  # the Resources of the device that holds the shard
+    sorted_lists: bool = False  # every posting list sorted by document (the CPU twin's build): the shared accumulation's searches need it
 
     def buffer(self, name: str, shape: tuple, dtype, zeroed: bool = False):
         """A device array of ``shape`` from the shard's workspace (gputext.device.Workspace)."""
@@ -109,7 +110,8 @@ def build_shard(X: sp.csr_matrix, doc_lo: int, doc_hi: int, geom, cpu_postings=N
         cuda.to_device(a if a.size else np.zeros(1, a.dtype))
         for a in (p.term_ptr, p.post_doc, p.post_w, p.d_sq, p.d_l1))
     nbytes = 8 * max(p.post_doc.size, 1) + 8 * (X.shape[1] + 1) + 16 * max(n_docs, 1)
-    return DeviceShard(doc_lo, doc_hi, d_term_ptr, d_post_doc, d_post_w, d_sq, d_l1, np.diff(p.term_ptr), nbytes)
+    return DeviceShard(doc_lo, doc_hi, d_term_ptr, d_post_doc, d_post_w, d_sq, d_l1, np.diff(p.term_ptr), nbytes,
+                       sorted_lists=True)
 
 
 def shard_from_device(d_indptr, d_indices, d_data, n_terms: int, doc_lo: int, doc_hi: int, geom) -> DeviceShard:
@@ -297,7 +299,8 @@ def shared_docs(geom, rows: int) -> int:
     """Documents per block of the shared-memory accumulation (kernels.blocked.rows_accumulate_kernel)
     for tiles of ``rows`` queries: Geometry.shared_accumulate int64 accumulators (within the 48 KB
     of static shared memory with the kernel's scratch) split over the rows; 0 (the atomics of
-    kernels.scoring.accumulate_kernel instead) when switched off or under Geometry.shared_min_docs."""
+    kernels.scoring.accumulate_kernel instead) when switched off or under Geometry.shared_min_docs.
+    Only for a shard whose lists are sorted by document (DeviceShard.sorted_lists)."""
     b = geom.accumulate_block
     entries = min(int(geom.shared_accumulate), (STATIC_SHARED - blocked.rows_shared_bytes(b, 0, 0)) // 8)
     docs = entries // max(1, rows)
@@ -319,7 +322,7 @@ class TopkLane:
         # marshalled with placeholder inputs at the upload's start; each chunk points them at its own
         seg_off, seg, weights, qinfo = (plan.view(i, 0, shape)
                                         for i, shape in enumerate(plan.input_shapes(plan.rows, 1, 1)))
-        docs = shared_docs(geom, plan.rows)
+        docs = plan.shared_docs
         if docs:  # one block per document range, whatever the tile's postings
             kernel, self.acc_grid = (blocked.rows_accumulate_kernel(self.acc_block, docs, plan.rows, bool(geom.shared_split)),
                                     blocks(shard.n_docs, docs))
@@ -368,7 +371,8 @@ class TopkPlan:
         self.block, items, cap = scoring.topk_geometry(k, geom.select_block, geom.select_items)
         self.n_seg = blocks(shard.n_docs, self.block * items)
         # shared-memory accumulation overwrites whole rows: the select leaves them as they are
-        self.shared = shared_docs(geom, rows) > 0
+        self.shared_docs = shared_docs(geom, rows) if shard.sorted_lists else 0
+        self.shared = self.shared_docs > 0
         self.select_kernel = scoring.select_topk_kernel(self.block, items, cap, rezero=not self.shared)
         self.dn = shard.dn(code, geom.build_block)
         self.upload = shard.buffer("plan_upload", (packed_layout((8 * (16 * chunk + 1), 8 * 16 * chunk, 4 * 16 * chunk,
