@@ -22,6 +22,9 @@ What lives where:
     scoring.py      fixed-point accumulation, keys, per-query statistics, top-k and threshold
                     kernels and their CPU twins
     postings.py     the inverted index's build (postings by term, document norms)
+    blocked.py      accumulation by document blocks in shared memory: the rows top-k's
+                    accumulation into score rows (rows_accumulate_kernel, the GPU default) and
+                    the blocked top-k method with its safe-pruning bounds
     grouped.py      grouped top-k (k best per query, group and metric)
     centroids.py    the kNN meta-features' centroid columns (host, both backends)
   dense kNN (gputext.knn.dense):

@@ -175,9 +175,14 @@ def l2_shard_docs(geom) -> int:
     (tiles on 4 lanes), 6.00 s in shards of 1 million against 6.40 s in shards of 3.1 million and
     6.87 s for 3.1 million without tiles; at 10^6 documents the whole index (0.569 s) beat shards
     of 500,000 (0.688 s), which the rule gives too. One query keeps the whole index
-    (Geometry.shard_min_queries: at 10^7 1.69 ms whole against 2.07 ms split, 2026-11-26)."""
+    (Geometry.shard_min_queries: at 10^7 1.69 ms whole against 2.07 ms split, 2026-11-26).
+    With the shared accumulation (Geometry.shared_accumulate on sorted lists, the default) the
+    rows take plain stores instead of atomics and the index stays whole: H100 2026-11-27 04:23,
+    10^7 x 10,000 in 4.85 s whole against 5.23 s in shards of 1M, 4.93 s of 2.5M, 4.90 s of 5M."""
     if geom.shard_docs is not None and geom.shard_docs >= 0:
         return int(geom.shard_docs)
+    if geom.shared_accumulate > 0 and geom.sorted_postings:
+        return 0  # the shared accumulation stores whole rows: L2-sized shards no longer pay (below)
     l2 = resources().l2_bytes
     return int(l2 * L2_ROWS_SHARE) // (8 * max(1, geom.tile_lanes)) if l2 else 0
 

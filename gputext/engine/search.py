@@ -59,7 +59,7 @@ class Geometry:
     segment_table_bytes: int = 256 << 20  # largest (term, segment) offset table; beyond: binary search
     packed_upload: bool = True  # grouped selector: index and queries each in one pinned transfer (upload_packed)
     fast_launch: bool = True  # top-k: pre-marshalled launches, one driver call each (gputext.device.Launch; real GPU)
-    shard_docs: int | None = None  # rows top-k: documents per resident shard; None or -1 (default) = the lanes' one-query score rows in 2/3 of L2 (engine.cuda_backend.l2_shard_docs); 0 = one shard
+    shard_docs: int | None = None  # rows top-k: documents per resident shard; None or -1 (default) = one shard with the shared accumulation, else the lanes' one-query score rows in 2/3 of L2 (engine.cuda_backend.l2_shard_docs); 0 = one shard
     shard_min_queries: int = 2  # rows top-k: a search of fewer queries makes no resident shards (one query at 10^7: 2.07 ms split, 1.69 ms whole)
     tile_rows: int | None = None  # rows top-k: queries per tile; None = as many score rows as fit 2/3 of L2 with every lane's (engine.cuda_backend.tile_rows); 0 = as many as the memory share holds
     tile_term_order: bool = True  # ... a tile's (query, term) segments by term: queries sharing a term read its postings back to back
