@@ -30,7 +30,7 @@ from numba import cuda, prange
 from ._factory import kernel_cache
 from .geometry import next_pow2
 from .metrics import COSINE, DOT
-from .primitives import block_exclusive_scan_dev, last_le_dev, lower_bound_cpu, make_chunk_walk
+from .primitives import chunk_offsets, last_le_dev, lower_bound_cpu, make_chunk_walk
 from .scoring import contribution_cpu, contribution_dev, score_key_cpu, score_key_dev
 from .select import make_segment_keys, offer_cpu, select_cap, select_top_keys
 
@@ -73,6 +73,26 @@ def _add_posting(i, r, ctx):
 
 
 _accumulate_chunk = make_chunk_walk(_add_posting)
+
+
+def _entry_scratch(block: int):
+    """Device function () -> (e_start int64, e_row int32, e_w float32, e_scale float64 [block],
+    t_off int32 [block + 1]): the shared arrays of one chunk of entries (a thread's posting range,
+    accumulator row, query weight and scale; the ranges' offsets), for the chunk walks of
+    blocked_topk_kernel and rows_accumulate_kernel."""
+    off_len = block + 1
+
+    @cuda.jit(device=True, inline=True)
+    def scratch():
+        # one array a line: the simulator tells shared arrays apart by the line that declares them
+        e_start = cuda.shared.array(block, numba.int64)
+        e_row = cuda.shared.array(block, numba.int32)
+        e_w = cuda.shared.array(block, numba.float32)
+        e_scale = cuda.shared.array(block, numba.float64)
+        t_off = cuda.shared.array(off_len, numba.int32)
+        return e_start, e_row, e_w, e_scale, t_off
+
+    return scratch
 
 
 @cuda.jit(device=True, inline=True)
@@ -171,19 +191,15 @@ def blocked_topk_kernel(block: int, items: int, tile: int, cap: int, counting: b
     """
     seg_len = block * items
     acc_len = tile * seg_len
-    off_len = block + 1
+    entries = _entry_scratch(block)
 
     @cuda.jit
     def blocked_topk(tile_ptr, ent_term, ent_q, ent_w, qinfo, term_ptr, post_doc, post_w, dn, metric, k,
                      seg_ids, prune, theta, term_row, bmax, dn_min, bound_len, counts, out_doc, out_key):
         acc = cuda.shared.array(acc_len, numba.int64)
         keys = cuda.shared.array(seg_len, numba.float64)
-        e_start = cuda.shared.array(block, numba.int64)
-        e_row = cuda.shared.array(block, numba.int32)
-        e_w = cuda.shared.array(block, numba.float32)
-        e_scale = cuda.shared.array(block, numba.float64)
+        e_start, e_row, e_w, e_scale, t_off = entries()
         tmax = cuda.shared.array(block, numba.float64)
-        t_off = cuda.shared.array(off_len, numba.int32)
         cand_key = cuda.shared.array(cap, numba.float64)
         cand_doc = cuda.shared.array(cap, numba.int32)
         counter = cuda.shared.array(1, numba.int32)
@@ -326,7 +342,7 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, split: bool = False
     rows_shared_bytes(block, docs, rows).
     """
     acc_len = docs * rows
-    off_len = block + 1
+    entries = _entry_scratch(block)
     words = 2 * acc_len if split else 1  # split: lo words [0, acc_len), hi words [acc_len, 2 acc_len)
     longs = 1 if split else acc_len
 
@@ -335,11 +351,7 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, split: bool = False
                         n_seg, q0):
         sh = cuda.shared.array(longs, numba.int64)
         sw = cuda.shared.array(words, numba.uint32)
-        e_start = cuda.shared.array(block, numba.int64)
-        e_row = cuda.shared.array(block, numba.int32)
-        e_w = cuda.shared.array(block, numba.float32)
-        e_scale = cuda.shared.array(block, numba.float64)
-        t_off = cuda.shared.array(off_len, numba.int32)
+        e_start, e_row, e_w, e_scale, t_off = entries()
         tid = cuda.threadIdx.x
         d_lo = numba.int64(cuda.blockIdx.x) * docs
         d_hi = min(numba.int64(n_docs), d_lo + docs)
@@ -363,11 +375,7 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, split: bool = False
                 e_w[tid] = seg_weight[e]
                 e_scale[tid] = qinfo[q0 + q, 0]
                 cnt = last - first
-            t_off[tid] = cnt
-            total = block_exclusive_scan_dev(t_off, tid, block)  # synchronises; t_off now exclusive
-            if tid == 0:
-                t_off[block] = total
-            cuda.syncthreads()  # t_off[block] visible
+            total = chunk_offsets(cnt, t_off, tid, block)
             p = tid
             i = last_le_dev(t_off, 0, block, p) if p < total else 0
             while p < total:

@@ -317,6 +317,19 @@ block_tree_sum_cpu = _cpu(_make_block_tree_sum(_no_barrier_cpu))
 
 # ----------------------------------------------------------------------------- device-only: a chunk's balanced walk
 
+@cuda.jit(device=True, inline=True)
+def chunk_offsets(cnt, t_off, tid, block):
+    """Every thread of a block brings ``cnt`` (its segment's length); t_off (int32, block + 1)
+    becomes their exclusive prefix sum with t_off[block] = the total, which is returned.
+    Synchronises (t_off complete for every thread after the call)."""
+    t_off[tid] = cnt
+    total = block_exclusive_scan_dev(t_off, tid, block)  # synchronises; t_off now exclusive
+    if tid == 0:
+        t_off[block] = total
+    cuda.syncthreads()  # t_off[block] visible
+    return total
+
+
 def make_chunk_walk(visit):
     """Device function ``walk(cnt, start, t_off, tid, block, ctx)`` over ``visit`` (a device
     function ``visit(i, r, ctx)``), called by every thread of a block of ``block`` threads.
@@ -332,11 +345,7 @@ def make_chunk_walk(visit):
     """
     @cuda.jit(device=True, inline=True)
     def walk(cnt, start, t_off, tid, block, ctx):
-        t_off[tid] = cnt
-        total = block_exclusive_scan_dev(t_off, tid, block)  # synchronises; t_off now exclusive
-        if tid == 0:
-            t_off[block] = total
-        cuda.syncthreads()  # t_off[block] visible
+        total = chunk_offsets(cnt, t_off, tid, block)
         p = tid
         if p < total:
             i = last_le_dev(t_off, 0, block, p)

@@ -312,7 +312,7 @@ def chunked_corpus(n_docs, a):
         parts[i] = None
         c_ptr, c_ind, c_dat = weight_rows(counts.indptr, counts.indices, counts.data, "tfidf", df, n_docs)
         n, m = counts.shape[0], int(c_ptr[-1])
-        indptr[row + 1:row + n + 1] = at + c_ptr[1:]
+        indptr[row + 1:row + n + 1] = at + c_ptr[1:].astype(np.int64)  # chunk offsets may be int32
         indices[at:at + m] = c_ind
         data[at:at + m] = c_dat
         row, at = row + n, at + m
