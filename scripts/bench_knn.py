@@ -55,6 +55,9 @@ def parse_args():
     p.add_argument("--cpu-queries", type=int, default=200, help="queries timed on the CPU peers")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--check", type=int, default=50, help="queries checked against the float64 reference")
+    p.add_argument("--reference-docs", type=float, default=2e7,
+                   help="largest corpus whose --check queries are also scored by the float64 reference (scipy, "
+                        "one thread: ~3.5 s a million documents); above it they are checked against the CPU twin only")
     p.add_argument("--profile", action="store_true", help="cProfile one warm single-query search per size")
     p.add_argument("--latency", action="store_true",
                    help="single-query latency mode: p50 over --singles warm single queries (ours with pre-marshalled "
@@ -557,6 +560,7 @@ def main():
         t = time.perf_counter()
         index.cpu()  # the CPU twin's postings: the --check's CPU twin, and what the device index uploads
         cpu_build_s = time.perf_counter() - t
+        harness.log(f"  CPU twin's index built in {cpu_build_s:.1f} s")
         t = time.perf_counter()
         if backend.is_cuda:
             from numba import cuda
@@ -571,6 +575,7 @@ def main():
             index.device_cache["shard"] = build_shard(index.X, 0, index.n_docs, Geometry(), index.cpu())
             cuda.synchronize()
         build_s = time.perf_counter() - t
+        harness.log(f"  device index built in {build_s:.1f} s")
         for n_q in a.queries:
             Q = Qall[:n_q]
             row = {"n_docs": n_docs, "nnz": nnz, "n_queries": n_q, "k": a.k, "device": device_name,
@@ -582,6 +587,7 @@ def main():
             row["gputext_peak_device_bytes"] = pm.peak or None
             row.update({f"gputext_{key}": v for key, v in stats.items() if isinstance(v, (int, float, str))})
             row["gputext_qps"] = n_q / row["gputext_s"]
+            harness.log(f"  {n_q} queries searched in {row['gputext_s']:.3f} s")
             postings = stats.get("postings", 0)
             moved = 8 * postings + 16 * n_q * n_docs
             row["bytes_moved"] = moved
@@ -592,9 +598,14 @@ def main():
             gi, gs = search_topk(index, sub, a.k, "cosine", backend)
             ci, cs = search_topk(index, sub, a.k, "cosine", "cpu")
             row["cuda_equals_cpu"] = bool(np.array_equal(gi, ci) and np.array_equal(gs, cs))
-            S = cosine_reference(X, sub)
-            order = np.lexsort((np.broadcast_to(np.arange(n_docs), S.shape), -S), axis=1)[:, :a.k]
-            row["equals_float64_reference"] = bool(same_up_to_ties(gi, gs, order, np.take_along_axis(S, order, 1)))
+            harness.log(f"  {sub.shape[0]} queries checked against the CPU twin: {row['cuda_equals_cpu']}")
+            if n_docs <= a.reference_docs:
+                S = cosine_reference(X, sub)
+                order = np.lexsort((np.broadcast_to(np.arange(n_docs), S.shape), -S), axis=1)[:, :a.k]
+                row["equals_float64_reference"] = bool(same_up_to_ties(gi, gs, order, np.take_along_axis(S, order, 1)))
+                del S
+            else:  # the CPU twin (equal above) is the reference's stand-in; tests check it against float64
+                row["equals_float64_reference"] = None
             other_methods(a, index, Q, sub, (gi, gs), (ci, cs), row, bw)
             if n_q == 1 and a.profile:
                 profile_one_query(index, Q, a.k, backend, out / f"profile_{n_docs}.txt")
@@ -656,9 +667,9 @@ def markdown(rows, peers, methods=()):
         bad = [p for p in peers if r.get(f"{p}_valid") is False]
         if bad:
             cells[-1] += " [wrong results: " + ", ".join(bad) + "]"
-        exact = r["cuda_equals_cpu"] and r["equals_float64_reference"]
+        exact = r["cuda_equals_cpu"] and r["equals_float64_reference"] is not False
         exact &= all(r.get(f"{m}_equals_cpu") and r.get(f"{m}_cpu_twin_equals_cpu") for m in methods)
-        cells.append("yes" if exact else "NO")
+        cells.append(("yes" if r["equals_float64_reference"] else "yes (== CPU twin)") if exact else "NO")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -56,7 +56,7 @@ for step in "${steps[@]}"; do
     knn-issue19) run knn-issue19 "${LIMIT_knn_issue19:-420}" python3 scripts/bench_knn.py --device cuda --sizes ${SIZES_issue19:-1e6,1e7} --queries 1,10000 --peers cupy_spmm --repeats 1 --check 5 --out "$OUT" ;;
     knn-latency) run knn-latency "${LIMIT_knn_latency:-200}" python3 scripts/bench_knn.py --latency --device cuda --sizes 1e6 --queries 10000 --singles 300 --repeats 3 --check 5 --out "$OUT" ;;
     # 5x10^7 documents (3.6G nonzeros; about 29 GB of postings) on one GPU, 1 and 1,000 queries (issue 19)
-    knn-5e7) run knn-5e7 "${LIMIT_knn_5e7:-560}" python3 scripts/bench_knn.py --device cuda --sizes 5e7 --queries ${QUERIES_5e7:-1,1000} --peers "" --repeats 1 --check 2 --out "$OUT" ;;
+    knn-5e7) run knn-5e7 "${LIMIT_knn_5e7:-590}" python3 scripts/bench_knn.py --device cuda --sizes 5e7 --queries ${QUERIES_5e7:-1,1000} --peers "" --repeats 1 --check 2 --out "$OUT" ;;
     bench-knn-quick) run bench-knn-quick 200 python3 scripts/bench_knn.py --quick --device cuda --out "$OUT" ;;
     bench-knn) run bench-knn 560 python3 scripts/bench_knn.py --sizes 1e5,1e6 --queries 1,100,10000 --device cuda --profile --out "$OUT" ;;
     bench-knn-1e6) run bench-knn-1e6 500 python3 scripts/bench_knn.py --sizes 1e6 --queries 1,100,10000 --peers cupy_spmm,torch_spmm,sklearn,cpu --cpu-queries 100 --profile --device cuda --out "$OUT" ;;
