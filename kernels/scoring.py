@@ -414,19 +414,6 @@ def zero_int64(values):
         values[i] = 0
 
 
-@cuda.jit(device=True, inline=True)
-def _locate(p, j, seg_off, s0, o0, seg, seg_weight, qinfo, term_ptr, q0, n_docs):
-    """Posting position p of a tile (accumulate_kernel): walks j forward to p's segment; returns
-    (j, r = the posting's index in post_doc / post_w, the query's score-row offset, the query's
-    weight, its scale)."""
-    while seg_off[j + 1] <= p:
-        j += 1
-    e = s0 + (j - o0)
-    q = seg[e, 1]
-    return (j, term_ptr[seg[e, 0]] + (p - seg_off[j]), numba.int64(q) * n_docs, seg_weight[e],
-            qinfo[q0 + q, 0])
-
-
 @kernel_cache
 def accumulate_kernel(block: int, items: int):
     """Load-balanced accumulation of a tile's postings into dense score rows.
@@ -437,17 +424,13 @@ def accumulate_kernel(block: int, items: int):
     from 0, so E = seg_off[o0 + n_seg] postings in all. Block b covers positions
     [b*block*items, (b+1)*block*items); thread tid takes p = base + i*block + tid for i < items
     (consecutive threads read consecutive postings), finds its segment by binary search once and
-    then walks forward (_locate). Each posting adds int64(contribution * scale) (scale = qinfo[q0
-    + query, 0]; qinfo float64 (Q, 4)) into acc[query * n_docs + doc] with an atomic add.
-    term_ptr int64 (n_terms+1,), post_doc int32, post_w float32; acc int64 (tile rows * n_docs,).
-    A tile's offsets (s0, o0, n_seg, q0) are scalars, so a pipeline of tiles rewrites four
-    parameter slots per launch; a single batch passes 0, 0, L, 0. No shared memory, no
-    synchronisation.
-
-    The items go four at a time: the four positions are located first, then their eight posting
-    loads are issued together, then the four atomics. One at a time, each load waited for the
-    previous item's atomic (the compiler cannot move a load across a store that may alias it), so
-    a thread had one load in flight and the kernel was bound by memory latency, not bandwidth.
+    then walks forward. Each posting adds int64(contribution * scale) (scale = qinfo[q0 + query,
+    0]; qinfo float64 (Q, 4)) into acc[query * n_docs + doc] with an atomic add. term_ptr int64
+    (n_terms+1,), post_doc int32, post_w float32; acc int64 (tile rows * n_docs,). A tile's
+    offsets (s0, o0, n_seg, q0) are scalars, so a pipeline of tiles rewrites four parameter slots
+    per launch; a single batch passes 0, 0, L, 0. No shared memory, no synchronisation. The
+    atomics' throughput bounds it, not memory latency: four items' loads in flight per thread
+    changed nothing (H100, 2026-11-27: 0.081 ms for 7.7M postings either way).
     """
 
     @cuda.jit
@@ -458,34 +441,18 @@ def accumulate_kernel(block: int, items: int):
         if p >= total:
             return
         j = last_le_dev(seg_off, o0, o0 + n_seg, p)
-        for i in range(0, items, 4):
+        for i in range(items):
             if p >= total:
                 return
-            j, r0, a0, w0, c0 = _locate(p, j, seg_off, s0, o0, seg, seg_weight, qinfo, term_ptr, q0, n_docs)
-            r1, a1, w1, c1 = r0, a0, w0, c0
-            r2, a2, w2, c2 = r0, a0, w0, c0
-            r3, a3, w3, c3 = r0, a0, w0, c0
-            ok1 = i + 1 < items and p + block < total
-            ok2 = i + 2 < items and p + 2 * block < total
-            ok3 = i + 3 < items and p + 3 * block < total
-            if ok1:
-                j, r1, a1, w1, c1 = _locate(p + block, j, seg_off, s0, o0, seg, seg_weight, qinfo, term_ptr, q0, n_docs)
-            if ok2:
-                j, r2, a2, w2, c2 = _locate(p + 2 * block, j, seg_off, s0, o0, seg, seg_weight, qinfo, term_ptr, q0,
-                                            n_docs)
-            if ok3:
-                j, r3, a3, w3, c3 = _locate(p + 3 * block, j, seg_off, s0, o0, seg, seg_weight, qinfo, term_ptr, q0,
-                                            n_docs)
-            d0, d1, d2, d3 = post_doc[r0], post_doc[r1], post_doc[r2], post_doc[r3]
-            x0, x1, x2, x3 = post_w[r0], post_w[r1], post_w[r2], post_w[r3]
-            cuda.atomic.add(acc, a0 + d0, numba.int64(contribution_dev(metric, w0, x0) * c0))
-            if ok1:
-                cuda.atomic.add(acc, a1 + d1, numba.int64(contribution_dev(metric, w1, x1) * c1))
-            if ok2:
-                cuda.atomic.add(acc, a2 + d2, numba.int64(contribution_dev(metric, w2, x2) * c2))
-            if ok3:
-                cuda.atomic.add(acc, a3 + d3, numba.int64(contribution_dev(metric, w3, x3) * c3))
-            p += 4 * block
+            while seg_off[j + 1] <= p:
+                j += 1
+            e = s0 + (j - o0)
+            t = seg[e, 0]
+            q = seg[e, 1]
+            r = term_ptr[t] + (p - seg_off[j])
+            v = numba.int64(contribution_dev(metric, seg_weight[e], post_w[r]) * qinfo[q0 + q, 0])
+            cuda.atomic.add(acc, numba.int64(q) * n_docs + post_doc[r], v)
+            p += block
 
     return accumulate
 

@@ -122,8 +122,8 @@ def test_index_file_round_trip(tmp_path):
 # tile_chunk: chunks of one tile each; tile_lanes: tiles dealt to two lanes (own score rows; one stream here);
 # merge_rank_group: 0 the bitonic merges, 2 rank merges of two lists a level; shared_accumulate: the
 # accumulation through shared memory (kernels.blocked.rows_accumulate_kernel) in blocks of 16, 16, 24 and 16
-# documents (split counters, int64 counters), and not on the device's own build (lists unsorted: the atomics);
-# accumulate_items: the atomics' items in groups of four (5: a group of four and one of one)
+# documents, and not on the device's own build (lists unsorted: the atomics);
+# accumulate_items: 5 and 8 postings a thread for the atomics
 VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), ("l1", {"sorted_postings": True}),
                                          ("cosine", {"merge_width": 64, "merge_width_small": 32}),
                                          ("l2", {"shard_docs": 16}), ("dot", {"shard_docs": 16, "sorted_postings": True}),
@@ -139,7 +139,7 @@ VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), 
                                          ("l2", {"tile_rows": 1, "tile_lanes": 2, "shared_accumulate": 24,
                                                  "shared_min_docs": 1, "sorted_postings": True}),
                                          ("dot", {"tile_rows": 2, "shared_accumulate": 32, "shared_min_docs": 1,
-                                                  "shared_split": False, "sorted_postings": True}),
+                                                  "tile_term_order": False, "sorted_postings": True}),
                                          ("cosine", {"shared_accumulate": 32, "shared_min_docs": 1, "tile_rows": 2}),
                                          ("l1", {"accumulate_items": 5}), ("cosine", {"accumulate_items": 8})]
 

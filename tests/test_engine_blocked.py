@@ -246,18 +246,18 @@ def test_rows_accumulation_twin_equals_the_sum_of_postings(metric):
 
 @pytest.mark.cudasim
 @pytest.mark.filterwarnings("ignore:overflow encountered")  # the simulator's uint32 words wrap as the device's do
-@pytest.mark.parametrize("docs,split", [(16, False), (32, False), (16, True)])
-def test_rows_accumulation_kernel_equals_twin_and_atomics_in_simulator(docs, split):
+@pytest.mark.parametrize("docs,big", [(16, False), (32, False), (16, True)])
+def test_rows_accumulation_kernel_equals_twin_and_atomics_in_simulator(docs, big):
     # kernels.blocked.rows_accumulate_kernel (8 threads, 5 or 3 blocks, 15-16 segments: two chunks of
     # segments) against the twin and against scoring.accumulate_kernel's atomics on the same rows
     from numba import cuda
 
     from gputext.kernels import scoring
     from gputext.kernels.blocked import rows_accumulate_kernel
-    (seg_off, seg, w, qinfo, tp, pd, pw, code, n), want, total = _rows_inputs("l1" if split else "cosine", big=split)
+    (seg_off, seg, w, qinfo, tp, pd, pw, code, n), want, total = _rows_inputs("l1" if big else "cosine", big=big)
     d = [cuda.to_device(a) for a in (seg_off, seg, w, qinfo, tp, pd, pw)]
     shared = cuda.to_device(np.full(3 * n, 99, np.int64))
-    rows_accumulate_kernel(8, docs, 3, split)[-(-n // docs), 8](*d, code, n, shared, 2, 0, len(seg) - 2, 1)
+    rows_accumulate_kernel(8, docs, 3)[-(-n // docs), 8](*d, code, n, shared, 2, 0, len(seg) - 2, 1)
     atomic = cuda.to_device(np.zeros(3 * n, np.int64))
     scoring.accumulate_kernel(8, 2)[-(-total // 16), 8](cuda.to_device(seg_off[2:]), *d[1:], code, n, atomic, 2, 0,
                                                          len(seg) - 2, 1)

@@ -38,6 +38,7 @@ ROWS_SHARE = 0.30
 SIM_BATCH = 64  # the simulator has no memory to plan against
 RANK_MERGE_ENTRIES = 3840  # the rank merge's shared lists (12 B an entry) within 46 KB
 SMALL_BATCH = 32  # rows top-k: batches below this merge in narrower groups (Geometry.merge_width_small)
+STATIC_SHARED = 48 * 1024  # numba's static shared arrays: at most 48 KB a block
 
 
 @dataclass
@@ -181,7 +182,7 @@ def l2_shard_docs(geom) -> int:
     10^7 x 10,000 in 4.85 s whole against 5.23 s in shards of 1M, 4.93 s of 2.5M, 4.90 s of 5M."""
     if geom.shard_docs is not None and geom.shard_docs >= 0:
         return int(geom.shard_docs)
-    if geom.shared_accumulate > 0 and geom.sorted_postings:
+    if geom.sorted_postings and shared_docs(geom, 1):
         return 0  # the shared accumulation stores whole rows: L2-sized shards no longer pay (below)
     l2 = resources().l2_bytes
     return int(l2 * L2_ROWS_SHARE) // (8 * max(1, geom.tile_lanes)) if l2 else 0
@@ -297,12 +298,9 @@ class QueryBatch:
                 self.acc, 0, 0, d_seg.shape[0], 0)
 
 
-STATIC_SHARED = 48 * 1024  # numba's static shared arrays: at most 48 KB a block
-
-
 def shared_docs(geom, rows: int) -> int:
     """Documents per block of the shared-memory accumulation (kernels.blocked.rows_accumulate_kernel)
-    for tiles of ``rows`` queries: Geometry.shared_accumulate int64 accumulators (within the 48 KB
+    for tiles of ``rows`` queries: Geometry.shared_accumulate int64 counters (within the 48 KB
     of static shared memory with the kernel's scratch) split over the rows; 0 (the atomics of
     kernels.scoring.accumulate_kernel instead) when switched off or under Geometry.shared_min_docs.
     Only for a shard whose lists are sorted by document (DeviceShard.sorted_lists)."""
@@ -329,8 +327,7 @@ class TopkLane:
                                         for i, shape in enumerate(plan.input_shapes(plan.rows, 1, 1)))
         docs = plan.shared_docs
         if docs:  # one block per document range, whatever the tile's postings
-            kernel, self.acc_grid = (blocked.rows_accumulate_kernel(self.acc_block, docs, plan.rows, bool(geom.shared_split)),
-                                    blocks(shard.n_docs, docs))
+            kernel, self.acc_grid = blocked.rows_accumulate_kernel(self.acc_block, docs, plan.rows), blocks(shard.n_docs, docs)
         else:
             kernel, self.acc_grid = scoring.accumulate_kernel(self.acc_block, self.acc_items), None
         self.accumulate = Launch(kernel, 1, self.acc_block,
@@ -575,7 +572,7 @@ def topk_plan(shard: DeviceShard, k: int, code: int, geom, rows: int, lanes: int
     chunk = max(rows, min(cap, next_pow2(-(-n_q // rows)) * rows) // rows * rows)
     key = (k, code, rows, chunk, geom.select_block, geom.select_items, geom.merge_block, geom.merge_width,
            geom.merge_width_small, geom.merge_rank_group, geom.accumulate_block, geom.accumulate_items,
-           geom.shared_accumulate, geom.shared_split, geom.shared_min_docs, geom.build_block, getattr(geom, "fast_launch", True),
+           geom.shared_accumulate, geom.shared_min_docs, geom.build_block, getattr(geom, "fast_launch", True),
            geom.tile_term_order, lanes)
     plan = shard.plans.get(key)
     if plan is None or not plan.valid():

@@ -64,8 +64,7 @@ class Geometry:
     tile_rows: int | None = None  # rows top-k: queries per tile; None = as many score rows as fit 2/3 of L2 with every lane's (engine.cuda_backend.tile_rows); 0 = as many as the memory share holds
     tile_term_order: bool = True  # ... a tile's (query, term) segments by term: queries sharing a term read its postings back to back
     tile_lanes: int = 4  # ... tiles in flight on as many streams, each lane with its own score rows (its select and merges overlap the others' accumulation)
-    shared_accumulate: int = 5120  # rows top-k: int64 accumulators in shared memory per block (documents x tile rows: kernels.blocked.rows_accumulate_kernel, plain stores into the score rows); 0 = atomics into the score rows (kernels.scoring.accumulate_kernel). H100 2026-11-27 04:08, 10^6 x 10,000: 0.496 s (5120, split) against 0.611 s (atomics), one query 0.297 ms p50 either way
-    shared_split: bool = True  # ... its counters as two uint32 words added by native 32-bit shared atomics (kernels.blocked._add_shared): 0.506 s against 0.525 s with int64 atomics (2048 documents a block, same call)
+    shared_accumulate: int = 5120  # rows top-k: int64 counters in shared memory per block (documents x tile rows: kernels.blocked.rows_accumulate_kernel, plain stores into the score rows); 0 = atomics into the score rows (kernels.scoring.accumulate_kernel). H100 2026-11-27 04:08, 10^6 x 10,000: 0.496 s (5120) against 0.611 s (atomics), one query 0.297 ms p50 either way
     shared_min_docs: int = 512  # ... the shared accumulation's least documents a block (a tile of more rows takes the atomics)
     tile_chunk: int = 8192  # ... queries whose tiles are uploaded, launched and read back together (one synchronisation)
     sorted_postings: bool = True  # rows top-k: upload the CPU twin's build (lists sorted by document: a warp's atomics share sectors) instead of building on the device (lists in any order)
