@@ -65,7 +65,9 @@ def pytest_runtest_logreport(report):
         return
     if report.when != "call" and report.passed:
         return
+    gateway = getattr(getattr(report, "node", None), "gateway", None)  # the xdist worker that ran it
+    worker = f"{gateway.id} " if gateway is not None else ""
     with open(path, "a") as f:
-        f.write(f"{report.outcome.upper():8s} {report.when:8s} {report.duration:8.1f}s {report.nodeid}\n")
+        f.write(f"{report.outcome.upper():8s} {report.when:8s} {report.duration:8.1f}s {worker}{report.nodeid}\n")
         if report.failed:
             f.write(report.longreprtext + "\n\n")

@@ -5,6 +5,9 @@ clusters and similarity bits document by document on a PubMed-shaped stream, for
 and 32, with device capacity growth; a restored state (load + priming scan) continues the stream
 exactly; the device matrix equals the host centroids.
 """
+import hashlib
+import os
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -25,6 +28,24 @@ def stream():
     return X, cpu
 
 
+def _context(X, cpu, r) -> str:
+    """What a failure message should say (these tests failed under pytest-xdist once, 2026-11-26,
+    and passed alone): the input's checksum, the cluster counts, the first differing document."""
+    digest = hashlib.sha1(X.data.tobytes() + X.indices.tobytes() + X.indptr.tobytes()).hexdigest()[:12]
+    bad = np.flatnonzero((r.cluster != cpu.cluster) | (r.similarity != cpu.similarity))
+    first = ""
+    if bad.size:
+        j = int(bad[0])
+        first = (f"; first differing document {j}: gpu ({r.cluster[j]}, {r.similarity[j]!r}, new {r.new_cluster[j]}) "
+                 f"cpu ({cpu.cluster[j]}, {cpu.similarity[j]!r}, new {cpu.new_cluster[j]})")
+        from gputext.cluster.stream import StreamClusterer
+        again = StreamClusterer(T, K, device="cpu", batch_size=1, candidates="scan").partial_fit(X)  # which side moved?
+        first += (f"; the CPU again (batch 1, scan): equals gpu {np.array_equal(again.cluster, r.cluster)}, "
+                  f"equals the fixture {np.array_equal(again.cluster, cpu.cluster)}")
+    return (f"X sha1 {digest} nnz {X.nnz}; clusters gpu {r.cluster.max() + 1} cpu {cpu.cluster.max() + 1}; "
+            f"{bad.size} documents differ{first}; pid {os.getpid()}")
+
+
 @pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("batch_size", [1, 32])
 def test_gpu_equals_cpu_document_by_document(stream, fast, batch_size):
@@ -34,7 +55,7 @@ def test_gpu_equals_cpu_document_by_document(stream, fast, batch_size):
     r = sc.partial_fit(X)
     assert sc.scanner.launch_mode == ("raw" if fast else "dispatcher")
     assert sc.scanner.grows >= 1  # 64 rows of capacity: the matrix grew on the device
-    np.testing.assert_array_equal(r.cluster, cpu.cluster)
+    np.testing.assert_array_equal(r.cluster, cpu.cluster, err_msg=_context(X, cpu, r))
     np.testing.assert_array_equal(r.similarity, cpu.similarity)
     np.testing.assert_array_equal(r.new_cluster, cpu.new_cluster)
     terms, weights = sc.device_matrix()
@@ -44,7 +65,7 @@ def test_gpu_equals_cpu_document_by_document(stream, fast, batch_size):
 
 
 def test_gpu_restore_continues_the_stream(stream):
-    from gputext.cluster.stream import StreamClusterer
+    from gputext.cluster.stream import StreamClusterer, StreamResult
     X, cpu = stream
     first = StreamClusterer(T, K, device="cuda", batch_size=1, candidates="scan")
     r1 = first.partial_fit(X[:2500])
@@ -52,5 +73,7 @@ def test_gpu_restore_continues_the_stream(stream):
     second.restore(first.state_arrays())
     assert second.scanner.launch_mode == "raw"
     r2 = second.partial_fit(X[2500:])
-    np.testing.assert_array_equal(np.r_[r1.cluster, r2.cluster], cpu.cluster)
+    whole = StreamResult(np.r_[r1.cluster, r2.cluster], np.r_[r1.similarity, r2.similarity],
+                         np.r_[r1.new_cluster, r2.new_cluster], np.r_[r1.latency_s, r2.latency_s])
+    np.testing.assert_array_equal(np.r_[r1.cluster, r2.cluster], cpu.cluster, err_msg=_context(X, cpu, whole))
     np.testing.assert_array_equal(np.r_[r1.similarity, r2.similarity], cpu.similarity)
