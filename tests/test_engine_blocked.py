@@ -262,3 +262,67 @@ def test_rows_accumulation_kernel_equals_twin_and_atomics_in_simulator(docs, big
     scoring.accumulate_kernel(8, 2)[-(-total // 16), 8](cuda.to_device(seg_off[2:]), *d[1:], code, n, atomic, 2, 0,
                                                          len(seg) - 2, 1)
     assert np.array_equal(shared.copy_to_host(), want) and np.array_equal(atomic.copy_to_host(), want)
+
+
+def _rows_topk_reference(want, qinfo, dn, code, docs, k, n):
+    """Each row's k best of each document block of ``docs`` from the summed rows ``want``: keys by
+    score_key, (key desc, document asc), the row's own document (qinfo[:, 2]) left out."""
+    from gputext.kernels.scoring import score_key_cpu
+    n_seg = -(-n // docs)
+    out_doc = np.full((4, n_seg, k), -1, np.int32)
+    out_key = np.full((4, n_seg, k), -np.inf)
+    for r in range(3):
+        q = 1 + r
+        for c in range(n_seg):
+            cand = [(score_key_cpu(code, want[r * n + d], qinfo[q, 0], qinfo[q, 1], dn[d]), d)
+                    for d in range(c * docs, min(n, (c + 1) * docs)) if d != int(qinfo[q, 2])]
+            best = sorted(cand, key=lambda kd: (-kd[0], kd[1]))[:k]
+            out_doc[q, c, :len(best)] = [d for _, d in best]
+            out_key[q, c, :len(best)] = [key for key, _ in best]
+    return out_doc, out_key
+
+
+def _rows_topk_inputs(metric, big=False):
+    (seg_off, seg, w, qinfo, tp, pd, pw, code, n), want, total = _rows_inputs(metric, big=big)
+    qinfo[1:, 1] = [0.75, 1.5, 2.0]  # the queries' norm terms
+    qinfo[1:, 2] = [-1, 3, 64]  # the second row leaves out document 3, the third 64 (a tied duplicate of 3)
+    dn = 0.5 + np.arange(n) % 7 / 4.0
+    dn[[3, 64]] = 1.0
+    return (seg_off, seg, w, qinfo, tp, pd, pw, code, n), want, dn
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_rows_topk_twin_equals_the_reference(metric):
+    # kernels.blocked.rows_topk_cpu: document blocks of 16 (the last of 6), k = 5, rows 1..3 of the output
+    from gputext.kernels.blocked import rows_topk_cpu
+    (seg_off, seg, w, qinfo, tp, pd, pw, code, n), want, dn = _rows_topk_inputs(metric)
+    out_doc = np.full((4, 5, 5), 7, np.int32)
+    out_key = np.zeros((4, 5, 5))
+    rows_topk_cpu(seg, w, qinfo, tp, pd, pw, code, n, dn, 16, 2, len(seg) - 2, 1, 5, out_doc, out_key, 3)
+    ref_doc, ref_key = _rows_topk_reference(want, qinfo, dn, code, 16, 5, n)
+    assert np.array_equal(out_doc[1:], ref_doc[1:]) and np.array_equal(out_key[1:], ref_key[1:])
+
+
+@pytest.mark.cudasim
+@pytest.mark.filterwarnings("ignore:overflow encountered")  # the simulator's uint32 words wrap as the device's do
+@pytest.mark.parametrize("metric,big,k", [("cosine", False, 5), ("l2", False, 8), ("l1", True, 3)])
+def test_rows_topk_kernel_equals_twin_in_simulator(metric, big, k):
+    # kernels.blocked.rows_topk_kernel (8 threads, 2 items: blocks of 16 documents, 5 blocks; 15-16
+    # segments: two chunks) against its twin and the reference; k = 8 = the block (every thread's
+    # maximum counts), contributions past 2^32 (split counters' carries) with l1
+    from numba import cuda
+
+    from gputext.kernels.blocked import rows_topk_cpu, rows_topk_kernel
+    from gputext.kernels.select import select_cap
+    (seg_off, seg, w, qinfo, tp, pd, pw, code, n), want, dn = _rows_topk_inputs(metric, big)
+    d = [cuda.to_device(a) for a in (seg_off, seg, w, qinfo, tp, pd, pw)]
+    out_doc = cuda.to_device(np.full((4, 5, k), 7, np.int32))
+    out_key = cuda.to_device(np.zeros((4, 5, k)))
+    rows_topk_kernel(8, 2, 3, select_cap(k, 2))[5, 8](*d, code, n, cuda.to_device(dn), 2, 0, len(seg) - 2, 1, k,
+                                                       out_doc, out_key, 3)
+    twin_doc, twin_key = np.full((4, 5, k), 7, np.int32), np.zeros((4, 5, k))
+    rows_topk_cpu(seg, w, qinfo, tp, pd, pw, code, n, dn, 16, 2, len(seg) - 2, 1, k, twin_doc, twin_key, 3)
+    ref_doc, ref_key = _rows_topk_reference(want, qinfo, dn, code, 16, k, n)
+    got_doc, got_key = out_doc.copy_to_host(), out_key.copy_to_host()
+    assert np.array_equal(got_doc[1:], twin_doc[1:]) and np.array_equal(got_key[1:], twin_key[1:])
+    assert np.array_equal(twin_doc[1:], ref_doc[1:]) and np.array_equal(twin_key[1:], ref_key[1:])
