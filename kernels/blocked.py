@@ -32,7 +32,7 @@ from .geometry import next_pow2
 from .metrics import COSINE, DOT
 from .primitives import chunk_offsets, last_le_dev, lower_bound_cpu, make_chunk_walk
 from .scoring import contribution_cpu, contribution_dev, score_key_cpu, score_key_dev
-from .select import make_segment_keys, offer_cpu, select_cap, select_top_keys, write_first_k
+from .select import make_segment_keys, offer_cpu, select_cap, select_top_keys
 
 
 # ----------------------------------------------------------------------------- per-item functions
@@ -274,7 +274,7 @@ def blocked_topk_kernel(block: int, items: int, tile: int, cap: int, counting: b
                 continue
             best = _segment_keys(keys, n_items, d_lo, d_hi, numba.int64(qinfo[q, 2]), tid, block,
                                  (acc, b * seg_len, metric, qinfo[q, 0], qinfo[q, 1], dn))
-            select_top_keys(keys, block, n_items, best, d_lo, k, cap, tmax, cand_key, cand_doc, counter, t_off,
+            select_top_keys(keys, n_items, best, d_lo, k, cap, tmax, cand_key, cand_doc, counter, t_off,
                                      tid, block, counting)
             for j in range(tid, k, block):
                 out_doc[q, c, j] = cand_doc[j]
@@ -315,36 +315,39 @@ def _add_split(sw, hi0, j, v):
     cuda.atomic.add(sw, hi0 + j, numba.uint32(((v >> 32) + carry) & 0xFFFFFFFF))
 
 
-@cuda.jit(device=True, inline=True)
-def _split_value(sw, hi0, j):
-    """The int64 counter j of _add_split's two uint32 words."""
-    h = numba.int64(sw[hi0 + j])
-    if h >= 2147483648:
-        h -= 4294967296
-    return (h << 32) + numba.int64(sw[j])
+@kernel_cache
+def rows_accumulate_kernel(block: int, docs: int, rows: int):
+    """The rows top-k's accumulation through shared memory: a drop-in for
+    scoring.accumulate_kernel (same arguments) that writes the same score rows without global
+    atomics.
 
-
-def _make_rows_walk(block: int, docs: int, rows: int):
-    """Device function ``rows_walk(sw, seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric,
-    d_lo, d_hi, s0, n_seg, q0, scratch, tid)``: the shared accumulation of one document block
-    [d_lo, d_hi) (at most ``docs`` documents) of a tile of ``rows`` queries, every thread of the
-    block calling it. It zeroes the counters sw uint32 [2 * rows * docs] (low words, then high
-    words), takes the tile's segments s0 .. s0 + n_seg - 1 of seg int32 (L, 2) = (term, query in
-    the tile) and seg_weight float32 block at a time: thread tid finds its segment's postings
-    inside the document block (block_range_dev: two binary searches in the list, which is sorted
-    by document), the ranges' lengths go through a block exclusive scan (t_off) and the chunk's
+    Block b owns documents [b*docs, (b+1)*docs) of every row of the tile (grid: ceil(n_docs /
+    docs) blocks). It zeroes its shared counters (rows x docs, two uint32 words each), takes the
+    tile's segments s0 .. s0 + n_seg - 1 of seg int32 (L, 2) = (term, query in the tile) and
+    seg_weight float32 block at a time: thread tid finds its segment's postings inside the
+    document block (block_range_dev: two binary searches in the list, which is sorted by
+    document), the ranges' lengths go through a block exclusive scan (t_off) and the chunk's
     postings are split evenly: thread tid takes positions tid, tid + block, ... four at a time
     (their segments found by walking t_off, then their eight loads issued together, then four
-    adds), each adding posting_value (scale = qinfo[q0 + query, 0]) into counter query * docs +
-    document - d_lo (_add_split: exact and order-free). scratch = _entry_scratch(block)(). Ends
-    synchronised: the counters are complete and the scratch is free."""
+    adds), each adding posting_value (scale = qinfo[q0 + query, 0]) into its document's counter
+    (_add_split: exact and order-free, so the rows equal accumulate_kernel's bit for bit). Then the
+    block stores its counters into acc int64 (rows * n_docs,) at [query * n_docs + document]
+    (coalesced plain stores of every document of the block, zeros included: the rows need no
+    zeroing before). seg_off and o0 are unused (the ranges come from the searches). Shared:
+    rows_shared_bytes(block, docs, rows).
+    """
     acc_len = docs * rows
-    words = 2 * acc_len
+    words = 2 * acc_len  # low words [0, acc_len), high words [acc_len, 2 acc_len)
+    entries = _entry_scratch(block)
 
-    @cuda.jit(device=True, inline=True)
-    def rows_walk(sw, seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, d_lo, d_hi, s0, n_seg, q0,
-                  scratch, tid):
-        e_start, e_row, e_w, e_scale, t_off = scratch
+    @cuda.jit
+    def accumulate_rows(seg_off, seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, n_docs, acc, s0, o0,
+                        n_seg, q0):
+        sw = cuda.shared.array(words, numba.uint32)
+        e_start, e_row, e_w, e_scale, t_off = entries()
+        tid = cuda.threadIdx.x
+        d_lo = numba.int64(cuda.blockIdx.x) * docs
+        d_hi = min(numba.int64(n_docs), d_lo + docs)
         for j in range(tid, words, block):
             sw[j] = 0
         cuda.syncthreads()  # counters zeroed
@@ -395,128 +398,15 @@ def _make_rows_walk(block: int, docs: int, rows: int):
                     _add_split(sw, acc_len, e_row[i3] + d3, posting_value_dev(metric, e_w[i3], x3, e_scale[i3]))
                 p += 4 * block
             cuda.syncthreads()  # chunk done before e_* / t_off are rewritten
-
-    return rows_walk
-
-
-@kernel_cache
-def rows_accumulate_kernel(block: int, docs: int, rows: int):
-    """The rows top-k's accumulation through shared memory: a drop-in for
-    scoring.accumulate_kernel (same arguments) that writes the same score rows without global
-    atomics.
-
-    Block b owns documents [b*docs, (b+1)*docs) of every row of the tile (grid: ceil(n_docs /
-    docs) blocks). It accumulates them in shared memory (_make_rows_walk: rows x docs counters of
-    two uint32 words, the tile's segments s0 .. s0 + n_seg - 1, q0 the tile's first row of qinfo),
-    so the rows equal accumulate_kernel's bit for bit. Then the block stores its counters into acc
-    int64 (rows * n_docs,) at [query * n_docs + document] (coalesced plain stores of every
-    document of the block, zeros included: the rows need no zeroing before). seg_off and o0 are
-    unused (the ranges come from the searches). Shared: rows_shared_bytes(block, docs, rows).
-    """
-    acc_len = docs * rows
-    words = 2 * acc_len  # a closure constant: numba needs literal shared-array shapes
-    entries = _entry_scratch(block)
-    walk = _make_rows_walk(block, docs, rows)
-
-    @cuda.jit
-    def accumulate_rows(seg_off, seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, n_docs, acc, s0, o0,
-                        n_seg, q0):
-        sw = cuda.shared.array(words, numba.uint32)
-        scratch = entries()
-        tid = cuda.threadIdx.x
-        d_lo = numba.int64(cuda.blockIdx.x) * docs
-        d_hi = min(numba.int64(n_docs), d_lo + docs)
-        walk(sw, seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, d_lo, d_hi, s0, n_seg, q0, scratch, tid)
         for r in range(rows):
             row = numba.int64(r) * n_docs + d_lo
             for j in range(tid, d_hi - d_lo, block):
-                acc[row + j] = _split_value(sw, acc_len, r * docs + j)
+                h = numba.int64(sw[acc_len + r * docs + j])
+                if h >= 2147483648:
+                    h -= 4294967296
+                acc[row + j] = (h << 32) + numba.int64(sw[r * docs + j])
 
     return accumulate_rows
-
-
-def rows_topk_shared_bytes(block: int, items: int, rows: int, cap: int) -> int:
-    """Static shared memory of rows_topk_kernel(block, items, rows, cap): the counters and the
-    walk's scratch (rows_shared_bytes) plus the selection's candidates (12 B each) and counter."""
-    return rows_shared_bytes(block, block * items, rows) + 12 * cap + 4
-
-
-@kernel_cache
-def rows_topk_kernel(block: int, items: int, rows: int, cap: int):
-    """The rows top-k's accumulation and selection in one kernel: no score rows in global memory.
-
-    ``rows_topk[n_seg, block](seg_off, seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric,
-    n_docs, dn, s0, o0, n_seg_entries, q0, k, out_doc, out_key, n_rows)``: block c owns documents
-    [c * docs, (c+1) * docs), docs = block * items (the select's segment: the same lists as
-    rows_accumulate_kernel followed by scoring.select_topk_kernel). It accumulates them for the
-    tile's n_rows <= rows queries in shared memory (_make_rows_walk; seg_off and o0 unused, the
-    segments are s0 .. s0 + n_seg_entries - 1), then for each row r: thread tid turns its items'
-    counters into keys (score_key of documents c * docs + i * block + tid, i < items, with
-    qinfo[q0 + r] = (scale, norm term, own document); -inf for the query's own document and past
-    n_docs) held in a local array (the shared memory holds the counters), and select_top_keys
-    writes the row's k best of the segment to out_doc int32 / out_key float64 [q0 + r, c, :k]
-    (document -1 / key -inf for empty slots). Its scratch reuses the walk's: tmax = e_scale, flags
-    = t_off (free once the walk is done); the candidates are their own shared arrays. Shared:
-    rows_topk_shared_bytes(block, items, rows, cap); block >= k, a power of two; cap =
-    select.select_cap(k, items). CPU twin: rows_topk_cpu.
-    """
-    docs = block * items
-    acc_len = docs * rows
-    words = 2 * acc_len
-    entries = _entry_scratch(block)
-    walk = _make_rows_walk(block, docs, rows)
-
-    @cuda.jit
-    def rows_topk(seg_off, seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, n_docs, dn, s0, o0, n_seg,
-                  q0, k, out_doc, out_key, n_rows):
-        sw = cuda.shared.array(words, numba.uint32)
-        scratch = entries()
-        cand_key = cuda.shared.array(cap, numba.float64)
-        cand_doc = cuda.shared.array(cap, numba.int32)
-        counter = cuda.shared.array(1, numba.int32)
-        keys = cuda.local.array(items, numba.float64)
-        tid = cuda.threadIdx.x
-        c = cuda.blockIdx.x
-        d_lo = numba.int64(c) * docs
-        d_hi = min(numba.int64(n_docs), d_lo + docs)
-        walk(sw, seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, d_lo, d_hi, s0, n_seg, q0, scratch, tid)
-        tmax = scratch[3]
-        flags = scratch[4]
-        for r in range(n_rows):
-            q = q0 + r
-            sc = qinfo[q, 0]
-            qnorm = qinfo[q, 1]
-            me = numba.int64(qinfo[q, 2])
-            best = -math.inf
-            for i in range(items):
-                d = d_lo + i * block + tid
-                key = -math.inf
-                if d < d_hi and d != me:
-                    key = score_key_dev(metric, _split_value(sw, acc_len, r * docs + i * block + tid), sc, qnorm, dn[d])
-                keys[i] = key
-                if key > best:
-                    best = key
-            select_top_keys(keys, 1, items, best, d_lo, k, cap, tmax, cand_key, cand_doc, counter, flags, tid, block,
-                            False)
-            write_first_k(out_doc[q, c], out_key[q, c], cand_doc, cand_key, k, tid, block)
-            cuda.syncthreads()  # the candidates are read before the next row resets them
-
-    return rows_topk
-
-
-@numba.njit(inline="always")
-def _add_block_cpu(seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, d_lo, d_hi, s0, n_seg, q0, out,
-                   stride, shift):
-    """The twin of _make_rows_walk's additions: every posting of segments s0 .. s0 + n_seg - 1
-    with a document in [d_lo, d_hi) adds posting_value into out[query * stride + document - shift]."""
-    for j in range(n_seg):
-        e = s0 + j
-        t = seg[e, 0]
-        row = numba.int64(seg[e, 1]) * stride - shift
-        sc = qinfo[q0 + seg[e, 1], 0]
-        first, last = block_range_cpu(post_doc, term_ptr[t], term_ptr[t + 1], d_lo, d_hi)
-        for r in range(first, last):
-            out[row + post_doc[r]] += posting_value_cpu(metric, seg_weight[e], post_w[r], sc)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -531,36 +421,14 @@ def accumulate_rows_cpu(seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metr
         d_hi = min(n_docs, d_lo + docs)
         for r in range(n_rows):
             acc[r * n_docs + d_lo:r * n_docs + d_hi] = 0
-        _add_block_cpu(seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, d_lo, d_hi, s0, n_seg, q0, acc,
-                       n_docs, 0)
-
-
-@numba.njit(parallel=True, cache=True)
-def rows_topk_cpu(seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, n_docs, dn, docs, s0, n_seg, q0, k,
-                  out_doc, out_key, n_rows):
-    """CPU twin of rows_topk_kernel (docs = its block * items): document blocks c in parallel, each
-    summing its postings for the tile's n_rows queries (_add_block_cpu into a local rows x docs
-    array), then each row's k best of the block by (key desc, document asc) (offer_cpu; the
-    query's own document left out) into out_doc / out_key [q0 + r, c, :k], -1 / -inf where none."""
-    for c in prange((n_docs + docs - 1) // docs):
-        d_lo = c * docs
-        d_hi = min(n_docs, d_lo + docs)
-        acc = np.zeros(n_rows * docs, np.int64)
-        _add_block_cpu(seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, d_lo, d_hi, s0, n_seg, q0, acc,
-                       docs, d_lo)
-        keys = np.empty(k, np.float64)
-        found = np.empty(k, np.int64)
-        for r in range(n_rows):
-            q = q0 + r
-            me = numba.int64(qinfo[q, 2])
-            filled = 0
-            for d in range(d_lo, d_hi):
-                if d != me:
-                    key = score_key_cpu(metric, acc[r * docs + d - d_lo], qinfo[q, 0], qinfo[q, 1], dn[d])
-                    filled = offer_cpu(key, d, keys, found, filled, k, True)
-            for j in range(k):
-                out_doc[q, c, j] = found[j] if j < filled else -1
-                out_key[q, c, j] = keys[j] if j < filled else -math.inf
+        for j in range(n_seg):
+            e = s0 + j
+            t = seg[e, 0]
+            row = numba.int64(seg[e, 1]) * n_docs
+            sc = qinfo[q0 + seg[e, 1], 0]
+            first, last = block_range_cpu(post_doc, term_ptr[t], term_ptr[t + 1], d_lo, d_hi)
+            for r in range(first, last):
+                acc[row + post_doc[r]] += posting_value_cpu(metric, seg_weight[e], post_w[r], sc)
 
 
 # ----------------------------------------------------------------------------- safe pruning (block-max bounds)
@@ -718,11 +586,4 @@ def ptx_kernels():
         ("rows_accumulate_4", rows_accumulate_kernel(256, 1280, 4),
          "void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], int64, "
          "int64, int64[::1], int64, int64, int64, int64)"),
-        ("rows_topk", rows_topk_kernel(256, 16, 1, select_cap(30, 16)), _ROWS_TOPK_SIG),
-        ("rows_topk_k100", rows_topk_kernel(256, 8, 1, select_cap(100, 8)), _ROWS_TOPK_SIG),
     ]
-
-
-_ROWS_TOPK_SIG = ("void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], "
-                  "float32[::1], int64, int64, float64[::1], int64, int64, int64, int64, int64, int32[:, :, ::1], "
-                  "float64[:, :, ::1], int64)")

@@ -283,7 +283,7 @@ def grouped_topk_kernel(block: int, items: int, cap: int, max_registers: int = 0
                 sc = s_l1
             best = _segment_keys(keys, n_items, seg_lo, seg_hi, me, tid, block,
                                  (acc_dot, acc_l1, metric, sc, qinfo[q, 3 + m], dn, m))
-            select_top_keys(keys, block, n_items, best, seg_lo, k, cap, tmax, cand_key, cand_doc, counter, t_off, tid, block,
+            select_top_keys(keys, n_items, best, seg_lo, k, cap, tmax, cand_key, cand_doc, counter, t_off, tid, block,
                              counting)
             write_first_k(out_doc[b, s, m], out_key[b, s, m], cand_doc, cand_key, k, tid, block)
             cuda.syncthreads()  # candidates read before the next metric resets them

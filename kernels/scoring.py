@@ -504,7 +504,7 @@ def select_topk_kernel(block: int, items: int, cap: int, rezero: bool = True):
             keys[i * block + tid] = key
             if key > best:
                 best = key
-        select_top_keys(keys, block, items, best, base, k, cap, tmax, cand_key, cand_doc, counter, flags, tid, block, False)
+        select_top_keys(keys, items, best, base, k, cap, tmax, cand_key, cand_doc, counter, flags, tid, block, False)
         write_first_k(out_doc[out0 + q, seg], out_key[out0 + q, seg], cand_doc, cand_key, k, tid, block)
 
     return select_topk

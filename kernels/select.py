@@ -128,15 +128,12 @@ def make_segment_keys(key_of):
 
 
 @cuda.jit(device=True, inline=True)
-def select_top_keys(keys, key_stride, items, best, base, k, cap, tmax, cand_key, cand_doc, counter, flags, tid,
-                    block, counting):
-    """Block-wide top-k of a segment's keys; every thread of the block calls it.
+def select_top_keys(keys, items, best, base, k, cap, tmax, cand_key, cand_doc, counter, flags, tid, block,
+                     counting):
+    """Block-wide top-k of a segment's keys, in shared memory; every thread of the block calls it.
 
-    Thread tid's item i is document base + i * block + tid; its key (float64, -inf for none) is
-    keys[i * key_stride + tid * (key_stride != 1)]: key_stride = block for keys in shared memory
-    ([items * block], thread tid's entries i * block + tid), 1 for a thread's own keys in a local
-    array [items] (blocked.rows_topk_kernel: its shared memory holds the accumulators). Only
-    thread tid reads its keys. best = the thread's largest key. tmax float64 [block], cand_key float64
+    keys float64 [items * block] (thread tid holds entries i * block + tid, document base + that
+    index; -inf for none), best = the thread's largest key. tmax float64 [block], cand_key float64
     / cand_doc int32 [cap], counter int32 [1], flags int32 [block] are scratch. The k-th largest of
     the thread maxima (found by a bitonic sort of tmax, or with ``counting`` by
     kth_largest_shared: the same value) is a lower bound tau on the k-th best key: keys > tau are
@@ -157,9 +154,8 @@ def select_top_keys(keys, key_stride, items, best, base, k, cap, tmax, cand_key,
     else:
         sort_keys_descending_dev(tmax, 0, block, tid, block)
         tau = tmax[k - 1]
-    own = tid if key_stride != 1 else 0
     for i in range(items):
-        key = keys[i * key_stride + own]
+        key = keys[i * block + tid]
         if key > tau:
             slot = cuda.atomic.add(counter, 0, 1)
             cand_key[slot] = key
@@ -171,7 +167,7 @@ def select_top_keys(keys, key_stride, items, best, base, k, cap, tmax, cand_key,
         need = k - n_gt
         taken = 0
         for i in range(items):
-            key = keys[i * key_stride + own]
+            key = keys[i * block + tid]
             flags[tid] = 1 if key == tau else 0
             total = block_exclusive_scan_dev(flags, tid, block)
             pos = taken + flags[tid]

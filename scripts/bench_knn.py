@@ -445,15 +445,13 @@ def stage_times(index, singles, k, backend, geom) -> dict:
                                                      if isinstance(key, tuple) and key[0] == "shards")[0]
     plan = next(p for p in shard.plans.values() if p.rows >= 1)  # the first shard's (of several: stats' postings are all shards')
     lane = plan.lanes[0]
-    # the accumulation's own grid (one block a document range for the shared accumulation and the
-    # fused kernel, which selects too: then there is no select launch and no score rows)
+    # the accumulation's own grid: one block a document range for the shared accumulation (before
+    # 2026-11-27 06:30 this step launched the atomics' grid, blocks(postings, 4,096), for it too)
     grid = lane.acc_grid or blocks(stats["postings"], lane.acc_block * lane.acc_items)
-    steps = [("accumulate" + ("_select" if plan.fused else ""), lambda: lane.accumulate(grid=grid))]
-    if lane.select is not None:
-        steps.append(("select", lambda: lane.select(grid=(plan.n_seg, 1))))
+    steps = [("accumulate", lambda: lane.accumulate(grid=grid)),
+             ("select", lambda: lane.select(grid=(plan.n_seg, 1)))]
     steps += [(f"merge{i}", (lambda L=L, g=g: L(grid=(g, 1)))) for i, (L, g) in enumerate(plan.merges)]
-    if lane.acc is not None:
-        steps.append(("zero_rows", lambda: shard.zero_rows(lane.acc, lane.acc_block)))
+    steps.append(("zero_rows", lambda: shard.zero_rows(lane.acc, lane.acc_block)))
     out = {"postings": int(stats["postings"]), "segments": int(plan.n_seg)}
     for name, fn in steps:
         times = []

@@ -122,8 +122,7 @@ def test_index_file_round_trip(tmp_path):
 # tile_chunk: chunks of one tile each; tile_lanes: tiles dealt to two lanes (own score rows; one stream here);
 # merge_rank_group: 0 the bitonic merges, 2 rank merges of two lists a level; shared_accumulate: the
 # accumulation through shared memory (kernels.blocked.rows_accumulate_kernel) in blocks of 16, 16, 24 and 16
-# documents, and not on the device's own build (lists unsorted: the atomics); on sorted lists the
-# selection runs in the accumulation's kernel (kernels.blocked.rows_topk_kernel) unless fused_select is off;
+# documents, and not on the device's own build (lists unsorted: the atomics);
 # accumulate_items: 5 and 8 postings a thread for the atomics
 VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), ("l1", {"sorted_postings": True}),
                                          ("cosine", {"merge_width": 64, "merge_width_small": 32}),
@@ -142,9 +141,6 @@ VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), 
                                          ("dot", {"tile_rows": 2, "shared_accumulate": 32, "shared_min_docs": 1,
                                                   "tile_term_order": False, "sorted_postings": True}),
                                          ("cosine", {"shared_accumulate": 32, "shared_min_docs": 1, "tile_rows": 2}),
-                                         ("l2", {"sorted_postings": True, "fused_select": False}),
-                                         ("cosine", {"tile_rows": 2, "shared_accumulate": 32, "shared_min_docs": 1,
-                                                     "sorted_postings": True, "fused_select": False}),
                                          ("l1", {"accumulate_items": 5}), ("cosine", {"accumulate_items": 8})]
 
 
@@ -165,11 +161,9 @@ def test_cuda_equals_cpu_in_simulator(metric, change):
     assert np.array_equal(ic, ig) and np.array_equal(sc, sg)
     ref_idx, ref_sc = topk(X, Q, 5, metric)
     assert same_up_to_ties(ig, sg, ref_idx, ref_sc)
-    shards = index.device_cache.get(("shards", 3)) or [index.device_cache["shard"]]
     if change.get("shared_min_docs"):  # the shared accumulation ran exactly where the lists are sorted
+        shards = index.device_cache.get(("shards", 3)) or [index.device_cache["shard"]]
         assert {p.shared for s in shards for p in s.plans.values()} == {bool(change.get("sorted_postings"))}
-    if change.get("sorted_postings"):  # ... and selected in the same kernel unless told not to
-        assert {p.fused for s in shards for p in s.plans.values()} == {change.get("fused_select", True)}
 
 
 @pytest.mark.cudasim
@@ -236,8 +230,7 @@ def test_cuda_score_rows_stay_clean_across_searches_in_simulator():
     shared = Geometry(**{**TINY.__dict__, "tile_rows": 1, "shared_accumulate": 16, "shared_min_docs": 1,
                          "sorted_postings": True})
     index = Index.from_csr(X)  # built sorted by the first search (the shared accumulation needs it)
-    unfused = Geometry(**{**shared.__dict__, "fused_select": False})  # score rows written, left dirty
-    for geom in (shared, TINY, unfused, TINY, shared):
+    for geom in (shared, TINY, shared):
         got = search_topk(index, Q, 3, "cosine", device="cuda", geometry=geom)
         assert np.array_equal(got[0], ref[0]) and np.array_equal(got[1], ref[1])
         T = search_threshold(index, Q, 0.1, "dot", device="cuda", geometry=TINY)

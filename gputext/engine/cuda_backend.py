@@ -320,19 +320,11 @@ class TopkLane:
         shard, geom = plan.shard, plan.geom
         self.stream = stream
         self.acc_block, self.acc_items = geom.accumulate_block, geom.accumulate_items
+        self.acc = shard.buffer("acc" + ("" if index == 0 else str(index)), (plan.rows * shard.n_docs,), np.int64,
+                                zeroed=True)
         # marshalled with placeholder inputs at the upload's start; each chunk points them at its own
         seg_off, seg, weights, qinfo = (plan.view(i, 0, shape)
                                         for i, shape in enumerate(plan.input_shapes(plan.rows, 1, 1)))
-        if plan.fused:  # one kernel a tile: accumulation and selection (kernels.blocked.rows_topk_kernel)
-            self.acc, self.select, self.acc_block, self.acc_grid = None, None, plan.block, plan.n_seg
-            kernel = blocked.rows_topk_kernel(plan.block, plan.items, plan.rows, plan.cap)
-            self.accumulate = Launch(kernel, 1, plan.block,
-                                     (seg_off, seg, weights, qinfo, shard.term_ptr, shard.post_doc, shard.post_w,
-                                      plan.code, shard.n_docs, plan.dn, 0, 0, 1, 0, plan.k, plan.seg_doc, plan.seg_key,
-                                      plan.rows), stream=stream, raw=raw)
-            return
-        self.acc = shard.buffer("acc" + ("" if index == 0 else str(index)), (plan.rows * shard.n_docs,), np.int64,
-                                zeroed=True)
         docs = plan.shared_docs
         if docs:  # one block per document range, whatever the tile's postings
             kernel, self.acc_grid = blocked.rows_accumulate_kernel(self.acc_block, docs, plan.rows), blocks(shard.n_docs, docs)
@@ -346,7 +338,7 @@ class TopkLane:
                               plan.seg_key, 0, 0), stream=stream, raw=raw)
 
     def launches(self) -> list:
-        return [self.accumulate] + ([self.select] if self.select is not None else [])
+        return [self.accumulate, self.select]
 
 
 class TopkPlan:
@@ -378,16 +370,12 @@ class TopkPlan:
         self.shard, self.geom, self.k, self.code, self.rows, self.chunk = shard, geom, k, code, rows, chunk
         self.term_order = bool(geom.tile_term_order)
         self.raw = not res.simulator and getattr(geom, "fast_launch", True)
-        self.block, self.items, self.cap = scoring.topk_geometry(k, geom.select_block, geom.select_items)
-        self.n_seg = blocks(shard.n_docs, self.block * self.items)
+        self.block, items, cap = scoring.topk_geometry(k, geom.select_block, geom.select_items)
+        self.n_seg = blocks(shard.n_docs, self.block * items)
         # shared-memory accumulation overwrites whole rows: the select leaves them as they are
         self.shared_docs = shared_docs(geom, rows) if shard.sorted_lists else 0
         self.shared = self.shared_docs > 0
-        # ... or, where the select's segment of counters fits, selects in the same kernel: no rows
-        self.fused = self.shared and geom.fused_select and blocked.rows_topk_shared_bytes(
-            self.block, self.items, rows, self.cap) <= STATIC_SHARED
-        self.select_kernel = (None if self.fused else
-                              scoring.select_topk_kernel(self.block, self.items, self.cap, rezero=not self.shared))
+        self.select_kernel = scoring.select_topk_kernel(self.block, items, cap, rezero=not self.shared)
         self.dn = shard.dn(code, geom.build_block)
         self.upload = shard.buffer("plan_upload", (packed_layout((8 * (16 * chunk + 1), 8 * 16 * chunk, 4 * 16 * chunk,
                                                                   32 * chunk))[1],), np.uint8)
@@ -489,8 +477,7 @@ class TopkPlan:
         chunk without terms launches no accumulation)."""
         shapes = self.input_shapes(n, n_tiles, L)
         for lane in lanes:
-            selects = [(lane.select, 2, 3)] if lane.select is not None else []
-            for launch, arg, i in ([(lane.accumulate, i, i) for i in range(4)] if L or self.fused else []) + selects:
+            for launch, arg, i in ([(lane.accumulate, i, i) for i in range(4)] if L else []) + [(lane.select, 2, 3)]:
                 if self.raw:
                     launch.set_array(arg, self._base + offsets[i], shapes[i], np.dtype(self.INPUT_DTYPES[i]).itemsize)
                 else:
@@ -505,8 +492,7 @@ class TopkPlan:
         if shard.rows_dirty and not self.shared:
             for lane in self.lanes:
                 shard.zero_rows(lane.acc, lane.acc_block)
-        if not self.fused:  # the fused kernel has no score rows
-            shard.rows_dirty = True
+        shard.rows_dirty = True
         n_tiles = postings.size
         used = self.lanes[:n_tiles]
         if self.raw:
@@ -529,13 +515,10 @@ class TopkPlan:
                 acc.set(11, s0 + g)
                 acc.set(12, s1 - s0)
                 acc.set(13, t0)
-                if self.fused:
-                    acc.set(17, m)
                 acc(grid=lane.acc_grid or blocks(int(postings[g]), lane.acc_block * lane.acc_items))
-            if lane.select is not None:
-                lane.select.set(8, t0)
-                lane.select.set(9, t0)
-                lane.select(grid=(self.n_seg, m))
+            lane.select.set(8, t0)
+            lane.select.set(9, t0)
+            lane.select(grid=(self.n_seg, m))
         if self.raw:
             for lane, done in zip(used[1:], self.done[1:]):  # lane 0's stream waits for the others' tiles
                 done.record(lane.stream)
@@ -551,8 +534,7 @@ class TopkPlan:
         else:
             got_doc[:] = self.out_doc[:n].copy_to_host()[:, 0, :]
             got_key[:] = self.out_key[:n].copy_to_host()[:, 0, :]
-        if not self.fused:
-            shard.rows_dirty = self.shared  # the atomics' users zero what the shared accumulation left
+        shard.rows_dirty = self.shared  # the atomics' users zero what the shared accumulation left
         docs[lo:hi] = np.where(got_doc >= 0, got_doc + shard.doc_lo, -1)
         keys[lo:hi] = got_key
         return int(postings.sum())
@@ -590,8 +572,8 @@ def topk_plan(shard: DeviceShard, k: int, code: int, geom, rows: int, lanes: int
     chunk = max(rows, min(cap, next_pow2(-(-n_q // rows)) * rows) // rows * rows)
     key = (k, code, rows, chunk, geom.select_block, geom.select_items, geom.merge_block, geom.merge_width,
            geom.merge_width_small, geom.merge_rank_group, geom.accumulate_block, geom.accumulate_items,
-           geom.shared_accumulate, geom.shared_min_docs, geom.fused_select, geom.build_block,
-           getattr(geom, "fast_launch", True), geom.tile_term_order, lanes)
+           geom.shared_accumulate, geom.shared_min_docs, geom.build_block, getattr(geom, "fast_launch", True),
+           geom.tile_term_order, lanes)
     plan = shard.plans.get(key)
     if plan is None or not plan.valid():
         plan = shard.plans[key] = TopkPlan(shard, k, code, geom, rows, chunk, lanes)
@@ -612,8 +594,7 @@ def topk_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geom, repor
         rows, lanes = tile_rows(shard, n_q, batch_size, geom, 24 * n_seg * k)
         plan = topk_plan(shard, k, code, geom, rows, lanes, n_seg, n_q)
         report.batch_size = rows
-        # score rows (none for the fused kernel) + the chunk's lists
-        report.rows_bytes = 8 * lanes * rows * shard.n_docs * (not plan.fused) + 12 * plan.chunk * n_seg * k
+        report.rows_bytes = 8 * lanes * rows * shard.n_docs + 12 * plan.chunk * n_seg * k  # rows + the chunk's lists
         report.launch = "raw" if plan.raw else "dispatcher"
         docs = np.empty((n_q, k), np.int32)
         keys = np.empty((n_q, k), np.float64)
