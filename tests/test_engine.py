@@ -326,3 +326,23 @@ def test_merge_by_rank_equals_sorting():
             want = sorted(e)[:k] + [(np.inf, -1)] * max(0, k - len(e))
             assert out_doc[q, g].tolist() == [d for _, d in want]
             assert out_key[q, g].tolist() == [-v for v, _ in want]
+
+
+def test_shard_plan_counts_the_build_that_is_uploaded(monkeypatch):
+    # plan_shards: 16 B a posting while the device builds the index (its CSR rows are on the device
+    # too), 8 B when the CPU twin's build is uploaded (the default): an index that fits whole as an
+    # upload is not streamed in shards
+    from gputext.engine import cuda_backend
+    X = random_corpus(100, 50, 0.2, seed=41)
+    need = {16: 16 * X.nnz + 16 * 100 + 8 * 50, 8: 8 * X.nnz + 16 * 100 + 8 * 50}
+
+    class Budget:
+        def share(self, fraction):
+            return need[8] + 100
+
+    monkeypatch.setattr(cuda_backend, "resources", Budget)
+    index = Index.from_csr(X)
+    assert cuda_backend.plan_shards(index, cuda_backend.build_bytes(Geometry())) == [(0, 100)]
+    ranges = cuda_backend.plan_shards(index, cuda_backend.build_bytes(Geometry(sorted_postings=False)))
+    assert len(ranges) == 2 and ranges[0][0] == 0 and ranges[-1][1] == 100
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))

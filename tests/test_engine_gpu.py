@@ -33,7 +33,7 @@ def test_gpu_sharded_index_equals_unsharded(monkeypatch):
     X = random_corpus(30000, 2000, 0.01, seed=33, duplicates=((5, 29999),))
     Q = random_corpus(200, 2000, 0.02, seed=34)
     whole = search_topk(Index.from_csr(X), Q, 25, "l2", device="cuda")
-    monkeypatch.setattr(cuda_backend, "plan_shards", lambda index: [(0, 7000), (7000, 7001), (7001, 30000)])
+    monkeypatch.setattr(cuda_backend, "plan_shards", lambda index, *_: [(0, 7000), (7000, 7001), (7001, 30000)])
     stats = {}
     sharded = search_topk(Index.from_csr(X), Q, 25, "l2", device="cuda", stats=stats)
     assert stats["shards"] == 3

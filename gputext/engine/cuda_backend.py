@@ -143,13 +143,23 @@ def shard_from_device(d_indptr, d_indices, d_data, n_terms: int, doc_lo: int, do
     return DeviceShard(doc_lo, doc_hi, d_term_ptr, d_post_doc, d_post_w, d_sq, d_l1, df, nbytes)
 
 
-def plan_shards(index: Index) -> list[tuple[int, int]]:
-    """Row ranges whose device index (at build time, 16 B a posting) fits INDEX_SHARE of free memory."""
+def build_bytes(geom) -> int:
+    """Device bytes a posting takes while its shard is built: 8 when the CPU twin's build is
+    uploaded (Geometry.sorted_postings: doc int32 + weight float32), 16 when the device builds it
+    (the CSR rows are on the device too)."""
+    return 8 if geom.sorted_postings else 16
+
+
+def plan_shards(index: Index, posting_bytes: int = 16) -> list[tuple[int, int]]:
+    """Row ranges whose device index (at build time ``posting_bytes`` a posting, build_bytes, and
+    16 a document) fits INDEX_SHARE of free memory. (Before 2026-11-27 the engine planned 16 B a
+    posting for the uploaded build too: 5x10^7 bench documents, 29.5 GB of index, would have been
+    streamed in two shards per search on an H100 instead of staying on it whole.)"""
     budget = resources().share(INDEX_SHARE)
     if budget is None:
         return [(0, index.n_docs)]
     indptr = index.X.indptr
-    per_doc = 16 * np.diff(indptr).astype(np.float64) + 16
+    per_doc = posting_bytes * np.diff(indptr).astype(np.float64) + 16
     if per_doc.sum() + 8 * index.n_terms <= budget:
         return [(0, index.n_docs)]
     ranges, lo = [], 0
@@ -201,7 +211,7 @@ def split_shards(index: Index, geom, report: SearchReport, build: bool = True):
     key = ("shards", n)
     shards = index.device_cache.get(key)
     if shards is None:
-        if not build or len(plan_shards(index)) > 1:
+        if not build or len(plan_shards(index, build_bytes(geom))) > 1:
             return None
         index.device_cache.pop("shard", None)
         cuts = [index.n_docs * i // n for i in range(n + 1)]
@@ -225,7 +235,7 @@ def device_shards(index: Index, geom, report: SearchReport, split: bool = False)
         report.index_bytes = cached.nbytes
         yield cached
         return
-    ranges = plan_shards(index)
+    ranges = plan_shards(index, build_bytes(geom))
     report.shards = len(ranges)
     if len(ranges) == 1:
         cached = build_shard(index.X, 0, index.n_docs, geom, index.cpu(keep=False) if geom.sorted_postings else None)
