@@ -95,6 +95,11 @@ def _entry_scratch(block: int):
     return scratch
 
 
+def entry_scratch_bytes(block: int) -> int:
+    """Shared bytes of _entry_scratch(block): 8 + 4 + 4 + 8 a thread, and t_off's block + 1 int32."""
+    return 24 * block + 4 * (block + 1)
+
+
 @cuda.jit(device=True, inline=True)
 def _document_key(loc, d, ctx):
     """score_key of document d (accumulator row0 + loc). ctx = (acc, row0, metric, scale, qnorm, dn)."""
@@ -110,7 +115,8 @@ _segment_keys = make_segment_keys(_document_key)
 def shared_bytes(block: int, items: int, tile: int, cap: int) -> int:
     """Static shared memory of blocked_topk_kernel(block, items, tile, cap)."""
     seg_len = block * items
-    return 8 * tile * seg_len + 8 * seg_len + 12 * cap + block * (8 + 4 + 4 + 8 + 8) + 4 * (block + 1) + 4 + 12 * tile
+    # accumulators, keys, candidates, the entries' scratch, tmax, counter, the tile's bounds and flags
+    return 8 * tile * seg_len + 8 * seg_len + 12 * cap + entry_scratch_bytes(block) + 8 * block + 4 + 12 * tile
 
 
 def blocked_geometry(k: int, n_queries: int, n_docs: int, shared_limit: int, n_sm: int, block: int | None = None,
@@ -286,12 +292,10 @@ def blocked_topk_kernel(block: int, items: int, tile: int, cap: int, counting: b
 
 # ----------------------------------------------------------------------------- rows accumulation in shared memory
 
-ROWS_SCRATCH = 28  # shared bytes a thread of rows_accumulate_kernel uses besides the accumulators
-
-
 def rows_shared_bytes(block: int, docs: int, rows: int) -> int:
-    """Static shared memory of rows_accumulate_kernel(block, docs, rows)."""
-    return 8 * docs * rows + ROWS_SCRATCH * block + 4
+    """Static shared memory of rows_accumulate_kernel(block, docs, rows): the counters (two uint32
+    words each) and the entries' scratch."""
+    return 8 * docs * rows + entry_scratch_bytes(block)
 
 
 @cuda.jit(device=True, inline=True)

@@ -55,13 +55,13 @@ for step in "${steps[@]}"; do
     # the issue-19 command (same run: CuPy SpMM + top-k) and the single-query latency at 10^6 (issue 15)
     knn-issue19) run knn-issue19 "${LIMIT_knn_issue19:-420}" python3 scripts/bench_knn.py --device cuda --sizes ${SIZES_issue19:-1e6,1e7} --queries 1,10000 --peers cupy_spmm --repeats 1 --check 5 --out "$OUT" ;;
     knn-latency) run knn-latency "${LIMIT_knn_latency:-200}" python3 scripts/bench_knn.py --latency --device cuda --sizes 1e6 --queries 10000 --singles 300 --repeats 3 --check 5 --out "$OUT" ;;
-    # 5x10^7 documents (3.6G nonzeros; about 29 GB of postings) on one GPU, 1 and 1,000 queries (issue 19)
     # Nsight Compute on the rows top-k's kernels in a 1,000-query batch at 10^6 documents (steady state:
     # the first NCU_SKIP matching launches are left out); the report's details go to knn_ncu.txt
     knn-ncu) run knn-ncu "${LIMIT_knn_ncu:-400}" bash -c "ncu --clock-control none --target-processes all -k 'regex:accumulate|select_topk|merge_topk' --launch-skip ${NCU_SKIP:-300} --launch-count ${NCU_COUNT:-12} --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis --section WarpStateStats -f -o $OUT/knn_ncu python3 scripts/bench_knn.py --device cuda --sizes 1e6 --queries 1000 --peers '' --repeats 1 --check 1 --out /tmp/ncu-bench; ncu --import $OUT/knn_ncu.ncu-rep --page details > $OUT/knn_ncu.txt" ;;
     # the stream clusterer's batch-size-1 GPU tests (which failed under pytest-xdist) under compute-sanitizer:
     # initcheck (reads of device memory never written), then racecheck (shared-memory races)
     stream-sanitizer) run stream-sanitizer "${LIMIT_stream_sanitizer:-500}" bash -c "cd /tmp && for tool in initcheck racecheck; do echo == \$tool; compute-sanitizer --tool \$tool --target-processes all --print-limit 20 python3 -m pytest -q -p no:cacheprovider -m gpu $PWD/tests/test_stream_gpu.py -k '1-False or restore'; done" ;;
+    # 5x10^7 documents (3.6G nonzeros; about 29 GB of postings) on one GPU, 1 and 1,000 queries (issue 19)
     knn-5e7) run knn-5e7 "${LIMIT_knn_5e7:-590}" python3 scripts/bench_knn.py --device cuda --sizes 5e7 --queries ${QUERIES_5e7:-1,1000} --peers "" --repeats 1 --check 2 --out "$OUT" ;;
     bench-knn-quick) run bench-knn-quick 200 python3 scripts/bench_knn.py --quick --device cuda --out "$OUT" ;;
     bench-knn) run bench-knn 560 python3 scripts/bench_knn.py --sizes 1e5,1e6 --queries 1,100,10000 --device cuda --profile --out "$OUT" ;;

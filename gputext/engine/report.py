@@ -16,10 +16,10 @@ from ..device.timer import RunReport
 class SearchReport(RunReport):
     """backend / seconds: see RunReport. shards: index shards on the device; batch_size: queries
     scored at once (the top-k: a tile, per stream); index_bytes: the largest shard's device bytes;
-    rows_bytes: score rows and per-segment lists on the device; postings: postings scored; launch: "raw" (pre-marshalled launches) or
-    "dispatcher"; fallback: the line saying another method served the request; segments,
-    geometry, merge_levels: the grouped selector's plan (and the blocked top-k's: geometry = (block,
-    items, tile)); stages: milliseconds per stage (grouped); topk_method: "rows" or "blocked";
+    rows_bytes: score rows and per-segment lists on the device; postings: postings scored; launch:
+    "raw" (pre-marshalled launches) or "dispatcher"; fallback: the line saying another method
+    served the request; segments, geometry, merge_levels: the grouped selector's plan (and the
+    blocked top-k's: geometry = (block, items, tile)); stages: milliseconds per stage (grouped); topk_method: "rows" or "blocked";
     postings_skipped: postings the blocked method's safe pruning left out (postings: those scored)."""
 
     shards: int | None = None
