@@ -30,9 +30,10 @@ from numba import cuda, prange
 from ._factory import kernel_cache
 from .geometry import next_pow2
 from .metrics import COSINE, DOT
-from .primitives import chunk_offsets, last_le_dev, lower_bound_cpu, make_chunk_walk
+from .primitives import better_dev, chunk_offsets, last_le_dev, lower_bound_cpu, make_chunk_walk
 from .scoring import contribution_cpu, contribution_dev, score_key_cpu, score_key_dev
 from .select import make_segment_keys, offer_cpu, select_cap, select_top_keys
+from .unit_select import doc_key_dev
 
 
 # ----------------------------------------------------------------------------- per-item functions
@@ -319,8 +320,32 @@ def _add_split(sw, hi0, j, v):
     cuda.atomic.add(sw, hi0 + j, numba.uint32(((v >> 32) + carry) & 0xFFFFFFFF))
 
 
+@cuda.jit(device=True, inline=True)
+def _split_value(sw, hi0, j):
+    """The int64 held by counter j as two uint32 words (_add_split): sw[j] low, sw[hi0 + j] high."""
+    h = numba.int64(sw[hi0 + j])
+    if h >= 2147483648:
+        h -= 4294967296
+    return (h << 32) + numba.int64(sw[j])
+
+
+@cuda.jit(device=True, inline=True)
+def _store_key(j, x, bk, bd, ctx):
+    """Document d_lo + j's key (unit_select.doc_key_dev of its split counter, norm term x) stored
+    at acc[row + j]; returns the thread's best (key, document) so far, a strictly larger key
+    replacing it (a thread's documents ascend: the lowest of a tie stays).
+    ctx = (acc, row, sw, acc_len, counter base of the row, d_lo, metric, scale, norm term, own document)."""
+    acc, row, sw, acc_len, base, d_lo, metric, sc, qn, me = ctx
+    d = d_lo + j
+    key = doc_key_dev(metric, _split_value(sw, acc_len, base + j), sc, qn, x, d, me)
+    acc[row + j] = key
+    if key > bk:
+        return key, d
+    return bk, bd
+
+
 @kernel_cache
-def rows_accumulate_kernel(block: int, docs: int, rows: int):
+def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0):
     """The rows top-k's accumulation through shared memory: a drop-in for
     scoring.accumulate_kernel (same arguments) that writes the same score rows without global
     atomics.
@@ -339,14 +364,23 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int):
     (coalesced plain stores of every document of the block, zeros included: the rows need no
     zeroing before). seg_off and o0 are unused (the ranges come from the searches). Shared:
     rows_shared_bytes(block, docs, rows).
+
+    unit > 0 (a power of two <= block; kernels.unit_select): the block stores each document's key
+    instead (acc float64: unit_select.doc_key_dev of the counter, qinfo's scale, norm term and own
+    document, dn float64 (n_docs,)), and each thread's best (key, document) of its documents
+    (strictly larger keys: the lowest document of a tie) goes through the entries' scratch, where
+    thread u < block // unit reduces threads [u*unit, (u+1)*unit) by the tie rule into ukey float64
+    / udoc int32 (rows, n_units) at unit blockIdx * (block // unit) + u (document -1: no key).
+    One syncthreads a row between the two. unit = 0: dn, ukey and udoc are not read.
     """
     acc_len = docs * rows
     words = 2 * acc_len  # low words [0, acc_len), high words [acc_len, 2 acc_len)
     entries = _entry_scratch(block)
+    per_block = block // unit if unit else 0
 
     @cuda.jit
     def accumulate_rows(seg_off, seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, n_docs, acc, s0, o0,
-                        n_seg, q0):
+                        n_seg, q0, dn, ukey, udoc):
         sw = cuda.shared.array(words, numba.uint32)
         e_start, e_row, e_w, e_scale, t_off = entries()
         tid = cuda.threadIdx.x
@@ -404,11 +438,48 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int):
             cuda.syncthreads()  # chunk done before e_* / t_off are rewritten
         for r in range(rows):
             row = numba.int64(r) * n_docs + d_lo
-            for j in range(tid, d_hi - d_lo, block):
-                h = numba.int64(sw[acc_len + r * docs + j])
-                if h >= 2147483648:
-                    h -= 4294967296
-                acc[row + j] = (h << 32) + numba.int64(sw[r * docs + j])
+            q = q0 + r
+            if unit and q >= qinfo.shape[0]:
+                break  # the chunk's last tile may hold fewer rows (the same for the whole block)
+            bk = -math.inf
+            bd = numba.int64(-1)
+            if unit:  # keys, four documents at a time (their norm terms' loads issued together)
+                me = numba.int64(qinfo[q, 2])
+                sc = qinfo[q, 0]
+                qn = qinfo[q, 1]
+                last = d_hi - d_lo - 1
+                j = tid
+                while j <= last:
+                    j1 = min(j + block, last)
+                    j2 = min(j + 2 * block, last)
+                    j3 = min(j + 3 * block, last)
+                    x0, x1, x2, x3 = dn[d_lo + j], dn[d_lo + j1], dn[d_lo + j2], dn[d_lo + j3]
+                    ctx = (acc, row, sw, acc_len, r * docs, d_lo, metric, sc, qn, me)
+                    bk, bd = _store_key(j, x0, bk, bd, ctx)
+                    if j + block <= last:
+                        bk, bd = _store_key(j1, x1, bk, bd, ctx)
+                    if j + 2 * block <= last:
+                        bk, bd = _store_key(j2, x2, bk, bd, ctx)
+                    if j + 3 * block <= last:
+                        bk, bd = _store_key(j3, x3, bk, bd, ctx)
+                    j += 4 * block
+            else:
+                for j in range(tid, d_hi - d_lo, block):
+                    acc[row + j] = _split_value(sw, acc_len, r * docs + j)
+            if unit:  # the threads' bests through the (now free) entries' scratch, then each unit's
+                e_scale[tid] = bk
+                e_row[tid] = bd
+                cuda.syncthreads()  # every thread's best visible
+                if tid < per_block:
+                    uk = -math.inf
+                    ud = -1
+                    for g in range(tid * unit, (tid + 1) * unit):
+                        if better_dev(e_scale[g], e_row[g], uk, ud):
+                            uk = e_scale[g]
+                            ud = e_row[g]
+                    ukey[r, cuda.blockIdx.x * per_block + tid] = uk
+                    udoc[r, cuda.blockIdx.x * per_block + tid] = ud
+                cuda.syncthreads()  # scratch read before the next row's bests
 
     return accumulate_rows
 
@@ -583,11 +654,17 @@ def ptx_kernels():
         ("blocked_topk_k200", blocked_topk_kernel(*blocked_geometry(200, 10000, 10 ** 7, 46 * 1024, 132)), sig),
         ("rows_accumulate", rows_accumulate_kernel(256, 5120, 1),
          "void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], int64, "
-         "int64, int64[::1], int64, int64, int64, int64)"),
+         "int64, int64[::1], int64, int64, int64, int64, float64[::1], float64[:, ::1], int32[:, ::1])"),
         ("rows_accumulate_2", rows_accumulate_kernel(256, 2048, 2),
          "void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], int64, "
-         "int64, int64[::1], int64, int64, int64, int64)"),
+         "int64, int64[::1], int64, int64, int64, int64, float64[::1], float64[:, ::1], int32[:, ::1])"),
+        ("rows_accumulate_keys", rows_accumulate_kernel(256, 5120, 1, 16),
+         "void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], int64, "
+         "int64, float64[::1], int64, int64, int64, int64, float64[::1], float64[:, ::1], int32[:, ::1])"),
+        ("rows_accumulate_keys_2", rows_accumulate_kernel(256, 2048, 2, 32),
+         "void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], int64, "
+         "int64, float64[::1], int64, int64, int64, int64, float64[::1], float64[:, ::1], int32[:, ::1])"),
         ("rows_accumulate_4", rows_accumulate_kernel(256, 1280, 4),
          "void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], int64, "
-         "int64, int64[::1], int64, int64, int64, int64)"),
+         "int64, int64[::1], int64, int64, int64, int64, float64[::1], float64[:, ::1], int32[:, ::1])"),
     ]

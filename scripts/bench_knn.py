@@ -449,9 +449,10 @@ def stage_times(index, singles, k, backend, geom) -> dict:
     # 2026-11-27 06:30 this step launched the atomics' grid, blocks(postings, 4,096), for it too)
     grid = lane.acc_grid or blocks(stats["postings"], lane.acc_block * lane.acc_items)
     steps = [("accumulate", lambda: lane.accumulate(grid=grid)),
-             ("select", lambda: lane.select(grid=(plan.n_seg, 1)))]
+             ("select", lambda: lane.select(grid=(1,) if plan.unit else (plan.n_seg, 1)))]  # unit select: one block
     steps += [(f"merge{i}", (lambda L=L, g=g: L(grid=(g, 1)))) for i, (L, g) in enumerate(plan.merges)]
-    steps.append(("zero_rows", lambda: shard.zero_rows(lane.acc, lane.acc_block)))
+    if not plan.unit:  # the unit select's keys rows are overwritten whole by the next accumulation
+        steps.append(("zero_rows", lambda: shard.zero_rows(lane.acc, lane.acc_block)))
     out = {"postings": int(stats["postings"]), "segments": int(plan.n_seg)}
     for name, fn in steps:
         times = []

@@ -123,7 +123,9 @@ def test_index_file_round_trip(tmp_path):
 # merge_rank_group: 0 the bitonic merges, 2 rank merges of two lists a level; shared_accumulate: the
 # accumulation through shared memory (kernels.blocked.rows_accumulate_kernel) in blocks of 16, 16, 24 and 16
 # documents, and not on the device's own build (lists unsorted: the atomics);
-# accumulate_items: 5 and 8 postings a thread for the atomics
+# accumulate_items: 5 and 8 postings a thread for the atomics; unit_select (the shared accumulation's
+# default, kernels.unit_select) off: per-segment lists and merges; units of 2 threads, 8 candidates
+# (the gathers refine on the tied duplicates)
 VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), ("l1", {"sorted_postings": True}),
                                          ("cosine", {"merge_width": 64, "merge_width_small": 32}),
                                          ("l2", {"shard_docs": 16}), ("dot", {"shard_docs": 16, "sorted_postings": True}),
@@ -141,6 +143,11 @@ VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), 
                                          ("dot", {"tile_rows": 2, "shared_accumulate": 32, "shared_min_docs": 1,
                                                   "tile_term_order": False, "sorted_postings": True}),
                                          ("cosine", {"shared_accumulate": 32, "shared_min_docs": 1, "tile_rows": 2}),
+                                         ("cosine", {"tile_rows": 2, "shared_accumulate": 32, "shared_min_docs": 1,
+                                                     "sorted_postings": True, "unit_select": False}),
+                                         ("l2", {"tile_rows": 3, "shared_accumulate": 48, "shared_min_docs": 1,
+                                                 "sorted_postings": True, "unit_threads": 2, "unit_block": 8,
+                                                 "unit_cap": 8, "tile_lanes": 2}),
                                          ("l1", {"accumulate_items": 5}), ("cosine", {"accumulate_items": 8})]
 
 
@@ -164,6 +171,8 @@ def test_cuda_equals_cpu_in_simulator(metric, change):
     if change.get("shared_min_docs"):  # the shared accumulation ran exactly where the lists are sorted
         shards = index.device_cache.get(("shards", 3)) or [index.device_cache["shard"]]
         assert {p.shared for s in shards for p in s.plans.values()} == {bool(change.get("sorted_postings"))}
+        units = {p.unit > 0 for s in shards for p in s.plans.values()}
+        assert units == {bool(change.get("sorted_postings")) and change.get("unit_select", True)}
 
 
 @pytest.mark.cudasim

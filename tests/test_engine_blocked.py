@@ -244,6 +244,12 @@ def test_rows_accumulation_twin_equals_the_sum_of_postings(metric):
     assert np.array_equal(acc, want)
 
 
+def _no_units():
+    """dn, ukey, udoc of rows_accumulate_kernel without units (unit = 0: not read)."""
+    from numba import cuda
+    return cuda.to_device(np.zeros(1)), cuda.to_device(np.zeros((1, 1))), cuda.to_device(np.zeros((1, 1), np.int32))
+
+
 @pytest.mark.cudasim
 @pytest.mark.filterwarnings("ignore:overflow encountered")  # the simulator's uint32 words wrap as the device's do
 @pytest.mark.parametrize("docs,big", [(16, False), (32, False), (16, True)])
@@ -257,7 +263,8 @@ def test_rows_accumulation_kernel_equals_twin_and_atomics_in_simulator(docs, big
     (seg_off, seg, w, qinfo, tp, pd, pw, code, n), want, total = _rows_inputs("l1" if big else "cosine", big=big)
     d = [cuda.to_device(a) for a in (seg_off, seg, w, qinfo, tp, pd, pw)]
     shared = cuda.to_device(np.full(3 * n, 99, np.int64))
-    rows_accumulate_kernel(8, docs, 3)[-(-n // docs), 8](*d, code, n, shared, 2, 0, len(seg) - 2, 1)
+    rows_accumulate_kernel(8, docs, 3)[-(-n // docs), 8](*d, code, n, shared, 2, 0, len(seg) - 2, 1,
+                                                         *_no_units())
     atomic = cuda.to_device(np.zeros(3 * n, np.int64))
     scoring.accumulate_kernel(8, 2)[-(-total // 16), 8](cuda.to_device(seg_off[2:]), *d[1:], code, n, atomic, 2, 0,
                                                          len(seg) - 2, 1)

@@ -28,7 +28,7 @@ import scipy.sparse as sp
 from ..device.launch import DriverCalls, Launch, blocks, device_address, next_pow2
 from ..device.memory import Workspace, packed_layout, resources
 from ..io.corpus import csr_arrays
-from ..kernels import blocked, postings, scan, scoring
+from ..kernels import blocked, postings, scan, scoring, unit_select
 from ..progress import progress
 from .index import Index, Postings
 from .merge import merge_topk
@@ -331,22 +331,35 @@ class TopkLane:
         shard, geom = plan.shard, plan.geom
         self.stream = stream
         self.acc_block, self.acc_items = geom.accumulate_block, geom.accumulate_items
-        self.acc = shard.buffer("acc" + ("" if index == 0 else str(index)), (plan.rows * shard.n_docs,), np.int64,
-                                zeroed=True)
+        suffix = "" if index == 0 else str(index)
+        unit = plan.unit
+        if unit:  # keys rows and the units' maxima (kernels.unit_select)
+            self.acc = shard.buffer("keys" + suffix, (plan.rows * shard.n_docs,), np.float64)
+            ukey = shard.buffer("ukey" + suffix, (plan.rows, plan.n_units), np.float64)
+            udoc = shard.buffer("udoc" + suffix, (plan.rows, plan.n_units), np.int32)
+        else:
+            self.acc = shard.buffer("acc" + suffix, (plan.rows * shard.n_docs,), np.int64, zeroed=True)
+            ukey, udoc = plan.no_units
         # marshalled with placeholder inputs at the upload's start; each chunk points them at its own
         seg_off, seg, weights, qinfo = (plan.view(i, 0, shape)
                                         for i, shape in enumerate(plan.input_shapes(plan.rows, 1, 1)))
         docs = plan.shared_docs
+        args = (seg_off, seg, weights, qinfo, shard.term_ptr, shard.post_doc, shard.post_w, plan.code, shard.n_docs,
+                self.acc, 0, 0, 1, 0)
         if docs:  # one block per document range, whatever the tile's postings
-            kernel, self.acc_grid = blocked.rows_accumulate_kernel(self.acc_block, docs, plan.rows), blocks(shard.n_docs, docs)
+            kernel = blocked.rows_accumulate_kernel(self.acc_block, docs, plan.rows, unit)
+            self.acc_grid, args = blocks(shard.n_docs, docs), args + (plan.dn, ukey, udoc)
         else:
             kernel, self.acc_grid = scoring.accumulate_kernel(self.acc_block, self.acc_items), None
-        self.accumulate = Launch(kernel, 1, self.acc_block,
-                                 (seg_off, seg, weights, qinfo, shard.term_ptr, shard.post_doc, shard.post_w,
-                                  plan.code, shard.n_docs, self.acc, 0, 0, 1, 0), stream=stream, raw=raw)
-        self.select = Launch(plan.select_kernel, (plan.n_seg, 1), plan.block,
-                             (self.acc, shard.n_docs, qinfo, plan.dn, plan.code, plan.k, plan.seg_doc,
-                              plan.seg_key, 0, 0), stream=stream, raw=raw)
+        self.accumulate = Launch(kernel, 1, self.acc_block, args, stream=stream, raw=raw)
+        if unit:  # one block a query: its top k straight into the chunk's final lists
+            self.select = Launch(plan.select_kernel, 1, plan.block,
+                                 (self.acc, ukey, udoc, shard.n_docs, docs, self.acc_block, unit, plan.k,
+                                  plan.out_doc, plan.out_key, 0), stream=stream, raw=raw)
+        else:
+            self.select = Launch(plan.select_kernel, (plan.n_seg, 1), plan.block,
+                                 (self.acc, shard.n_docs, qinfo, plan.dn, plan.code, plan.k, plan.seg_doc,
+                                  plan.seg_key, 0, 0), stream=stream, raw=raw)
 
     def launches(self) -> list:
         return [self.accumulate, self.select]
@@ -386,12 +399,20 @@ class TopkPlan:
         # shared-memory accumulation overwrites whole rows: the select leaves them as they are
         self.shared_docs = shared_docs(geom, rows) if shard.sorted_lists else 0
         self.shared = self.shared_docs > 0
-        self.select_kernel = scoring.select_topk_kernel(self.block, items, cap, rezero=not self.shared)
+        self.unit = plan_unit(geom, shard.n_docs, self.shared_docs, k) if self.shared else 0
+        self.n_units = blocks(shard.n_docs, self.shared_docs) * (geom.accumulate_block // self.unit) if self.unit else 0
+        self.no_units = (shard.buffer("no_ukey", (1, 1), np.float64), shard.buffer("no_udoc", (1, 1), np.int32))
+        if self.unit:
+            self.block = max(geom.unit_block, next_pow2(k))
+            self.select_kernel = unit_select.unit_topk_kernel(self.block, unit_select.unit_cap(k, geom.unit_cap))
+        else:
+            self.select_kernel = scoring.select_topk_kernel(self.block, items, cap, rezero=not self.shared)
         self.dn = shard.dn(code, geom.build_block)
         self.upload = shard.buffer("plan_upload", (packed_layout((8 * (16 * chunk + 1), 8 * 16 * chunk, 4 * 16 * chunk,
                                                                   32 * chunk))[1],), np.uint8)
-        self.seg_doc = shard.buffer("seg_doc", (chunk, self.n_seg, k), np.int32)
-        self.seg_key = shard.buffer("seg_key", (chunk, self.n_seg, k), np.float64)
+        lists = 1 if self.unit else self.n_seg
+        self.seg_doc = shard.buffer("seg_doc", (chunk, lists, k), np.int32)
+        self.seg_key = shard.buffer("seg_key", (chunk, lists, k), np.float64)
         # dispatcher launches (the simulator): the lanes take turns on numba's default stream
         streams = [res.stream(f"engine{i}") for i in range(lanes)] if self.raw and lanes > 1 else [None] * lanes
         self._merges(streams[0])
@@ -413,6 +434,9 @@ class TopkPlan:
         """The merge levels over a chunk's rows, on lane 0's stream; the last writes the final
         lists (chunk, 1, k) into out_doc / out_key (the select's lists when one segment)."""
         geom, k, shard = self.geom, self.k, self.shard
+        if self.unit:  # the unit select writes each query's final list
+            self.merges, self.out_doc, self.out_key = [], self.seg_doc, self.seg_key
+            return
         by_rank = geom.merge_rank_group > 0
         if by_rank:
             group = max(2, min(geom.merge_rank_group, RANK_MERGE_ENTRIES // k))
@@ -488,7 +512,8 @@ class TopkPlan:
         chunk without terms launches no accumulation)."""
         shapes = self.input_shapes(n, n_tiles, L)
         for lane in lanes:
-            for launch, arg, i in ([(lane.accumulate, i, i) for i in range(4)] if L else []) + [(lane.select, 2, 3)]:
+            reads_qinfo = [] if self.unit else [(lane.select, 2, 3)]  # the unit select needs no query inputs
+            for launch, arg, i in ([(lane.accumulate, i, i) for i in range(4)] if L else []) + reads_qinfo:
                 if self.raw:
                     launch.set_array(arg, self._base + offsets[i], shapes[i], np.dtype(self.INPUT_DTYPES[i]).itemsize)
                 else:
@@ -527,9 +552,13 @@ class TopkPlan:
                 acc.set(12, s1 - s0)
                 acc.set(13, t0)
                 acc(grid=lane.acc_grid or blocks(int(postings[g]), lane.acc_block * lane.acc_items))
-            lane.select.set(8, t0)
-            lane.select.set(9, t0)
-            lane.select(grid=(self.n_seg, m))
+            if self.unit:
+                lane.select.set(10, t0)
+                lane.select(grid=(m,))
+            else:
+                lane.select.set(8, t0)
+                lane.select.set(9, t0)
+                lane.select(grid=(self.n_seg, m))
         if self.raw:
             for lane, done in zip(used[1:], self.done[1:]):  # lane 0's stream waits for the others' tiles
                 done.record(lane.stream)
@@ -552,6 +581,19 @@ class TopkPlan:
 
 
 CHUNK_LIST_BYTES = 1 << 30  # a chunk's per-segment lists on the device (12 B an entry) stay below this
+
+
+def plan_unit(geom, n_docs: int, docs: int, k: int) -> int:
+    """Threads a unit of the unit select (kernels.unit_select) for the shared accumulation's
+    blocks of ``docs`` documents: Geometry.unit_threads, or by unit_select.unit_threads; 0 when
+    Geometry.unit_select is off (per-segment lists and merges instead)."""
+    if not geom.unit_select:
+        return 0
+    b = geom.accumulate_block
+    unit = geom.unit_threads or unit_select.unit_threads(n_docs, docs, b, k)
+    if unit > b or unit & (unit - 1):
+        raise ValueError(f"unit_threads must be a power of two <= accumulate_block, got {unit}")
+    return unit
 
 
 def tile_rows(shard: DeviceShard, n_queries: int, batch_size: int | None, geom, per_query_extra: int) -> tuple[int, int]:
@@ -579,12 +621,13 @@ def topk_plan(shard: DeviceShard, k: int, code: int, geom, rows: int, lanes: int
     a plan and its buffers), at most Geometry.tile_chunk queries and fewer where the chunk's
     per-segment lists (12 B x n_seg x k a query) would pass CHUNK_LIST_BYTES; whole tiles, at
     least one."""
-    cap = min(geom.tile_chunk, CHUNK_LIST_BYTES // (12 * k * n_seg))
+    lists = 1 if shard.sorted_lists and geom.unit_select and shared_docs(geom, rows) else n_seg  # unit select: one
+    cap = min(geom.tile_chunk, CHUNK_LIST_BYTES // (12 * k * lists))
     chunk = max(rows, min(cap, next_pow2(-(-n_q // rows)) * rows) // rows * rows)
     key = (k, code, rows, chunk, geom.select_block, geom.select_items, geom.merge_block, geom.merge_width,
            geom.merge_width_small, geom.merge_rank_group, geom.accumulate_block, geom.accumulate_items,
            geom.shared_accumulate, geom.shared_min_docs, geom.build_block, getattr(geom, "fast_launch", True),
-           geom.tile_term_order, lanes)
+           geom.tile_term_order, lanes, geom.unit_select, geom.unit_threads, geom.unit_block, geom.unit_cap)
     plan = shard.plans.get(key)
     if plan is None or not plan.valid():
         plan = shard.plans[key] = TopkPlan(shard, k, code, geom, rows, chunk, lanes)
@@ -605,7 +648,9 @@ def topk_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geom, repor
         rows, lanes = tile_rows(shard, n_q, batch_size, geom, 24 * n_seg * k)
         plan = topk_plan(shard, k, code, geom, rows, lanes, n_seg, n_q)
         report.batch_size = rows
-        report.rows_bytes = 8 * lanes * rows * shard.n_docs + 12 * plan.chunk * n_seg * k  # rows + the chunk's lists
+        # rows (+ units' maxima) of every lane, and the chunk's lists
+        report.rows_bytes = (lanes * rows * (8 * shard.n_docs + 12 * plan.n_units)
+                             + 12 * plan.chunk * plan.seg_doc.shape[1] * k)
         report.launch = "raw" if plan.raw else "dispatcher"
         docs = np.empty((n_q, k), np.int32)
         keys = np.empty((n_q, k), np.float64)

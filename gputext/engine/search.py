@@ -66,6 +66,10 @@ class Geometry:
     tile_lanes: int = 4  # ... tiles in flight on as many streams, each lane with its own score rows (its select and merges overlap the others' accumulation)
     shared_accumulate: int = 5120  # rows top-k: int64 counters in shared memory per block (documents x tile rows: kernels.blocked.rows_accumulate_kernel, plain stores into the score rows); 0 = atomics into the score rows (kernels.scoring.accumulate_kernel). H100 2026-11-27 04:08, 10^6 x 10,000: 0.496 s (5120) against 0.611 s (atomics), one query 0.297 ms p50 either way
     shared_min_docs: int = 512  # ... the shared accumulation's least documents a block (a tile of more rows takes the atomics)
+    unit_select: bool = True  # ... with the shared accumulation: each query's top k from its units' maxima in one block (kernels.unit_select), not per-segment lists and merge levels
+    unit_threads: int | None = None  # ... accumulation threads a unit; None = the fewest bytes read (kernels.unit_select.unit_threads)
+    unit_block: int = 256  # ... threads of the unit select (a power of two >= k)
+    unit_cap: int = 2048  # ... its shared candidates (a power of two; more found: theta refined, gathered again)
     tile_chunk: int = 8192  # ... queries whose tiles are uploaded, launched and read back together (one synchronisation)
     sorted_postings: bool = True  # rows top-k: upload the CPU twin's build (lists sorted by document: a warp's atomics share sectors) instead of building on the device (lists in any order)
     blocked_block: int | None = None  # blocked top-k: threads a block; None = max(128, next pow2 of k)
