@@ -25,6 +25,8 @@ What lives where:
     blocked.py      accumulation by document blocks in shared memory: the rows top-k's
                     accumulation into score rows (rows_accumulate_kernel, the GPU default) and
                     the blocked top-k method with its safe-pruning bounds
+    unit_select.py  the rows top-k's select from the shared accumulation's keys and units' maxima
+                    (one block a query, exact: theta from the k best units; the GPU default)
     grouped.py      grouped top-k (k best per query, group and metric)
     centroids.py    the kNN meta-features' centroid columns (host, both backends)
   dense kNN (gputext.knn.dense):

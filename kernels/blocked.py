@@ -27,7 +27,7 @@ import numba
 import numpy as np
 from numba import cuda, prange
 
-from ._factory import kernel_cache
+from ._factory import jit_kernel, kernel_cache
 from .geometry import next_pow2
 from .metrics import COSINE, DOT
 from .primitives import better_dev, chunk_offsets, last_le_dev, lower_bound_cpu, make_chunk_walk
@@ -329,6 +329,14 @@ def _split_value(sw, hi0, j):
     return (h << 32) + numba.int64(sw[j])
 
 
+def keys_registers(block: int) -> int:
+    """Register cap of rows_accumulate_kernel with keys (unit > 0): four blocks of ``block``
+    threads a multiprocessor, as many as its shared memory holds at 5,120 documents a block.
+    Uncapped, the keys' epilogue takes 66 registers at 256 threads (ptxas, sm_90) and only
+    three blocks fit; at 64 it spills nothing."""
+    return max(32, min(255, 65536 // (4 * block)))
+
+
 @cuda.jit(device=True, inline=True)
 def _store_key(j, x, bk, bd, ctx):
     """Document d_lo + j's key (unit_select.doc_key_dev of its split counter, norm term x) stored
@@ -378,7 +386,7 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0):
     entries = _entry_scratch(block)
     per_block = block // unit if unit else 0
 
-    @cuda.jit
+    @jit_kernel(keys_registers(block) if unit else 0)
     def accumulate_rows(seg_off, seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, n_docs, acc, s0, o0,
                         n_seg, q0, dn, ukey, udoc):
         sw = cuda.shared.array(words, numba.uint32)

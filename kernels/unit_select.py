@@ -11,7 +11,7 @@ b*docs + u*unit + g + i*block (g < unit) -- unit*ceil(docs/block) of them, read 
 unit_topk_kernel selects each query's k best in one block of threads, in three steps:
 
 1. theta0 = the k-th best of the threads' best unit maxima (thread t takes units t, t + F, ...;
-   the rank of each by counting);
+   then a bitonic sort of the F bests);
 2. the unit maxima at least theta0 are gathered into shared candidates and ordered: the first k
    are the k best units, and the k-th of them is theta1;
 3. the documents of those k units at least theta1 are gathered and ordered: the first k are the
@@ -39,7 +39,7 @@ import numba
 import numpy as np
 from numba import cuda, prange
 
-from ._factory import kernel_cache
+from ._factory import jit_kernel, kernel_cache
 from .primitives import better_cpu, better_dev, sort_pairs_best_first_dev
 from .select import first_k_by_counting, offer_cpu
 from .scoring import score_key_cpu, score_key_dev
@@ -64,6 +64,18 @@ def _doc_unit(d, docs, block, unit):
     return b * (block // unit) + ((d - b * docs) % block) // unit
 
 
+def _unit_first(d, docs, block, unit):
+    """The first document of the unit that holds document d."""
+    b0 = d - d % docs
+    return b0 + unit * (((d - b0) % block) // unit)
+
+
+def _entry_doc(first, j, unit, shift, block):
+    """The j-th entry of the unit whose first document is ``first`` (unit = 2^shift threads):
+    round j >> shift, thread j & (unit - 1). Equal to _unit_doc; one shift and mask, no division."""
+    return first + (j & (unit - 1)) + (j >> shift) * block
+
+
 def _make_at_least(better):
     def at_least(key, d, theta_key, theta_doc):
         """(key, d) is a document (d >= 0, key > -inf) not worse than theta in the tie rule's
@@ -83,8 +95,9 @@ def _make_doc_key(score_key):
 
 _host = numba.njit(inline="always")
 _device = cuda.jit(device=True, inline=True)
-unit_doc_cpu, doc_unit_cpu = _host(_unit_doc), _host(_doc_unit)
-unit_doc_dev, doc_unit_dev = _device(_unit_doc), _device(_doc_unit)
+unit_doc_cpu, doc_unit_cpu = _host(_unit_doc), _host(_doc_unit)  # the twins' enumeration of units
+unit_first_cpu, unit_first_dev = _host(_unit_first), _device(_unit_first)
+entry_doc_cpu, entry_doc_dev = _host(_entry_doc), _device(_entry_doc)
 at_least_cpu, at_least_dev = _host(_make_at_least(better_cpu)), _device(_make_at_least(better_dev))
 doc_key_cpu, doc_key_dev = _host(_make_doc_key(score_key_cpu)), _device(_make_doc_key(score_key_dev))
 
@@ -116,7 +129,7 @@ def unit_cap(k: int, cap: int) -> int:
 
 def shared_bytes(block: int, cap: int) -> int:
     """Static shared memory of unit_topk_kernel(block, cap)."""
-    return 12 * cap + 12 * block + 16
+    return 12 * cap + 20 * block + 16
 
 
 # ----------------------------------------------------------------------------- device: block-wide steps
@@ -124,24 +137,18 @@ def shared_bytes(block: int, cap: int) -> int:
 @cuda.jit(device=True, inline=True)
 def kth_best_shared(vk, vd, th_key, th_doc, key, d, k, tid, block):
     """th_key[0] / th_doc[0] (shared, one entry) = the k-th best of every thread's (key, d) in the
-    tie rule's order, or (-inf, -1) when fewer than k threads hold a document (d >= 0): each
-    thread writes its pair to vk / vd (shared [block]) and counts the pairs better than its own
-    (broadcast reads; documents are distinct, so the ranks are). Synchronises; vk / vd are free
-    again on return."""
+    tie rule's order, or (-inf, -1) when fewer than k threads hold a document (d >= 0): the pairs
+    go to vk / vd (shared [block], block a power of two) and a bitonic sort puts them best first
+    (log2(block) (log2(block) + 1) / 2 barriers: 36 at 256 threads, where ranking each pair by
+    counting reads all 256 pairs a thread). Synchronises; vk / vd are free again on return."""
     vk[tid] = key
     vd[tid] = d
+    cuda.syncthreads()  # pairs visible
+    sort_pairs_best_first_dev(vk, vd, 0, block, tid, block)
     if tid == 0:
-        th_key[0] = -math.inf
-        th_doc[0] = -1
-    cuda.syncthreads()  # pairs and the empty theta visible
-    r = 0
-    for j in range(block):
-        if better_dev(vk[j], vd[j], key, d):
-            r += 1
-    if d >= 0 and r == k - 1:
-        th_key[0] = key
-        th_doc[0] = d
-    cuda.syncthreads()  # theta visible, every count done
+        th_key[0] = vk[k - 1] if vd[k - 1] >= 0 else -math.inf
+        th_doc[0] = vd[k - 1]
+    cuda.syncthreads()  # theta visible, vk / vd read
 
 
 def make_gather(fetch):
@@ -220,11 +227,15 @@ def _unit_max(i, ctx):
 
 @cuda.jit(device=True, inline=True)
 def _unit_entry(i, ctx):
-    """Entry i % per_unit of the i // per_unit-th listed unit: (key, document), or (-inf, -1) past
-    the row. ctx = (keys, row, units, per_unit, docs, block, unit, n_docs)."""
-    keys, row, units, per_unit, docs, block, unit, n_docs = ctx
-    d = unit_doc_dev(numba.int64(units[i // per_unit]), i % per_unit, docs, block, unit)
-    if d < 0 or d >= n_docs:
+    """Entry i of the listed units' documents (unit m = i // (items * unit), its entry_doc from
+    its first document base[m]): (key, document), or (-inf, -1) past the unit's accumulation block
+    (end[m]). One division an entry, where unit_doc takes three. ctx = (keys, row, base, end,
+    items = rounds a thread, shift = log2(unit), unit, block = accumulation threads)."""
+    keys, row, base, end, items, shift, unit, block = ctx
+    per_unit = items << shift
+    m = i // per_unit
+    d = entry_doc_dev(numba.int64(base[m]), i - m * per_unit, unit, shift, block)
+    if d >= end[m]:
         return -math.inf, numba.int64(-1)
     return keys[row + d], d
 
@@ -260,20 +271,23 @@ def unit_topk_kernel(block: int, cap: int):
     none) to out_doc int32 / out_key float64 (n_out, 1, k) at row out0 + q, best first (key
     descending, document ascending), document -1 / key -inf where the row holds fewer than k.
 
-    Thread tid: in step 1 the units tid, tid + block, ... (its best, then rank by counting:
-    kth_best_shared); in steps 2 and 3 the items tid, tid + block, ... of the gathers (make_gather:
-    unit maxima, then the entries of the k best units, unit_doc). Shared: candidates 12 * cap B,
-    the ranks' and the unit list's 12 * block B, theta and counter 16 B (shared_bytes). block >=
+    Thread tid: in step 1 the units tid, tid + block, ... (its best, then the k-th best of the
+    threads' by kth_best_shared); in steps 2 and 3 the items tid, tid + block, ... of the gathers (make_gather:
+    unit maxima, then the entries of the k best units by their first documents and ends). Shared:
+    candidates 12 * cap B, the ranks' scratch and the unit list's 20 * block B, theta and counter
+    16 B (shared_bytes). block >=
     k, a power of two; cap a power of two > k (unit_cap). The accumulation's geometry (docs a
     block, block_acc threads, unit threads a unit) says where a unit's documents are.
     """
 
-    @cuda.jit
+    @jit_kernel(min(255, 65536 // block))  # 70 registers uncapped (ptxas, sm_90): 1,024 threads need 64
     def unit_topk(keys, ukey, udoc, n_docs, docs, block_acc, unit, k, out_doc, out_key, out0):
         cand_key = cuda.shared.array(cap, numba.float64)
         cand_doc = cuda.shared.array(cap, numba.int32)
         vk = cuda.shared.array(block, numba.float64)
         vd = cuda.shared.array(block, numba.int32)
+        base = cuda.shared.array(block, numba.int32)
+        end = cuda.shared.array(block, numba.int32)
         th_key = cuda.shared.array(1, numba.float64)
         th_doc = cuda.shared.array(1, numba.int32)
         counter = cuda.shared.array(1, numba.int32)
@@ -284,12 +298,12 @@ def unit_topk_kernel(block: int, cap: int):
         bd = numba.int32(-1)
         i = tid
         while i < n_units:  # four units at a time, their loads issued together
-            i1 = min(i + block, n_units - 1)
-            i2 = min(i + 2 * block, n_units - 1)
-            i3 = min(i + 3 * block, n_units - 1)
+            i1 = i + block if i + block < n_units else i  # past the end: the thread's own unit again
+            i2 = i + 2 * block if i + 2 * block < n_units else i
+            i3 = i + 3 * block if i + 3 * block < n_units else i
             k0, k1, k2, k3 = ukey[q, i], ukey[q, i1], ukey[q, i2], ukey[q, i3]
             d0, d1, d2, d3 = udoc[q, i], udoc[q, i1], udoc[q, i2], udoc[q, i3]
-            bk, bd = _best(k0, d0, bk, bd)  # a repeated unit (clamped index) changes nothing
+            bk, bd = _best(k0, d0, bk, bd)  # its own unit twice changes nothing
             bk, bd = _best(k1, d1, bk, bd)
             bk, bd = _best(k2, d2, bk, bd)
             bk, bd = _best(k3, d3, bk, bd)
@@ -301,12 +315,17 @@ def unit_topk_kernel(block: int, cap: int):
         if tid == 0:
             th_key[0] = cand_key[k - 1] if n >= k else -math.inf
             th_doc[0] = cand_doc[k - 1] if n >= k else -1
-        for j in range(tid, m, block):
-            vd[j] = doc_unit_dev(cand_doc[j], docs, block_acc, unit)
-        per_unit = unit * ((docs + block_acc - 1) // block_acc)
+        for j in range(tid, m, block):  # each listed unit's first document and its block's end
+            d = numba.int64(cand_doc[j])
+            base[j] = unit_first_dev(d, docs, block_acc, unit)
+            end[j] = min(d - d % docs + docs, n_docs)
+        items = (docs + block_acc - 1) // block_acc
+        shift = 0
+        while (1 << shift) < unit:
+            shift += 1
         row = numba.int64(q) * n_docs
-        n = _gather_entries(m * per_unit, th_key, th_doc, cand_key, cand_doc, cap, counter, k, tid, block,
-                            (keys, row, vd, per_unit, docs, block_acc, unit, n_docs))
+        n = _gather_entries(m * unit * items, th_key, th_doc, cand_key, cand_doc, cap, counter, k, tid, block,
+                            (keys, row, base, end, items, shift, unit, block_acc))
         _order_first_k(cand_key, cand_doc, n, k, cap, vk, vd, tid, block)
         for j in range(tid, k, block):
             out_doc[out0 + q, 0, j] = cand_doc[j] if j < n else -1
@@ -357,10 +376,14 @@ def unit_maxima_cpu(keys, n_docs, docs, block, unit, ukey, udoc):
 def unit_topk_cpu(keys, ukey, udoc, n_docs, docs, block, unit, k, out_doc, out_key):
     """CPU twin of unit_topk_kernel: per row in parallel, the k best units (a running best-k list
     over every unit's maximum, offer_cpu), theta1 = the k-th of them, then every document of those
-    units at least theta1 (at_least) offered to the row's list. out_doc int32 / out_key float64
+    units at least theta1 (at_least; the units' entries by unit_first and entry_doc, as the
+    kernel's) offered to the row's list. out_doc int32 / out_key float64
     (rows, k), -1 / -inf where fewer than k."""
     rows = ukey.shape[0]
     per_unit = unit * ((docs + block - 1) // block)
+    shift = 0
+    while (1 << shift) < unit:
+        shift += 1
     for r in prange(rows):
         u_key = np.full(k, -np.inf)
         u_doc = np.full(k, -1, np.int32)
@@ -374,10 +397,12 @@ def unit_topk_cpu(keys, ukey, udoc, n_docs, docs, block, unit, k, out_doc, out_k
         out_doc[r, :] = -1
         got = 0
         for m in range(filled):
-            u = doc_unit_cpu(u_doc[m], docs, block, unit)
+            d0 = np.int64(u_doc[m])
+            first = unit_first_cpu(d0, docs, block, unit)
+            end = min(d0 - d0 % docs + docs, n_docs)
             for j in range(per_unit):
-                d = unit_doc_cpu(u, j, docs, block, unit)
-                if d >= 0 and d < n_docs:
+                d = entry_doc_cpu(first, j, unit, shift, block)
+                if d < end:
                     key = keys[r * n_docs + d]
                     if at_least_cpu(key, d, tk, td):
                         got = offer_cpu(key, d, out_key[r], out_doc[r], got, k, True)

@@ -417,16 +417,20 @@ def sweep_geometries(a, X, singles, Q, backend, events) -> dict:
         first = time.perf_counter() - t
         host, dev = time_singles(lambda q: search_topk(index, q, a.k, "cosine", backend, geometry=geom),
                                  singles, events)
+        stages = stage_times(index, singles, a.k, backend, geom) if backend.is_cuda else {}
         same = all(np.array_equal(search_topk(index, q, a.k, "cosine", backend, geometry=geom)[0], r[0])
                    for q, r in zip(singles[: a.check], ref))
         batch = search_topk(index, Q, a.k, "cosine", backend, geometry=geom)
         same &= bool(np.array_equal(batch[0], ref_batch[0]) and np.array_equal(batch[1], ref_batch[1], equal_nan=True))
         batches = batch_times(a, index, Q, backend, geom)
         out[name] = {"spec": spec, "host_ms": percentiles(host), "events_ms": percentiles(dev), "first_call_s": first,
-                     **{f"queries_{n}_s": secs for n, secs in batches.items()}, "equal_default": same}
+                     **{f"queries_{n}_s": secs for n, secs in batches.items()}, "equal_default": same,
+                     "stages_ms": stages}
         print(f"geometry {name}: single p50 {np.median(host):.3f} ms host / {np.median(dev):.3f} ms events, "
               + ", ".join(f"{n} queries {secs:.4f} s" for n, secs in batches.items())
-              + f", first call {first:.2f} s, equal {same}", flush=True)
+              + f", first call {first:.2f} s, equal {same}; stages "
+              + ", ".join(f"{key} {v:.4f}" for key, v in stages.items() if key not in ("postings", "segments")),
+              flush=True)
         del index
     return out
 

@@ -40,6 +40,9 @@ SIM_BATCH = 64  # the simulator has no memory to plan against
 RANK_MERGE_ENTRIES = 3840  # the rank merge's shared lists (12 B an entry) within 46 KB
 SMALL_BATCH = 32  # rows top-k: batches below this merge in narrower groups (Geometry.merge_width_small)
 STATIC_SHARED = 48 * 1024  # numba's static shared arrays: at most 48 KB a block
+UNIT_BLOCK_BATCH = 256  # unit select threads (Geometry.unit_block None): a batch's selects overlap other tiles' work
+UNIT_BLOCK_LATENCY = 1024  # ... a search of one lane-full of tiles (one query) waits on its select
+SIM_UNIT_BLOCK = 32  # ... in the simulator (about 2 ms a simulated thread)
 
 
 @dataclass
@@ -322,10 +325,11 @@ def shared_docs(geom, rows: int) -> int:
 
 
 class TopkLane:
-    """One stream's part of a TopkPlan: its own score rows (``rows`` x n_docs int64) and the
-    launches of accumulate and select on its stream (gputext.kernels.scoring); a tile's offsets
-    into the chunk's inputs and lists are scalar arguments. Lane 0 keeps the workspace name of a
-    single-lane plan's rows ("acc")."""
+    """One stream's part of a TopkPlan: its own score rows (``rows`` x n_docs int64; with the unit
+    select float64 keys, plus the units' maxima ``rows`` x n_units) and the launches of accumulate
+    and select on its stream (gputext.kernels.scoring, blocked, unit_select); a tile's offsets
+    into the chunk's inputs and lists are scalar arguments. Lane 0 keeps the workspace names of a
+    single-lane plan's rows ("acc" or "keys")."""
 
     def __init__(self, plan: "TopkPlan", index: int, stream, raw: bool):
         shard, geom = plan.shard, plan.geom
@@ -374,6 +378,10 @@ class TopkPlan:
     lists a group, each entry's rank by binary searches: one barrier) or, with merge_rank_group
     0, by a bitonic sort of the group in shared memory (one barrier per step; fewer than
     SMALL_BATCH rows merge in groups of merge_width_small entries).
+    With the shared accumulation and Geometry.unit_select (the default on sorted lists) the
+    accumulation stores keys and its units' maxima, and the select is the unit select
+    (kernels.unit_select: one block a query writes its final list; no per-segment lists, no
+    merges).
 
     A search runs in chunks of up to ``chunk`` queries, each chunk as consecutive tiles of
     ``rows`` queries dealt round-robin to ``lanes`` streams (TopkLane: each its own score rows).
@@ -403,7 +411,11 @@ class TopkPlan:
         self.n_units = blocks(shard.n_docs, self.shared_docs) * (geom.accumulate_block // self.unit) if self.unit else 0
         self.no_units = (shard.buffer("no_ukey", (1, 1), np.float64), shard.buffer("no_udoc", (1, 1), np.int32))
         if self.unit:
-            self.block = max(geom.unit_block, next_pow2(k))
+            # a search whose tiles are all in flight at once waits on each select: the widest block
+            want = geom.unit_block or (UNIT_BLOCK_LATENCY if chunk <= rows * lanes else UNIT_BLOCK_BATCH)
+            if res.simulator and not geom.unit_block:
+                want = SIM_UNIT_BLOCK
+            self.block = max(want, next_pow2(k))
             self.select_kernel = unit_select.unit_topk_kernel(self.block, unit_select.unit_cap(k, geom.unit_cap))
         else:
             self.select_kernel = scoring.select_topk_kernel(self.block, items, cap, rezero=not self.shared)

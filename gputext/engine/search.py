@@ -68,7 +68,7 @@ class Geometry:
     shared_min_docs: int = 512  # ... the shared accumulation's least documents a block (a tile of more rows takes the atomics)
     unit_select: bool = True  # ... with the shared accumulation: each query's top k from its units' maxima in one block (kernels.unit_select), not per-segment lists and merge levels
     unit_threads: int | None = None  # ... accumulation threads a unit; None = the fewest bytes read (kernels.unit_select.unit_threads)
-    unit_block: int = 256  # ... threads of the unit select (a power of two >= k)
+    unit_block: int | None = None  # ... threads of the unit select (a power of two >= k); None = 1,024 for a search of at most one tile a lane (latency), else 256
     unit_cap: int = 2048  # ... its shared candidates (a power of two; more found: theta refined, gathered again)
     tile_chunk: int = 8192  # ... queries whose tiles are uploaded, launched and read back together (one synchronisation)
     sorted_postings: bool = True  # rows top-k: upload the CPU twin's build (lists sorted by document: a warp's atomics share sectors) instead of building on the device (lists in any order)
