@@ -125,7 +125,7 @@ def test_index_file_round_trip(tmp_path):
 # documents, and not on the device's own build (lists unsorted: the atomics);
 # accumulate_items: 5 and 8 postings a thread for the atomics; unit_select (the shared accumulation's
 # default, kernels.unit_select) off: per-segment lists and merges; units of 2 threads, 8 candidates
-# (the gathers refine on the tied duplicates)
+# (the gathers refine on the tied duplicates); block_ranges off: the accumulation's own binary searches
 VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), ("l1", {"sorted_postings": True}),
                                          ("cosine", {"merge_width": 64, "merge_width_small": 32}),
                                          ("l2", {"shard_docs": 16}), ("dot", {"shard_docs": 16, "sorted_postings": True}),
@@ -148,6 +148,8 @@ VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), 
                                          ("l2", {"tile_rows": 3, "shared_accumulate": 48, "shared_min_docs": 1,
                                                  "sorted_postings": True, "unit_threads": 2, "unit_block": 8,
                                                  "unit_cap": 8, "tile_lanes": 2}),
+                                         ("dot", {"tile_rows": 2, "shared_accumulate": 32, "shared_min_docs": 1,
+                                                  "sorted_postings": True, "block_ranges": False}),
                                          ("l1", {"accumulate_items": 5}), ("cosine", {"accumulate_items": 8})]
 
 
@@ -173,6 +175,25 @@ def test_cuda_equals_cpu_in_simulator(metric, change):
         assert {p.shared for s in shards for p in s.plans.values()} == {bool(change.get("sorted_postings"))}
         units = {p.unit > 0 for s in shards for p in s.plans.values()}
         assert units == {bool(change.get("sorted_postings")) and change.get("unit_select", True)}
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")  # split counters: uint32 words wrap in the simulator too
+@pytest.mark.cudasim
+def test_range_buffers_grow_for_long_queries_in_simulator(monkeypatch):
+    # lanes' (segment, block) range buffers start at one segment a query: the tiles' 4-9 segments
+    # grow them (the launches repointed); results equal the CPU twin's
+    from gputext.engine import cuda_backend
+    monkeypatch.setattr(cuda_backend, "RANGES_SEGMENTS", 1)
+    X = random_corpus(40, 12, 0.2, seed=12, duplicates=((3, 39),))
+    Q = random_corpus(5, 12, 0.4, seed=14)
+    index = Index.from_csr(X)
+    geom = Geometry(**{**TINY.__dict__, "tile_rows": 2, "shared_accumulate": 32, "shared_min_docs": 1,
+                       "sorted_postings": True, "tile_lanes": 2})
+    got = search_topk(index, Q, 5, "cosine", device="cuda", geometry=geom)
+    want = search_topk(index, Q, 5, "cosine", device="cpu")
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    plan = next(iter(index.device_cache["shard"].plans.values()))
+    assert plan.ranged and plan.rng_cap >= max(np.diff(Q.indptr[::2])) > 2
 
 
 @pytest.mark.cudasim

@@ -245,15 +245,16 @@ def test_rows_accumulation_twin_equals_the_sum_of_postings(metric):
 
 
 def _no_units():
-    """dn, ukey, udoc of rows_accumulate_kernel without units (unit = 0: not read)."""
+    """dn, ukey, udoc, rng_first, rng_cnt of rows_accumulate_kernel without units or ranges (not read)."""
     from numba import cuda
-    return cuda.to_device(np.zeros(1)), cuda.to_device(np.zeros((1, 1))), cuda.to_device(np.zeros((1, 1), np.int32))
+    return (cuda.to_device(np.zeros(1)), cuda.to_device(np.zeros((1, 1))), cuda.to_device(np.zeros((1, 1), np.int32)),
+            cuda.to_device(np.zeros((1, 1), np.int64)), cuda.to_device(np.zeros((1, 1), np.int32)))
 
 
 @pytest.mark.cudasim
 @pytest.mark.filterwarnings("ignore:overflow encountered")  # the simulator's uint32 words wrap as the device's do
-@pytest.mark.parametrize("docs,big", [(16, False), (32, False), (16, True)])
-def test_rows_accumulation_kernel_equals_twin_and_atomics_in_simulator(docs, big):
+@pytest.mark.parametrize("docs,big,ranged", [(16, False, False), (32, False, True), (16, True, False), (16, False, True)])
+def test_rows_accumulation_kernel_equals_twin_and_atomics_in_simulator(docs, big, ranged):
     # kernels.blocked.rows_accumulate_kernel (8 threads, 5 or 3 blocks, 15-16 segments: two chunks of
     # segments) against the twin and against scoring.accumulate_kernel's atomics on the same rows
     from numba import cuda
@@ -263,8 +264,18 @@ def test_rows_accumulation_kernel_equals_twin_and_atomics_in_simulator(docs, big
     (seg_off, seg, w, qinfo, tp, pd, pw, code, n), want, total = _rows_inputs("l1" if big else "cosine", big=big)
     d = [cuda.to_device(a) for a in (seg_off, seg, w, qinfo, tp, pd, pw)]
     shared = cuda.to_device(np.full(3 * n, 99, np.int64))
-    rows_accumulate_kernel(8, docs, 3)[-(-n // docs), 8](*d, code, n, shared, 2, 0, len(seg) - 2, 1,
-                                                         *_no_units())
+    extra = _no_units()
+    if ranged:  # the ranges by block_ranges_kernel (16 threads a block), equal to its twin's
+        from gputext.kernels.blocked import block_ranges_cpu, block_ranges_kernel
+        n_blk, n_seg = -(-n // docs), len(seg) - 2
+        rf, rc = np.full((n_blk, n_seg + 3), 7, np.int64), np.full((n_blk, n_seg + 3), 7, np.int32)
+        block_ranges_cpu(seg, tp, pd, n, docs, 2, n_seg, rf, rc)
+        d_rf, d_rc = cuda.to_device(np.full_like(rf, 7)), cuda.to_device(np.full_like(rc, 7))
+        block_ranges_kernel[-(-n_blk * n_seg // 16), 16](d[1], d[4], d[5], n, docs, 2, n_seg, d_rf, d_rc)
+        assert np.array_equal(d_rf.copy_to_host(), rf) and np.array_equal(d_rc.copy_to_host(), rc)
+        extra = (*extra[:3], d_rf, d_rc)
+    rows_accumulate_kernel(8, docs, 3, 0, ranged)[-(-n // docs), 8](*d, code, n, shared, 2, 0, len(seg) - 2, 1,
+                                                                    *extra)
     atomic = cuda.to_device(np.zeros(3 * n, np.int64))
     scoring.accumulate_kernel(8, 2)[-(-total // 16), 8](cuda.to_device(seg_off[2:]), *d[1:], code, n, atomic, 2, 0,
                                                          len(seg) - 2, 1)

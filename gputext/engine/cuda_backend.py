@@ -43,6 +43,8 @@ STATIC_SHARED = 48 * 1024  # numba's static shared arrays: at most 48 KB a block
 UNIT_BLOCK_BATCH = 256  # unit select threads (Geometry.unit_block None): a batch's selects overlap other tiles' work
 UNIT_BLOCK_LATENCY = 1024  # ... a search of one lane-full of tiles (one query) waits on its select
 SIM_UNIT_BLOCK = 32  # ... in the simulator (about 2 ms a simulated thread)
+RANGES_BLOCK = 256  # threads a block of kernels.blocked.block_ranges_kernel
+RANGES_SEGMENTS = 128  # (segment, document block) ranges a lane holds at first, per query of a tile
 
 
 @dataclass
@@ -335,7 +337,7 @@ class TopkLane:
         shard, geom = plan.shard, plan.geom
         self.stream = stream
         self.acc_block, self.acc_items = geom.accumulate_block, geom.accumulate_items
-        suffix = "" if index == 0 else str(index)
+        suffix = self.suffix = "" if index == 0 else str(index)
         unit = plan.unit
         if unit:  # keys rows and the units' maxima (kernels.unit_select)
             self.acc = shard.buffer("keys" + suffix, (plan.rows * shard.n_docs,), np.float64)
@@ -350,9 +352,18 @@ class TopkLane:
         docs = plan.shared_docs
         args = (seg_off, seg, weights, qinfo, shard.term_ptr, shard.post_doc, shard.post_w, plan.code, shard.n_docs,
                 self.acc, 0, 0, 1, 0)
+        self.ranges = None
         if docs:  # one block per document range, whatever the tile's postings
-            kernel = blocked.rows_accumulate_kernel(self.acc_block, docs, plan.rows, unit)
-            self.acc_grid, args = blocks(shard.n_docs, docs), args + (plan.dn, ukey, udoc)
+            kernel = blocked.rows_accumulate_kernel(self.acc_block, docs, plan.rows, unit, plan.ranged)
+            self.acc_grid = blocks(shard.n_docs, docs)
+            rng = plan.no_ranges
+            if plan.ranged:  # the posting ranges of every (segment, document block), by a kernel before
+                rng = (shard.buffer("rng_first" + suffix, (self.acc_grid, plan.rng_cap), np.int64),
+                       shard.buffer("rng_cnt" + suffix, (self.acc_grid, plan.rng_cap), np.int32))
+                self.ranges = Launch(blocked.block_ranges_kernel, 1, RANGES_BLOCK,
+                                     (seg, shard.term_ptr, shard.post_doc, shard.n_docs, docs, 0, 1, *rng),
+                                     stream=stream, raw=raw)
+            args = args + (plan.dn, ukey, udoc, *rng)
         else:
             kernel, self.acc_grid = scoring.accumulate_kernel(self.acc_block, self.acc_items), None
         self.accumulate = Launch(kernel, 1, self.acc_block, args, stream=stream, raw=raw)
@@ -366,7 +377,15 @@ class TopkLane:
                                   plan.seg_key, 0, 0), stream=stream, raw=raw)
 
     def launches(self) -> list:
-        return [self.accumulate, self.select]
+        return [self.accumulate, self.select] + ([self.ranges] if self.ranges else [])
+
+    def grow_ranges(self, plan: "TopkPlan") -> None:
+        """Range buffers of plan.rng_cap segments a block (a tile with more segments than before)."""
+        rng = (plan.shard.buffer("rng_first" + self.suffix, (self.acc_grid, plan.rng_cap), np.int64),
+               plan.shard.buffer("rng_cnt" + self.suffix, (self.acc_grid, plan.rng_cap), np.int32))
+        for i, a in enumerate(rng):
+            self.ranges.set(7 + i, a)
+            self.accumulate.set(17 + i, a)
 
 
 class TopkPlan:
@@ -410,6 +429,9 @@ class TopkPlan:
         self.unit = plan_unit(geom, shard.n_docs, self.shared_docs, k) if self.shared else 0
         self.n_units = blocks(shard.n_docs, self.shared_docs) * (geom.accumulate_block // self.unit) if self.unit else 0
         self.no_units = (shard.buffer("no_ukey", (1, 1), np.float64), shard.buffer("no_udoc", (1, 1), np.int32))
+        self.ranged = bool(geom.block_ranges) and self.shared
+        self.rng_cap = RANGES_SEGMENTS * rows  # segments a tile; grown by run() for longer queries
+        self.no_ranges = (shard.buffer("no_rng_first", (1, 1), np.int64), shard.buffer("no_rng_cnt", (1, 1), np.int32))
         if self.unit:
             # a search whose tiles are all in flight at once waits on each select: the widest block
             want = geom.unit_block or (UNIT_BLOCK_LATENCY if chunk <= rows * lanes else UNIT_BLOCK_BATCH)
@@ -525,7 +547,8 @@ class TopkPlan:
         shapes = self.input_shapes(n, n_tiles, L)
         for lane in lanes:
             reads_qinfo = [] if self.unit else [(lane.select, 2, 3)]  # the unit select needs no query inputs
-            for launch, arg, i in ([(lane.accumulate, i, i) for i in range(4)] if L else []) + reads_qinfo:
+            reads_seg = [(lane.ranges, 0, 1)] if lane.ranges and L else []
+            for launch, arg, i in ([(lane.accumulate, i, i) for i in range(4)] if L else []) + reads_qinfo + reads_seg:
                 if self.raw:
                     launch.set_array(arg, self._base + offsets[i], shapes[i], np.dtype(self.INPUT_DTYPES[i]).itemsize)
                 else:
@@ -543,6 +566,13 @@ class TopkPlan:
         shard.rows_dirty = True
         n_tiles = postings.size
         used = self.lanes[:n_tiles]
+        if self.ranged:  # every tile's segments fit the lanes' range buffers
+            most = int(np.diff(q_ptr[np.r_[0:n:T, n]]).max(initial=0))
+            if most > self.rng_cap:
+                self.rng_cap = next_pow2(most)
+                for lane in self.lanes:
+                    lane.grow_ranges(self)
+                self.buffers = self._buffer_ids()
         if self.raw:
             self._base = device_address(self.upload)
             self.calls.copy_h2d(self._base, host.ctypes.data, total)
@@ -558,6 +588,10 @@ class TopkPlan:
             m = min(T, n - t0)
             if postings[g] or self.shared:  # the shared accumulation writes a tile's rows even when empty
                 s0, s1 = int(q_ptr[t0]), int(q_ptr[t0 + m])
+                if lane.ranges is not None and s1 > s0:
+                    lane.ranges.set(5, s0)
+                    lane.ranges.set(6, s1 - s0)
+                    lane.ranges(grid=blocks(lane.acc_grid * (s1 - s0), RANGES_BLOCK))
                 acc = lane.accumulate
                 acc.set(10, s0)
                 acc.set(11, s0 + g)
@@ -639,7 +673,8 @@ def topk_plan(shard: DeviceShard, k: int, code: int, geom, rows: int, lanes: int
     key = (k, code, rows, chunk, geom.select_block, geom.select_items, geom.merge_block, geom.merge_width,
            geom.merge_width_small, geom.merge_rank_group, geom.accumulate_block, geom.accumulate_items,
            geom.shared_accumulate, geom.shared_min_docs, geom.build_block, getattr(geom, "fast_launch", True),
-           geom.tile_term_order, lanes, geom.unit_select, geom.unit_threads, geom.unit_block, geom.unit_cap)
+           geom.tile_term_order, lanes, geom.unit_select, geom.unit_threads, geom.unit_block, geom.unit_cap,
+           geom.block_ranges)
     plan = shard.plans.get(key)
     if plan is None or not plan.valid():
         plan = shard.plans[key] = TopkPlan(shard, k, code, geom, rows, chunk, lanes)
