@@ -452,7 +452,9 @@ def stage_times(index, singles, k, backend, geom) -> dict:
     # the accumulation's own grid: one block a document range for the shared accumulation (before
     # 2026-11-27 06:30 this step launched the atomics' grid, blocks(postings, 4,096), for it too)
     grid = lane.acc_grid or blocks(stats["postings"], lane.acc_block * lane.acc_items)
-    steps = [("accumulate", lambda: lane.accumulate(grid=grid)),
+    steps = [("ranges", lambda: lane.ranges(grid=blocks(lane.acc_grid * lane.ranges.args[6], lane.ranges.block)))
+             ] if getattr(lane, "ranges", None) is not None else []
+    steps += [("accumulate", lambda: lane.accumulate(grid=grid)),
              ("select", lambda: lane.select(grid=(1,) if plan.unit else (plan.n_seg, 1)))]  # unit select: one block
     steps += [(f"merge{i}", (lambda L=L, g=g: L(grid=(g, 1)))) for i, (L, g) in enumerate(plan.merges)]
     if not plan.unit:  # the unit select's keys rows are overwritten whole by the next accumulation
