@@ -718,7 +718,7 @@ def ptx_kernels():
          "void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], int64, "
          "int64, float64[::1], int64, int64, int64, int64, float64[::1], float64[:, ::1], int32[:, ::1], "
          "int64[:, ::1], int32[:, ::1])"),
-        ("block_ranges", block_ranges_kernel,
+        ("block_ranges_kernel", block_ranges_kernel,
          "void(int32[:, ::1], int64[::1], int32[::1], int64, int64, int64, int64, int64[:, ::1], int32[:, ::1])"),
         ("rows_accumulate_4", rows_accumulate_kernel(256, 1280, 4),
          "void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], int64, "

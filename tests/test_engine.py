@@ -125,7 +125,8 @@ def test_index_file_round_trip(tmp_path):
 # documents, and not on the device's own build (lists unsorted: the atomics);
 # accumulate_items: 5 and 8 postings a thread for the atomics; unit_select (the shared accumulation's
 # default, kernels.unit_select) off: per-segment lists and merges; units of 2 threads, 8 candidates
-# (the gathers refine on the tied duplicates); block_ranges off: the accumulation's own binary searches
+# (the gathers refine on the tied duplicates); block_ranges on (by default only for more tiles than lanes)
+# and off: the ranges kernel or the accumulation's own binary searches
 VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), ("l1", {"sorted_postings": True}),
                                          ("cosine", {"merge_width": 64, "merge_width_small": 32}),
                                          ("l2", {"shard_docs": 16}), ("dot", {"shard_docs": 16, "sorted_postings": True}),
@@ -147,7 +148,9 @@ VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), 
                                                      "sorted_postings": True, "unit_select": False}),
                                          ("l2", {"tile_rows": 3, "shared_accumulate": 48, "shared_min_docs": 1,
                                                  "sorted_postings": True, "unit_threads": 2, "unit_block": 8,
-                                                 "unit_cap": 8, "tile_lanes": 2}),
+                                                 "unit_cap": 8, "tile_lanes": 2, "block_ranges": True}),
+                                         ("cosine", {"tile_rows": 1, "shared_accumulate": 32, "shared_min_docs": 1,
+                                                     "sorted_postings": True, "block_ranges": True}),
                                          ("dot", {"tile_rows": 2, "shared_accumulate": 32, "shared_min_docs": 1,
                                                   "sorted_postings": True, "block_ranges": False}),
                                          ("l1", {"accumulate_items": 5}), ("cosine", {"accumulate_items": 8})]
@@ -175,6 +178,8 @@ def test_cuda_equals_cpu_in_simulator(metric, change):
         assert {p.shared for s in shards for p in s.plans.values()} == {bool(change.get("sorted_postings"))}
         units = {p.unit > 0 for s in shards for p in s.plans.values()}
         assert units == {bool(change.get("sorted_postings")) and change.get("unit_select", True)}
+        if "block_ranges" in change:
+            assert {p.ranged for s in shards for p in s.plans.values()} == {change["block_ranges"]}
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered")  # split counters: uint32 words wrap in the simulator too

@@ -429,7 +429,8 @@ class TopkPlan:
         self.unit = plan_unit(geom, shard.n_docs, self.shared_docs, k) if self.shared else 0
         self.n_units = blocks(shard.n_docs, self.shared_docs) * (geom.accumulate_block // self.unit) if self.unit else 0
         self.no_units = (shard.buffer("no_ukey", (1, 1), np.float64), shard.buffer("no_udoc", (1, 1), np.int32))
-        self.ranged = bool(geom.block_ranges) and self.shared
+        ranges = geom.block_ranges if geom.block_ranges is not None else chunk > rows * lanes  # a batch: off the lanes' critical path
+        self.ranged = bool(ranges) and self.shared
         self.rng_cap = RANGES_SEGMENTS * rows  # segments a tile; grown by run() for longer queries
         self.no_ranges = (shard.buffer("no_rng_first", (1, 1), np.int64), shard.buffer("no_rng_cnt", (1, 1), np.int32))
         if self.unit:

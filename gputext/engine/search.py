@@ -66,7 +66,7 @@ class Geometry:
     tile_lanes: int = 8  # ... tiles in flight on as many streams, each lane with its own score rows (its select and merges overlap the others' accumulation)
     shared_accumulate: int = 5120  # rows top-k: int64 counters in shared memory per block (documents x tile rows: kernels.blocked.rows_accumulate_kernel, plain stores into the score rows); 0 = atomics into the score rows (kernels.scoring.accumulate_kernel). H100 2026-11-27 04:08, 10^6 x 10,000: 0.496 s (5120) against 0.611 s (atomics), one query 0.297 ms p50 either way
     shared_min_docs: int = 512  # ... the shared accumulation's least documents a block (a tile of more rows takes the atomics)
-    block_ranges: bool = True  # ... the shared accumulation's posting ranges by a kernel of their own before it (kernels.blocked.block_ranges_kernel), not by binary searches in the accumulation's blocks
+    block_ranges: bool | None = None  # ... the shared accumulation's posting ranges by a kernel of their own before it (kernels.blocked.block_ranges_kernel), not by binary searches in the accumulation's blocks; None = for a search of more tiles than lanes (H100 08:30, 10^7 x 10,000: 3.60 s with, 3.84 s without; one query: its 0.085 ms kernel costs more than the 0.07 ms it saves)
     unit_select: bool = True  # ... with the shared accumulation: each query's top k from its units' maxima in one block (kernels.unit_select), not per-segment lists and merge levels
     unit_threads: int | None = None  # ... accumulation threads a unit; None = the fewest bytes read (kernels.unit_select.unit_threads)
     unit_block: int | None = None  # ... threads of the unit select (a power of two >= k); None = 1,024 for a search of at most one tile a lane (latency), else 256
