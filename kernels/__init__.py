@@ -23,7 +23,8 @@ What lives where:
                     kernels and their CPU twins
     postings.py     the inverted index's build (postings by term, document norms)
     blocked.py      accumulation by document blocks in shared memory: the rows top-k's
-                    accumulation into score rows (rows_accumulate_kernel, the GPU default) and
+                    accumulation into score rows (rows_accumulate_kernel, the GPU default; its
+                    posting ranges in a batch by block_ranges_kernel) and
                     the blocked top-k method with its safe-pruning bounds
     unit_select.py  the rows top-k's select from the shared accumulation's keys and units' maxima
                     (one block a query, exact: theta from the k best units; the GPU default)

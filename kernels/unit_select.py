@@ -151,6 +151,17 @@ def kth_best_shared(vk, vd, th_key, th_doc, key, d, k, tid, block):
     cuda.syncthreads()  # theta visible, vk / vd read
 
 
+@cuda.jit(device=True, inline=True)
+def _offer(key, d, ok, tk, td, cand_key, cand_doc, cap, counter):
+    """(key, d) to the next candidate slot (shared atomic counter) when ok and at least theta
+    (tk, td); slots past cap are counted, not written."""
+    if ok and at_least_dev(key, d, tk, td):
+        slot = cuda.atomic.add(counter, 0, 1)
+        if slot < cap:
+            cand_key[slot] = key
+            cand_doc[slot] = d
+
+
 def make_gather(fetch):
     """Device function ``gather(n_items, th_key, th_doc, cand_key, cand_doc, cap, counter, k, tid,
     block, ctx) -> n`` over ``fetch(i, ctx) -> (key, document)`` (document -1: nothing there):
@@ -177,26 +188,10 @@ def make_gather(fetch):
                 k1, d1 = fetch(i1 if i1 < n_items else i, ctx)
                 k2, d2 = fetch(i2 if i2 < n_items else i, ctx)
                 k3, d3 = fetch(i3 if i3 < n_items else i, ctx)
-                if at_least_dev(k0, d0, tk, td):
-                    slot = cuda.atomic.add(counter, 0, 1)
-                    if slot < cap:
-                        cand_key[slot] = k0
-                        cand_doc[slot] = d0
-                if i1 < n_items and at_least_dev(k1, d1, tk, td):
-                    slot = cuda.atomic.add(counter, 0, 1)
-                    if slot < cap:
-                        cand_key[slot] = k1
-                        cand_doc[slot] = d1
-                if i2 < n_items and at_least_dev(k2, d2, tk, td):
-                    slot = cuda.atomic.add(counter, 0, 1)
-                    if slot < cap:
-                        cand_key[slot] = k2
-                        cand_doc[slot] = d2
-                if i3 < n_items and at_least_dev(k3, d3, tk, td):
-                    slot = cuda.atomic.add(counter, 0, 1)
-                    if slot < cap:
-                        cand_key[slot] = k3
-                        cand_doc[slot] = d3
+                _offer(k0, d0, True, tk, td, cand_key, cand_doc, cap, counter)
+                _offer(k1, d1, i1 < n_items, tk, td, cand_key, cand_doc, cap, counter)
+                _offer(k2, d2, i2 < n_items, tk, td, cand_key, cand_doc, cap, counter)
+                _offer(k3, d3, i3 < n_items, tk, td, cand_key, cand_doc, cap, counter)
                 i += 4 * block
             cuda.syncthreads()  # every item offered
             n = counter[0]

@@ -329,7 +329,9 @@ def shared_docs(geom, rows: int) -> int:
 class TopkLane:
     """One stream's part of a TopkPlan: its own score rows (``rows`` x n_docs int64; with the unit
     select float64 keys, plus the units' maxima ``rows`` x n_units) and the launches of accumulate
-    and select on its stream (gputext.kernels.scoring, blocked, unit_select); a tile's offsets
+    and select on its stream (gputext.kernels.scoring, blocked, unit_select), with the ranges
+    kernel before the accumulation when the plan is ranged (its own (document block, segment)
+    range buffers, grown by grow_ranges); a tile's offsets
     into the chunk's inputs and lists are scalar arguments. Lane 0 keeps the workspace names of a
     single-lane plan's rows ("acc" or "keys")."""
 
