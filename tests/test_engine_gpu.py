@@ -3,6 +3,8 @@
 CUDA results must equal the CPU twin's bit for bit and the float64 reference up to ties, with
 the production launch geometry, several batches, and the corpus split into several shards.
 """
+import functools
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -89,3 +91,44 @@ def test_gpu_grouped_topk_equals_cpu(k):
         lo, hi = group_ptr[g], group_ptr[g + 1]
         idx, s = search_topk(Index.from_csr(X[lo:hi]), Q[:50], k, "l1", device="cpu")
         assert np.array_equal(np.where(idx >= 0, idx + lo, -1), dg[:50, g, 1]) and np.array_equal(s, sg[:50, g, 1], equal_nan=True)
+
+
+@functools.lru_cache(maxsize=2)
+def _tied_corpus(signed: bool):
+    """200,000 documents (2.4M nonzeros) with 3,000 copies of document 7 and an empty document 11;
+    queries: 60 random, document 7, an empty one, a copy (its own document left out: self_doc)."""
+    X = random_corpus(200000, 3000, 0.004, seed=41, signed=signed, empty_rows=(11,)).tolil()
+    copies = np.random.default_rng(42).choice(np.arange(12, 200000), 3000, replace=False)
+    for c in copies:
+        X[c, :] = X[7, :]
+    X = X.tocsr()
+    Q = sp.vstack([random_corpus(60, 3000, 0.01, seed=43), X[7], sp.csr_matrix((1, 3000), dtype=np.float32),
+                   X[copies[0]]]).tocsr()
+    self_doc = np.full(Q.shape[0], -1, np.int64)
+    self_doc[-1] = copies[0]
+    return X, Q, self_doc
+
+
+UNIT_GEOMETRIES = [{}, {"unit_cap": 64}, {"unit_threads": 1}, {"unit_threads": 64, "unit_block": 1024},
+                   {"block_ranges": False}, {"unit_select": False}]
+
+
+@pytest.mark.parametrize("change", UNIT_GEOMETRIES)
+@pytest.mark.parametrize("metric,k", [("cosine", 30), ("l1", 30), ("cosine", 300), ("dot", 1)])
+def test_gpu_shared_accumulation_and_unit_select_equal_cpu(metric, k, change):
+    # one query a tile (tile_rows=1): the shared accumulation (5,120 documents a block, 40 blocks)
+    # and the unit select (kernels.unit_select), the default on a real GPU at 10^6 documents, which
+    # the tests above (wide tiles at 20,000 documents) do not reach. Ties: 3,000 copies of document
+    # 7 spread over every block (query 7 and its copies: the gathers refine past 64 candidates),
+    # an empty query, an empty document; one query's own document left out.
+    X, Q, self_doc = _tied_corpus(metric == "dot")
+    from gputext.engine import Geometry
+    geom = Geometry(tile_rows=1, **change)
+    index = Index.from_csr(X)
+    ig, sg = search_topk(index, Q, k, metric, device="cuda", exclude_self=self_doc, geometry=geom)
+    plans = list(index.device_cache["shard"].plans.values())
+    assert all(p.shared for p in plans) and {p.unit > 0 for p in plans} == {change.get("unit_select", True)}
+    ic, sc = search_topk(index, Q, k, metric, device="cpu", exclude_self=self_doc)
+    assert np.array_equal(ig, ic) and np.array_equal(np.nan_to_num(sg, nan=7), np.nan_to_num(sc, nan=7))
+    one = search_topk(index, Q[-3:-2], k, metric, device="cuda", geometry=geom)  # one tile: the 1,024-thread select
+    assert np.array_equal(one[0], ic[-3:-2])
