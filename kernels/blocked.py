@@ -693,6 +693,13 @@ def topk_blocked_cpu(tile_ptr, ent_term, ent_q, ent_w, scale, qn, self_doc, term
                         filled[b] = offer_cpu(key, d, keys, docs, filled[b], k, True)
 
 
+def rows_sig(acc: str) -> str:
+    """rows_accumulate_kernel's signature with score rows of dtype ``acc`` (int64 sums, float64 keys)."""
+    return ("void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], "
+            f"int64, int64, {acc}[::1], int64, int64, int64, int64, float64[::1], float64[:, ::1], int32[:, ::1], "
+            "int64[:, ::1], int32[:, ::1])")
+
+
 def ptx_kernels():
     """Every kernel with a representative geometry, for tests/test_ptx.py."""
     sig = ("void(int64[::1], int32[::1], int32[::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], "
@@ -702,25 +709,12 @@ def ptx_kernels():
         ("blocked_topk_tile8", blocked_topk_kernel(*blocked_geometry(30, 10000, 10 ** 7, 46 * 1024, 132)), sig),
         ("blocked_topk_tile1", blocked_topk_kernel(*blocked_geometry(30, 1, 10 ** 7, 46 * 1024, 132)), sig),
         ("blocked_topk_k200", blocked_topk_kernel(*blocked_geometry(200, 10000, 10 ** 7, 46 * 1024, 132)), sig),
-        ("rows_accumulate", rows_accumulate_kernel(256, 5120, 1),
-         "void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], int64, "
-         "int64, int64[::1], int64, int64, int64, int64, float64[::1], float64[:, ::1], int32[:, ::1], int64[:, ::1], int32[:, ::1])"),
-        ("rows_accumulate_2", rows_accumulate_kernel(256, 2048, 2),
-         "void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], int64, "
-         "int64, int64[::1], int64, int64, int64, int64, float64[::1], float64[:, ::1], int32[:, ::1], int64[:, ::1], int32[:, ::1])"),
-        ("rows_accumulate_keys", rows_accumulate_kernel(256, 5120, 1, 16),
-         "void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], int64, "
-         "int64, float64[::1], int64, int64, int64, int64, float64[::1], float64[:, ::1], int32[:, ::1], int64[:, ::1], int32[:, ::1])"),
-        ("rows_accumulate_keys_2", rows_accumulate_kernel(256, 2048, 2, 32),
-         "void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], int64, "
-         "int64, float64[::1], int64, int64, int64, int64, float64[::1], float64[:, ::1], int32[:, ::1], int64[:, ::1], int32[:, ::1])"),
-        ("rows_accumulate_keys_ranged", rows_accumulate_kernel(256, 5120, 1, 16, True),
-         "void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], int64, "
-         "int64, float64[::1], int64, int64, int64, int64, float64[::1], float64[:, ::1], int32[:, ::1], "
-         "int64[:, ::1], int32[:, ::1])"),
+        ("rows_accumulate", rows_accumulate_kernel(256, 5120, 1), rows_sig("int64")),
+        ("rows_accumulate_2", rows_accumulate_kernel(256, 2048, 2), rows_sig("int64")),
+        ("rows_accumulate_4", rows_accumulate_kernel(256, 1280, 4), rows_sig("int64")),
+        ("rows_accumulate_keys", rows_accumulate_kernel(256, 5120, 1, 16), rows_sig("float64")),
+        ("rows_accumulate_keys_2", rows_accumulate_kernel(256, 2048, 2, 32), rows_sig("float64")),
+        ("rows_accumulate_keys_ranged", rows_accumulate_kernel(256, 5120, 1, 16, True), rows_sig("float64")),
         ("block_ranges_kernel", block_ranges_kernel,
          "void(int32[:, ::1], int64[::1], int32[::1], int64, int64, int64, int64, int64[:, ::1], int32[:, ::1])"),
-        ("rows_accumulate_4", rows_accumulate_kernel(256, 1280, 4),
-         "void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], int64, "
-         "int64, int64[::1], int64, int64, int64, int64, float64[::1], float64[:, ::1], int32[:, ::1], int64[:, ::1], int32[:, ::1])"),
     ]

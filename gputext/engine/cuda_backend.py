@@ -331,9 +331,9 @@ class TopkLane:
     select float64 keys, plus the units' maxima ``rows`` x n_units) and the launches of accumulate
     and select on its stream (gputext.kernels.scoring, blocked, unit_select), with the ranges
     kernel before the accumulation when the plan is ranged (its own (document block, segment)
-    range buffers, grown by grow_ranges); a tile's offsets
-    into the chunk's inputs and lists are scalar arguments. Lane 0 keeps the workspace names of a
-    single-lane plan's rows ("acc" or "keys")."""
+    range buffers, grown by grow_ranges); a tile's offsets into the chunk's inputs and lists are
+    scalar arguments. Lane 0 keeps the workspace names of a single-lane plan's rows ("acc" or
+    "keys")."""
 
     def __init__(self, plan: "TopkPlan", index: int, stream, raw: bool):
         shard, geom = plan.shard, plan.geom
@@ -431,7 +431,8 @@ class TopkPlan:
         self.unit = plan_unit(geom, shard.n_docs, self.shared_docs, k) if self.shared else 0
         self.n_units = blocks(shard.n_docs, self.shared_docs) * (geom.accumulate_block // self.unit) if self.unit else 0
         self.no_units = (shard.buffer("no_ukey", (1, 1), np.float64), shard.buffer("no_udoc", (1, 1), np.int32))
-        ranges = geom.block_ranges if geom.block_ranges is not None else chunk > rows * lanes  # a batch: off the lanes' critical path
+        # the ranges kernel by default for a batch (more tiles than lanes: off the lanes' critical path)
+        ranges = geom.block_ranges if geom.block_ranges is not None else chunk > rows * lanes
         self.ranged = bool(ranges) and self.shared
         self.rng_cap = RANGES_SEGMENTS * rows  # segments a tile; grown by run() for longer queries
         self.no_ranges = (shard.buffer("no_rng_first", (1, 1), np.int64), shard.buffer("no_rng_cnt", (1, 1), np.int32))
@@ -670,7 +671,7 @@ def topk_plan(shard: DeviceShard, k: int, code: int, geom, rows: int, lanes: int
     a plan and its buffers), at most Geometry.tile_chunk queries and fewer where the chunk's
     per-segment lists (12 B x n_seg x k a query) would pass CHUNK_LIST_BYTES; whole tiles, at
     least one."""
-    lists = 1 if shard.sorted_lists and geom.unit_select and shared_docs(geom, rows) else n_seg  # unit select: one
+    lists = 1 if shard.sorted_lists and geom.unit_select and shared_docs(geom, rows) else n_seg  # unit select: 1
     cap = min(geom.tile_chunk, CHUNK_LIST_BYTES // (12 * k * lists))
     chunk = max(rows, min(cap, next_pow2(-(-n_q // rows)) * rows) // rows * rows)
     key = (k, code, rows, chunk, geom.select_block, geom.select_items, geom.merge_block, geom.merge_width,
