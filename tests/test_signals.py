@@ -45,6 +45,14 @@ def _wait_for_temp(proc, folder: Path, min_bytes: int, timeout: float = 120.0) -
     raise AssertionError("the write never started")
 
 
+def _sigint_deliverable() -> None:
+    """preexec_fn of the child CLI: SIGINT back to its default, so that Python installs its
+    KeyboardInterrupt handler even when this test run inherited SIGINT ignored (a job started
+    with & from a script: the 2026-11-27 .ci/run started that way failed here, the CLI correctly
+    keeping an ignored SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -75,7 +83,8 @@ def test_signal_during_write_keeps_the_old_output(old_output: Path, how, min_byt
     folder = old_output.parent
     before = _digest(old_output)
     proc = subprocess.Popen([sys.executable, "-m", "gputext", *SYNTH, "-o", str(old_output)],
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            preexec_fn=_sigint_deliverable)
     temp = _wait_for_temp(proc, folder, min_bytes)
     proc.send_signal(how)
     err = proc.communicate(timeout=120)[1]
@@ -113,9 +122,13 @@ def test_stale_temp_rule(tmp_path: Path, monkeypatch):
 def test_deferred_signal_stops_the_write_and_keeps_the_old_file(tmp_path: Path):
     out = tmp_path / "x.h5"
     out.write_bytes(b"old")
-    with pytest.raises(KeyboardInterrupt):
-        with atomic_output(str(out)) as tmp:
-            Path(tmp).write_bytes(b"new")
-            os.kill(os.getpid(), signal.SIGINT)  # noted, not raised here ...
-            Path(tmp).write_bytes(b"newer")      # ... the block goes on to its end, then stops
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # deliverable if this run ignores it
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with atomic_output(str(out)) as tmp:
+                Path(tmp).write_bytes(b"new")
+                os.kill(os.getpid(), signal.SIGINT)  # noted, not raised here ...
+                Path(tmp).write_bytes(b"newer")      # ... the block goes on to its end, then stops
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert out.read_bytes() == b"old" and not _temps(tmp_path)
