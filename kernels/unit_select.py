@@ -40,6 +40,7 @@ import numpy as np
 from numba import cuda, prange
 
 from ._factory import jit_kernel, kernel_cache
+from .geometry import next_pow2
 from .primitives import better_cpu, better_dev, sort_pairs_best_first_dev
 from .select import first_k_by_counting, offer_cpu
 from .scoring import score_key_cpu, score_key_dev
@@ -118,13 +119,18 @@ def unit_threads(n_docs: int, docs: int, block: int, k: int) -> int:
     return best
 
 
-def unit_cap(k: int, cap: int) -> int:
-    """Shared candidates of unit_topk_kernel: ``cap`` (Geometry.unit_cap, a power of two), at
-    least the next power of two above k (a refining gather must keep more than k)."""
-    c = 2
-    while c <= k:
-        c *= 2
-    return max(c, cap)
+SHARED_LIMIT = 48 * 1024  # numba's static shared arrays
+
+
+def unit_cap(k: int, cap: int, block: int = 256) -> int:
+    """Shared candidates of unit_topk_kernel(block, cap): Geometry.unit_cap rounded up to a power
+    of two (the refining sort is bitonic), at least the next power of two above k (a refining
+    gather must keep more than k), at most what fits 48 KB with the block's own scratch."""
+    least = next_pow2(k + 1)
+    c = max(least, next_pow2(max(1, cap)))
+    while c > least and shared_bytes(block, c) > SHARED_LIMIT:
+        c //= 2
+    return c
 
 
 def shared_bytes(block: int, cap: int) -> int:

@@ -125,7 +125,7 @@ def test_index_file_round_trip(tmp_path):
 # documents, and not on the device's own build (lists unsorted: the atomics);
 # accumulate_items: 5 and 8 postings a thread for the atomics; unit_select (the shared accumulation's
 # default, kernels.unit_select) off: per-segment lists and merges; units of 2 threads, 8 candidates
-# (the gathers refine on the tied duplicates); block_ranges on (by default only for more tiles than lanes)
+# and 8 select threads (6 each, rounded up to powers of two; the gathers refine on the tied duplicates); block_ranges on (by default only for more tiles than lanes)
 # and off: the ranges kernel or the accumulation's own binary searches
 VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), ("l1", {"sorted_postings": True}),
                                          ("cosine", {"merge_width": 64, "merge_width_small": 32}),
@@ -147,8 +147,8 @@ VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), 
                                          ("cosine", {"tile_rows": 2, "shared_accumulate": 32, "shared_min_docs": 1,
                                                      "sorted_postings": True, "unit_select": False}),
                                          ("l2", {"tile_rows": 3, "shared_accumulate": 48, "shared_min_docs": 1,
-                                                 "sorted_postings": True, "unit_threads": 2, "unit_block": 8,
-                                                 "unit_cap": 8, "tile_lanes": 2, "block_ranges": True}),
+                                                 "sorted_postings": True, "unit_threads": 2, "unit_block": 6,
+                                                 "unit_cap": 6, "tile_lanes": 2, "block_ranges": True}),
                                          ("cosine", {"tile_rows": 1, "shared_accumulate": 32, "shared_min_docs": 1,
                                                      "sorted_postings": True, "block_ranges": True}),
                                          ("dot", {"tile_rows": 2, "shared_accumulate": 32, "shared_min_docs": 1,

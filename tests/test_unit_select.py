@@ -87,6 +87,8 @@ def test_unit_threads_balance_the_two_reads():
     assert unit_threads(10 ** 7, 5120, 256, 30) == 64
     assert unit_threads(100, 5120, 256, 30) == 1  # one block: one unit a thread
     assert unit_cap(30, 2048) == 2048 and unit_cap(5, 4) == 8 and unit_cap(8, 8) == 16
+    assert unit_cap(30, 1000) == 1024  # rounded up to a power of two (the refining sort is bitonic)
+    assert unit_cap(30, 8192, 1024) == 2048 and unit_cap(1024, 64, 1024) == 2048  # within 48 KB, above k
 
 
 def _rows(metric, seed=3):

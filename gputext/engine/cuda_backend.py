@@ -441,8 +441,9 @@ class TopkPlan:
             want = geom.unit_block or (UNIT_BLOCK_LATENCY if chunk <= rows * lanes else UNIT_BLOCK_BATCH)
             if res.simulator and not geom.unit_block:
                 want = SIM_UNIT_BLOCK
-            self.block = max(want, next_pow2(k))
-            self.select_kernel = unit_select.unit_topk_kernel(self.block, unit_select.unit_cap(k, geom.unit_cap))
+            self.block = next_pow2(max(want, k))  # a power of two: theta0's bitonic sort
+            self.select_kernel = unit_select.unit_topk_kernel(self.block,
+                                                              unit_select.unit_cap(k, geom.unit_cap, self.block))
         else:
             self.select_kernel = scoring.select_topk_kernel(self.block, items, cap, rezero=not self.shared)
         self.dn = shard.dn(code, geom.build_block)
