@@ -459,12 +459,12 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, rang
             q = q0 + r
             if unit and q >= qinfo.shape[0]:
                 break  # the chunk's last tile may hold fewer rows (the same for the whole block)
-            bk = -math.inf
-            bd = numba.int64(-1)
             if unit:  # keys, four documents at a time (their norm terms' loads issued together)
                 me = numba.int64(qinfo[q, 2])
                 sc = qinfo[q, 0]
                 qn = qinfo[q, 1]
+                bk = -math.inf
+                bd = numba.int64(-1)
                 last = d_hi - d_lo - 1
                 j = tid
                 while j <= last:
@@ -481,10 +481,7 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, rang
                     if j + 3 * block <= last:
                         bk, bd = _store_key(j3, x3, bk, bd, ctx)
                     j += 4 * block
-            else:
-                for j in range(tid, d_hi - d_lo, block):
-                    acc[row + j] = _split_value(sw, acc_len, r * docs + j)
-            if unit:  # the threads' bests through the (now free) entries' scratch, then each unit's
+                # the threads' bests through the (now free) entries' scratch, then each unit's
                 e_scale[tid] = bk
                 e_row[tid] = bd
                 cuda.syncthreads()  # every thread's best visible
@@ -498,6 +495,9 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, rang
                     ukey[r, cuda.blockIdx.x * per_block + tid] = uk
                     udoc[r, cuda.blockIdx.x * per_block + tid] = ud
                 cuda.syncthreads()  # scratch read before the next row's bests
+            else:
+                for j in range(tid, d_hi - d_lo, block):
+                    acc[row + j] = _split_value(sw, acc_len, r * docs + j)
 
     return accumulate_rows
 

@@ -59,12 +59,6 @@ def _unit_doc(unit_id, j, docs, block, unit):
     return b * docs + loc
 
 
-def _doc_unit(d, docs, block, unit):
-    """The unit that holds document d."""
-    b = d // docs
-    return b * (block // unit) + ((d - b * docs) % block) // unit
-
-
 def _unit_first(d, docs, block, unit):
     """The first document of the unit that holds document d."""
     b0 = d - d % docs
@@ -96,7 +90,7 @@ def _make_doc_key(score_key):
 
 _host = numba.njit(inline="always")
 _device = cuda.jit(device=True, inline=True)
-unit_doc_cpu, doc_unit_cpu = _host(_unit_doc), _host(_doc_unit)  # the twins' enumeration of units
+unit_doc_cpu = _host(_unit_doc)  # the twins' enumeration of units
 unit_first_cpu, unit_first_dev = _host(_unit_first), _device(_unit_first)
 entry_doc_cpu, entry_doc_dev = _host(_entry_doc), _device(_entry_doc)
 at_least_cpu, at_least_dev = _host(_make_at_least(better_cpu)), _device(_make_at_least(better_dev))
@@ -273,12 +267,12 @@ def unit_topk_kernel(block: int, cap: int):
     descending, document ascending), document -1 / key -inf where the row holds fewer than k.
 
     Thread tid: in step 1 the units tid, tid + block, ... (its best, then the k-th best of the
-    threads' by kth_best_shared); in steps 2 and 3 the items tid, tid + block, ... of the gathers (make_gather:
-    unit maxima, then the entries of the k best units by their first documents and ends). Shared:
-    candidates 12 * cap B, the ranks' scratch and the unit list's 20 * block B, theta and counter
-    16 B (shared_bytes). block >=
-    k, a power of two; cap a power of two > k (unit_cap). The accumulation's geometry (docs a
-    block, block_acc threads, unit threads a unit) says where a unit's documents are.
+    threads' by kth_best_shared); in steps 2 and 3 the items tid, tid + block, ... of the gathers
+    (make_gather: unit maxima, then the entries of the k best units by their first documents and
+    ends). Shared: candidates 12 * cap B, the ranks' scratch and the unit list's 20 * block B,
+    theta and counter 16 B (shared_bytes). block >= k, a power of two; cap a power of two > k
+    (unit_cap). The accumulation's geometry (docs a block, block_acc threads, unit threads a
+    unit) says where a unit's documents are.
     """
 
     @jit_kernel(min(255, 65536 // block))  # 70 registers uncapped (ptxas, sm_90): 1,024 threads need 64

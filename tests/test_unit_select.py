@@ -11,8 +11,8 @@ import pytest
 from engine_reference import random_corpus
 from gputext.engine import Index
 from gputext.kernels import scoring
-from gputext.kernels.unit_select import (doc_unit_cpu, row_keys_cpu, unit_cap, unit_doc_cpu, unit_maxima_cpu,
-                                         unit_threads, unit_topk_cpu)
+from gputext.kernels.unit_select import (entry_doc_cpu, row_keys_cpu, unit_cap, unit_doc_cpu, unit_first_cpu,
+                                         unit_maxima_cpu, unit_threads, unit_topk_cpu)
 
 # (n_docs, docs a block, accumulation threads, threads a unit)
 LAYOUTS = [(70, 16, 8, 2), (70, 20, 8, 4), (64, 16, 8, 8), (50, 12, 8, 1), (9, 16, 8, 4)]
@@ -66,9 +66,10 @@ def test_units_cover_every_document_once():
         seen = [unit_doc_cpu(u, j, docs, block, unit) for u in range(n_units) for j in range(per_unit)]
         seen = [d for d in seen if 0 <= d < n_docs]
         assert sorted(seen) == list(range(n_docs))
-        for d in range(n_docs):
-            u = doc_unit_cpu(d, docs, block, unit)
-            assert d in [unit_doc_cpu(u, j, docs, block, unit) for j in range(per_unit)]
+        shift = unit.bit_length() - 1
+        for d in range(n_docs):  # the unit select's view: d among its unit's entries from the unit's first document
+            first = unit_first_cpu(d, docs, block, unit)
+            assert d in [entry_doc_cpu(first, j, unit, shift, block) for j in range(per_unit)]
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -360,8 +360,7 @@ class TopkLane:
             self.acc_grid = blocks(shard.n_docs, docs)
             rng = plan.no_ranges
             if plan.ranged:  # the posting ranges of every (segment, document block), by a kernel before
-                rng = (shard.buffer("rng_first" + suffix, (self.acc_grid, plan.rng_cap), np.int64),
-                       shard.buffer("rng_cnt" + suffix, (self.acc_grid, plan.rng_cap), np.int32))
+                rng = self._range_buffers(plan)
                 self.ranges = Launch(blocked.block_ranges_kernel, 1, RANGES_BLOCK,
                                      (seg, shard.term_ptr, shard.post_doc, shard.n_docs, docs, 0, 1, *rng),
                                      stream=stream, raw=raw)
@@ -381,13 +380,18 @@ class TopkLane:
     def launches(self) -> list:
         return [self.accumulate, self.select] + ([self.ranges] if self.ranges else [])
 
+    def _range_buffers(self, plan: "TopkPlan") -> tuple:
+        """The lane's (rng_first int64, rng_cnt int32) of (document blocks, plan.rng_cap segments)."""
+        shape = (self.acc_grid, plan.rng_cap)
+        return (plan.shard.buffer("rng_first" + self.suffix, shape, np.int64),
+                plan.shard.buffer("rng_cnt" + self.suffix, shape, np.int32))
+
     def grow_ranges(self, plan: "TopkPlan") -> None:
-        """Range buffers of plan.rng_cap segments a block (a tile with more segments than before)."""
-        rng = (plan.shard.buffer("rng_first" + self.suffix, (self.acc_grid, plan.rng_cap), np.int64),
-               plan.shard.buffer("rng_cnt" + self.suffix, (self.acc_grid, plan.rng_cap), np.int32))
-        for i, a in enumerate(rng):
-            self.ranges.set(7 + i, a)
-            self.accumulate.set(17 + i, a)
+        """Range buffers of plan.rng_cap segments a block (a tile with more segments than before),
+        pointed at by the ranges kernel's and the accumulation's last two arguments."""
+        for i, a in enumerate(self._range_buffers(plan)):
+            self.ranges.set(len(self.ranges.args) - 2 + i, a)
+            self.accumulate.set(len(self.accumulate.args) - 2 + i, a)
 
 
 class TopkPlan:
