@@ -20,10 +20,14 @@ def test_probe_says_where_it_ran():
     assert "gpu" not in env  # no device fields without a real GPU
 
 
-def test_timing_warms_up_and_takes_the_median():
+def test_timing_warms_up_and_takes_the_median(monkeypatch):
     calls, samples = [], []
     ms = harness.gpu_ms(lambda: calls.append(1), repeats=5, warmup=2, clock="host", samples=samples)
     assert len(calls) == 7 and len(samples) == 5 and ms == sorted(samples)[2]
+    calls.clear()
+    med, _, secs = harness.wall_runs(lambda: calls.append(1), repeats=1, warmup=2)  # short: SHORT_REPEATS runs
+    assert len(calls) == 2 + harness.timing.SHORT_REPEATS == 2 + len(secs) and med == sorted(secs)[len(secs) // 2]
+    monkeypatch.setattr(harness.timing, "SHORT_S", 0.0)  # as if every call were long: exactly ``repeats``
     seq = iter([0.0, 0.0, 0.03, 0.01, 0.02])
     med, res, secs = harness.wall_runs(lambda: next(seq), repeats=3, warmup=2)
     assert len(secs) == 3 and res in (0.01, 0.02, 0.03) and med == sorted(secs)[1]
