@@ -30,7 +30,7 @@ from numba import cuda, prange
 from ._factory import jit_kernel, kernel_cache
 from .geometry import next_pow2
 from .metrics import COSINE, DOT
-from .primitives import better_dev, chunk_offsets, last_le_dev, lower_bound_cpu, make_chunk_walk
+from .primitives import U32, U64, better_dev, chunk_offsets, last_le_dev, lower_bound_cpu, make_chunk_walk
 from .scoring import contribution_cpu, contribution_dev, score_key_cpu, score_key_dev
 from .select import make_segment_keys, offer_cpu, select_cap, select_top_keys
 from .unit_select import doc_key_dev
@@ -299,12 +299,29 @@ def rows_shared_bytes(block: int, docs: int, rows: int) -> int:
     return 8 * docs * rows + entry_scratch_bytes(block)
 
 
+# The posting loop below indexes with U32 / U64 (primitives): about ten array accesses a posting,
+# each with a signed index's wrap otherwise (about a quarter of the loop's PTX, 2026-11-27).
 @cuda.jit(device=True, inline=True)
 def _walk_to(i, p, t_off):
     """The chunk segment holding flattened position p, walking forward from segment i."""
-    while t_off[i + 1] <= p:
+    while t_off[U32(i + 1)] <= p:
         i += 1
     return i
+
+
+@cuda.jit(device=True, inline=True)
+def _position(i, p, e_start, t_off):
+    """The posting (uint64 position in the lists) at flattened position p of the chunk's segment i."""
+    return U64(e_start[U32(i)] + (p - t_off[U32(i)]))
+
+
+@cuda.jit(device=True, inline=True)
+def _add_entry(sw, hi0, i, d, x, ctx):
+    """Posting (document d, weight x) of the chunk's segment i into its row's counter (_add_split).
+    ctx = (e_row, e_w, e_scale, metric)."""
+    e_row, e_w, e_scale, metric = ctx
+    u = U32(i)
+    _add_split(sw, hi0, e_row[u] + d, posting_value_dev(metric, e_w[u], x, e_scale[u]))
 
 
 @cuda.jit(device=True, inline=True)
@@ -314,16 +331,18 @@ def _add_split(sw, hi0, j, v):
     returns) goes into the high word with v's high word. The pair sums modulo 2^64 in any order,
     so it ends equal to the int64 sum, which fits int64 (the scale guarantees it). (A shared int64
     atomic add was slower: H100, 2026-11-27, 10^6 x 10,000 in 0.525 s against 0.506 s.)"""
+    j = U32(j)
     low = v & 0xFFFFFFFF
     old = cuda.atomic.add(sw, j, numba.uint32(low))
     carry = (numba.int64(old) + low) >> 32
-    cuda.atomic.add(sw, hi0 + j, numba.uint32(((v >> 32) + carry) & 0xFFFFFFFF))
+    cuda.atomic.add(sw, j + U32(hi0), numba.uint32(((v >> 32) + carry) & 0xFFFFFFFF))
 
 
 @cuda.jit(device=True, inline=True)
 def _split_value(sw, hi0, j):
     """The int64 held by counter j as two uint32 words (_add_split): sw[j] low, sw[hi0 + j] high."""
-    h = numba.int64(sw[hi0 + j])
+    j = U32(j)
+    h = numba.int64(sw[j + U32(hi0)])
     if h >= 2147483648:
         h -= 4294967296
     return (h << 32) + numba.int64(sw[j])
@@ -346,7 +365,7 @@ def _store_key(j, x, bk, bd, ctx):
     acc, row, sw, acc_len, base, d_lo, metric, sc, qn, me = ctx
     d = d_lo + j
     key = doc_key_dev(metric, _split_value(sw, acc_len, base + j), sc, qn, x, d, me)
-    acc[row + j] = key
+    acc[U64(row + j)] = key
     if key > bk:
         return key, d
     return bk, bd
@@ -401,7 +420,7 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, rang
         d_lo = numba.int64(cuda.blockIdx.x) * docs
         d_hi = min(numba.int64(n_docs), d_lo + docs)
         for j in range(tid, words, block):
-            sw[j] = 0
+            sw[U32(j)] = 0
         cuda.syncthreads()  # counters zeroed
         for chunk in range(0, n_seg, block):
             j = chunk + tid
@@ -439,19 +458,20 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, rang
                 if ok3:
                     i = _walk_to(i, p + 3 * block, t_off)
                     i3 = i
-                r0 = e_start[i0] + (p - t_off[i0])
-                r1 = e_start[i1] + (p + block - t_off[i1]) if ok1 else r0
-                r2 = e_start[i2] + (p + 2 * block - t_off[i2]) if ok2 else r0
-                r3 = e_start[i3] + (p + 3 * block - t_off[i3]) if ok3 else r0
+                r0 = _position(i0, p, e_start, t_off)
+                r1 = _position(i1, p + block, e_start, t_off) if ok1 else r0
+                r2 = _position(i2, p + 2 * block, e_start, t_off) if ok2 else r0
+                r3 = _position(i3, p + 3 * block, e_start, t_off) if ok3 else r0
                 d0, d1, d2, d3 = post_doc[r0], post_doc[r1], post_doc[r2], post_doc[r3]
                 x0, x1, x2, x3 = post_w[r0], post_w[r1], post_w[r2], post_w[r3]
-                _add_split(sw, acc_len, e_row[i0] + d0, posting_value_dev(metric, e_w[i0], x0, e_scale[i0]))
+                ectx = (e_row, e_w, e_scale, metric)
+                _add_entry(sw, acc_len, i0, d0, x0, ectx)
                 if ok1:
-                    _add_split(sw, acc_len, e_row[i1] + d1, posting_value_dev(metric, e_w[i1], x1, e_scale[i1]))
+                    _add_entry(sw, acc_len, i1, d1, x1, ectx)
                 if ok2:
-                    _add_split(sw, acc_len, e_row[i2] + d2, posting_value_dev(metric, e_w[i2], x2, e_scale[i2]))
+                    _add_entry(sw, acc_len, i2, d2, x2, ectx)
                 if ok3:
-                    _add_split(sw, acc_len, e_row[i3] + d3, posting_value_dev(metric, e_w[i3], x3, e_scale[i3]))
+                    _add_entry(sw, acc_len, i3, d3, x3, ectx)
                 p += 4 * block
             cuda.syncthreads()  # chunk done before e_* / t_off are rewritten
         for r in range(rows):
@@ -471,7 +491,7 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, rang
                     j1 = min(j + block, last)
                     j2 = min(j + 2 * block, last)
                     j3 = min(j + 3 * block, last)
-                    x0, x1, x2, x3 = dn[d_lo + j], dn[d_lo + j1], dn[d_lo + j2], dn[d_lo + j3]
+                    x0, x1, x2, x3 = dn[U64(d_lo + j)], dn[U64(d_lo + j1)], dn[U64(d_lo + j2)], dn[U64(d_lo + j3)]
                     ctx = (acc, row, sw, acc_len, r * docs, d_lo, metric, sc, qn, me)
                     bk, bd = _store_key(j, x0, bk, bd, ctx)
                     if j + block <= last:
@@ -497,7 +517,7 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, rang
                 cuda.syncthreads()  # scratch read before the next row's bests
             else:
                 for j in range(tid, d_hi - d_lo, block):
-                    acc[row + j] = _split_value(sw, acc_len, r * docs + j)
+                    acc[U64(row + j)] = _split_value(sw, acc_len, r * docs + j)
 
     return accumulate_rows
 
@@ -552,8 +572,8 @@ def accumulate_rows_cpu(seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metr
             row = numba.int64(seg[e, 1]) * n_docs
             sc = qinfo[q0 + seg[e, 1], 0]
             first, last = block_range_cpu(post_doc, term_ptr[t], term_ptr[t + 1], d_lo, d_hi)
-            for r in range(first, last):
-                acc[row + post_doc[r]] += posting_value_cpu(metric, seg_weight[e], post_w[r], sc)
+            for r in range(U64(first), U64(last)):
+                acc[U64(row + post_doc[r])] += posting_value_cpu(metric, seg_weight[e], post_w[r], sc)
 
 
 # ----------------------------------------------------------------------------- safe pruning (block-max bounds)

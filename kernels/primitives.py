@@ -49,11 +49,18 @@ Device only:
 
 A bitonic step compares i with i ^ stride and swaps when the pair is out of order, so on equal
 elements (only possible for keys-only sorts and empty slots) the order does not matter.
+
+U32 / U64: casts for array indices in hot loops. numba wraps every signed index (i < 0: i +
+length; three 64-bit instructions an access in the PTX), an unsigned one not; use them where the
+index is known to be >= 0 (U32 for shared memory, U64 for global positions).
 """
 from __future__ import annotations
 
 import numba
 from numba import cuda
+
+U32 = numba.uint32
+U64 = numba.uint64
 
 
 # ----------------------------------------------------------------------------- scalar functions
@@ -91,8 +98,8 @@ def _ascending_key(a, b):
 
 def _lower_bound(values, lo, hi, x):
     while lo < hi:
-        mid = (lo + hi) // 2
-        if values[mid] < x:
+        mid = (lo + hi) >> 1  # lo, hi >= 0: floor halving without the signed division's fix-up
+        if values[U64(mid)] < x:
             lo = mid + 1
         else:
             hi = mid
@@ -101,8 +108,8 @@ def _lower_bound(values, lo, hi, x):
 
 def _last_le(values, lo, hi, x):
     while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if values[mid] <= x:
+        mid = (lo + hi) >> 1
+        if values[U64(mid)] <= x:
             lo = mid
         else:
             hi = mid

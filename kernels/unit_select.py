@@ -41,7 +41,7 @@ from numba import cuda, prange
 
 from ._factory import jit_kernel, kernel_cache
 from .geometry import next_pow2
-from .primitives import better_cpu, better_dev, sort_pairs_best_first_dev
+from .primitives import U32, U64, better_cpu, better_dev, sort_pairs_best_first_dev
 from .select import first_k_by_counting, offer_cpu
 from .scoring import score_key_cpu, score_key_dev
 
@@ -158,8 +158,8 @@ def _offer(key, d, ok, tk, td, cand_key, cand_doc, cap, counter):
     if ok and at_least_dev(key, d, tk, td):
         slot = cuda.atomic.add(counter, 0, 1)
         if slot < cap:
-            cand_key[slot] = key
-            cand_doc[slot] = d
+            cand_key[U32(slot)] = key
+            cand_doc[U32(slot)] = d
 
 
 def make_gather(fetch):
@@ -217,7 +217,7 @@ def _best(key, d, bk, bd):
 def _unit_max(i, ctx):
     """Unit i's best (key, document) of score row q. ctx = (ukey, udoc, q)."""
     ukey, udoc, q = ctx
-    return ukey[q, i], udoc[q, i]
+    return ukey[q, U64(i)], udoc[q, U64(i)]
 
 
 @cuda.jit(device=True, inline=True)
@@ -228,11 +228,11 @@ def _unit_entry(i, ctx):
     items = rounds a thread, shift = log2(unit), unit, block = accumulation threads)."""
     keys, row, base, end, items, shift, unit, block = ctx
     per_unit = items << shift
-    m = i // per_unit
-    d = entry_doc_dev(numba.int64(base[m]), i - m * per_unit, unit, shift, block)
-    if d >= end[m]:
+    m = numba.int64(U32(i) // U32(per_unit))  # unsigned: a 32-bit division, no sign fix-up
+    d = entry_doc_dev(numba.int64(base[U32(m)]), i - m * per_unit, unit, shift, block)
+    if d >= end[U32(m)]:
         return -math.inf, numba.int64(-1)
-    return keys[row + d], d
+    return keys[U64(row + d)], d
 
 
 _gather_units = make_gather(_unit_max)
@@ -296,8 +296,8 @@ def unit_topk_kernel(block: int, cap: int):
             i1 = i + block if i + block < n_units else i  # past the end: the thread's own unit again
             i2 = i + 2 * block if i + 2 * block < n_units else i
             i3 = i + 3 * block if i + 3 * block < n_units else i
-            k0, k1, k2, k3 = ukey[q, i], ukey[q, i1], ukey[q, i2], ukey[q, i3]
-            d0, d1, d2, d3 = udoc[q, i], udoc[q, i1], udoc[q, i2], udoc[q, i3]
+            k0, k1, k2, k3 = ukey[q, U64(i)], ukey[q, U64(i1)], ukey[q, U64(i2)], ukey[q, U64(i3)]
+            d0, d1, d2, d3 = udoc[q, U64(i)], udoc[q, U64(i1)], udoc[q, U64(i2)], udoc[q, U64(i3)]
             bk, bd = _best(k0, d0, bk, bd)  # its own unit twice changes nothing
             bk, bd = _best(k1, d1, bk, bd)
             bk, bd = _best(k2, d2, bk, bd)
