@@ -372,7 +372,7 @@ def _store_key(j, x, bk, bd, ctx):
 
 
 @kernel_cache
-def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, ranged: bool = False):
+def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, ranged: bool = False, grid: bool = False):
     """The rows top-k's accumulation through shared memory: a drop-in for
     scoring.accumulate_kernel (same arguments) that writes the same score rows without global
     atomics.
@@ -405,7 +405,16 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, rang
     segment's index in the tile), one coalesced load a segment instead of the two binary searches
     (about 33 dependent loads for a long list, while three quarters of the threads wait at the
     scan); not ranged: rng_first and rng_cnt are not read.
+
+    grid (rows = 1): the tile's m queries are blocks, not shared rows: m * ceil(n_docs / docs)
+    blocks, block i takes query i % m of the tile and document block i // m, so the m queries'
+    blocks of one document range are adjacent in launch order and run together, and the postings
+    of a term that several of them share come from L2 after the first read. The segments must be
+    in (query, term) order; the query's own are [qinfo[q, 3], qinfo[q + 1, 3]) of the tile (the
+    last query's end: n_seg); its keys and units go to row i % m of acc / ukey / udoc.
     """
+    if grid and rows != 1:
+        raise ValueError("rows_accumulate_kernel: grid takes one shared row")
     acc_len = docs * rows
     words = 2 * acc_len  # low words [0, acc_len), high words [acc_len, 2 acc_len)
     entries = _entry_scratch(block)
@@ -417,25 +426,37 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, rang
         sw = cuda.shared.array(words, numba.uint32)
         e_start, e_row, e_w, e_scale, t_off = entries()
         tid = cuda.threadIdx.x
-        d_lo = numba.int64(cuda.blockIdx.x) * docs
+        if grid:  # query g_row of the tile, document block b
+            n_b = (n_docs + docs - 1) // docs
+            m = cuda.gridDim.x // n_b
+            g_row = cuda.blockIdx.x % m
+            b = cuda.blockIdx.x // m
+            j_lo = numba.int64(qinfo[q0 + g_row, 3])
+            j_hi = numba.int64(qinfo[q0 + g_row + 1, 3]) if g_row + 1 < m else n_seg
+        else:
+            g_row = 0
+            b = numba.int64(cuda.blockIdx.x)
+            j_lo = 0
+            j_hi = n_seg
+        d_lo = b * docs
         d_hi = min(numba.int64(n_docs), d_lo + docs)
         for j in range(tid, words, block):
             sw[U32(j)] = 0
         cuda.syncthreads()  # counters zeroed
-        for chunk in range(0, n_seg, block):
+        for chunk in range(j_lo, j_hi, block):
             j = chunk + tid
             cnt = 0
-            if j < n_seg:
+            if j < j_hi:
                 e = s0 + j
                 q = seg[e, 1]
                 if ranged:
-                    first = rng_first[cuda.blockIdx.x, j]
-                    last = first + rng_cnt[cuda.blockIdx.x, j]
+                    first = rng_first[b, j]
+                    last = first + rng_cnt[b, j]
                 else:
                     t = seg[e, 0]
                     first, last = block_range_dev(post_doc, term_ptr[t], term_ptr[t + 1], d_lo, d_hi)
                 e_start[tid] = first
-                e_row[tid] = q * docs - d_lo
+                e_row[tid] = (0 if grid else q) * docs - d_lo
                 e_w[tid] = seg_weight[e]
                 e_scale[tid] = qinfo[q0 + q, 0]
                 cnt = last - first
@@ -474,9 +495,10 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, rang
                     _add_entry(sw, acc_len, i3, d3, x3, ectx)
                 p += 4 * block
             cuda.syncthreads()  # chunk done before e_* / t_off are rewritten
-        for r in range(rows):
-            row = numba.int64(r) * n_docs + d_lo
-            q = q0 + r
+        for r in range(rows):  # r: the shared row; o: the output row (grid: the block's query)
+            o = g_row + r
+            row = numba.int64(o) * n_docs + d_lo
+            q = q0 + o
             if unit and q >= qinfo.shape[0]:
                 break  # the chunk's last tile may hold fewer rows (the same for the whole block)
             if unit:  # keys, four documents at a time (their norm terms' loads issued together)
@@ -512,8 +534,8 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, rang
                         if better_dev(e_scale[g], e_row[g], uk, ud):
                             uk = e_scale[g]
                             ud = e_row[g]
-                    ukey[r, cuda.blockIdx.x * per_block + tid] = uk
-                    udoc[r, cuda.blockIdx.x * per_block + tid] = ud
+                    ukey[o, b * per_block + tid] = uk
+                    udoc[o, b * per_block + tid] = ud
                 cuda.syncthreads()  # scratch read before the next row's bests
             else:
                 for j in range(tid, d_hi - d_lo, block):
@@ -735,6 +757,7 @@ def ptx_kernels():
         ("rows_accumulate_keys", rows_accumulate_kernel(256, 5120, 1, 16), rows_sig("float64")),
         ("rows_accumulate_keys_2", rows_accumulate_kernel(256, 2048, 2, 32), rows_sig("float64")),
         ("rows_accumulate_keys_ranged", rows_accumulate_kernel(256, 5120, 1, 16, True), rows_sig("float64")),
+        ("rows_accumulate_keys_grid", rows_accumulate_kernel(256, 5120, 1, 16, True, True), rows_sig("float64")),
         ("block_ranges_kernel", block_ranges_kernel,
          "void(int32[:, ::1], int64[::1], int32[::1], int64, int64, int64, int64, int64[:, ::1], int32[:, ::1])"),
     ]

@@ -190,7 +190,7 @@ def tile_one(g, q_indptr, q_indices, q_data, df, tile, term_order, scale, qn, se
         qinfo[q, 0] = scale[q]
         qinfo[q, 1] = qn[q]
         qinfo[q, 2] = numba.float64(me - doc_lo) if doc_lo <= me < doc_hi else -1.0
-        qinfo[q, 3] = -1.0
+        qinfo[q, 3] = numba.float64(q_indptr[q] - s0)  # its first segment in the tile, (query, term) order
     order = np.argsort(key) if term_order and hi - lo > 1 else np.arange(n)
     o0 = s0 + g
     seg_off[o0] = 0
@@ -219,7 +219,8 @@ def tile_inputs(q_indptr, q_indices, q_data, df, tile, term_order, scale, qn, se
     within the tile) and weights float32 (L,) at [s0, s1), its postings' exclusive prefix sum,
     starting at 0, at seg_off int64 (L + n_tiles,) [s0 + g, s1 + g], and postings[g] (int64
     (n_tiles,)) = its total; qinfo float64 (n, 4) = (scale, norm term, shard-local document to
-    leave out or -1, -1). term_order: a tile's segments by (term, query), so queries that share a
+    leave out or -1, the query's first segment within its tile in (query, term) order: where
+    blocked.rows_accumulate_kernel(grid=True) finds its segments). term_order: a tile's segments by (term, query), so queries that share a
     term read its postings one after another (from L2 after the first); otherwise (query, term),
     the rows' order. Tiles in parallel; one tile alone: call tile_one(0, ...) (no thread pool
     to wake for a single query)."""

@@ -126,7 +126,8 @@ def test_index_file_round_trip(tmp_path):
 # accumulate_items: 5 and 8 postings a thread for the atomics; unit_select (the shared accumulation's
 # default, kernels.unit_select) off: per-segment lists and merges; units of 2 threads, 8 candidates
 # and 8 select threads (6 each, rounded up to powers of two; the gathers refine on the tied duplicates); block_ranges on (by default only for more tiles than lanes)
-# and off: the ranges kernel or the accumulation's own binary searches
+# and off: the ranges kernel or the accumulation's own binary searches; tile_grid: a tile's queries as
+# blocks of their own (3 queries in one tile; tiles of 2 and 1 on two lanes, ranged)
 VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), ("l1", {"sorted_postings": True}),
                                          ("cosine", {"merge_width": 64, "merge_width_small": 32}),
                                          ("l2", {"shard_docs": 16}), ("dot", {"shard_docs": 16, "sorted_postings": True}),
@@ -153,6 +154,11 @@ VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), 
                                                      "sorted_postings": True, "block_ranges": True}),
                                          ("dot", {"tile_rows": 2, "shared_accumulate": 32, "shared_min_docs": 1,
                                                   "sorted_postings": True, "block_ranges": False}),
+                                         ("cosine", {"tile_rows": 3, "tile_grid": True, "shared_accumulate": 16,
+                                                     "shared_min_docs": 1, "sorted_postings": True}),
+                                         ("l2", {"tile_rows": 2, "tile_grid": True, "shared_accumulate": 24,
+                                                 "shared_min_docs": 1, "sorted_postings": True, "tile_lanes": 2,
+                                                 "block_ranges": True}),
                                          ("l1", {"accumulate_items": 5}), ("cosine", {"accumulate_items": 8})]
 
 
@@ -170,6 +176,8 @@ def test_cuda_equals_cpu_in_simulator(metric, change):
     elif change.get("sorted_postings"):  # the device shard is the CPU twin's build, lists sorted by document
         shard = index.device_cache["shard"]
         assert np.array_equal(shard.post_doc.copy_to_host(), index.cpu().post_doc)
+        if change.get("tile_grid"):  # the grid accumulation ran
+            assert any(plan.grid for plan in shard.plans.values())
     assert np.array_equal(ic, ig) and np.array_equal(sc, sg)
     ref_idx, ref_sc = topk(X, Q, 5, metric)
     assert same_up_to_ties(ig, sg, ref_idx, ref_sc)

@@ -253,15 +253,20 @@ def _no_units():
 
 @pytest.mark.cudasim
 @pytest.mark.filterwarnings("ignore:overflow encountered")  # the simulator's uint32 words wrap as the device's do
-@pytest.mark.parametrize("docs,big,ranged", [(16, False, False), (32, False, True), (16, True, False), (16, False, True)])
-def test_rows_accumulation_kernel_equals_twin_and_atomics_in_simulator(docs, big, ranged):
+@pytest.mark.parametrize("docs,big,ranged,grid", [(16, False, False, False), (32, False, True, False),
+                                                   (16, True, False, False), (16, False, True, False),
+                                                   (16, False, False, True), (32, True, True, True)])
+def test_rows_accumulation_kernel_equals_twin_and_atomics_in_simulator(docs, big, ranged, grid):
     # kernels.blocked.rows_accumulate_kernel (8 threads, 5 or 3 blocks, 15-16 segments: two chunks of
-    # segments) against the twin and against scoring.accumulate_kernel's atomics on the same rows
+    # segments) against the twin and against scoring.accumulate_kernel's atomics on the same rows;
+    # grid: the three queries as blocks of their own (one shared row), their segments from qinfo[:, 3]
     from numba import cuda
 
     from gputext.kernels import scoring
     from gputext.kernels.blocked import rows_accumulate_kernel
     (seg_off, seg, w, qinfo, tp, pd, pw, code, n), want, total = _rows_inputs("l1" if big else "cosine", big=big)
+    if grid:  # each query's first segment of the tile (segments in query order), as kernels.scoring.tile_one writes
+        qinfo[1:, 3] = np.searchsorted(seg[2:, 1], np.arange(3))
     d = [cuda.to_device(a) for a in (seg_off, seg, w, qinfo, tp, pd, pw)]
     shared = cuda.to_device(np.full(3 * n, 99, np.int64))
     extra = _no_units()
@@ -274,8 +279,9 @@ def test_rows_accumulation_kernel_equals_twin_and_atomics_in_simulator(docs, big
         block_ranges_kernel[-(-n_blk * n_seg // 16), 16](d[1], d[4], d[5], n, docs, 2, n_seg, d_rf, d_rc)
         assert np.array_equal(d_rf.copy_to_host(), rf) and np.array_equal(d_rc.copy_to_host(), rc)
         extra = (*extra[:3], d_rf, d_rc)
-    rows_accumulate_kernel(8, docs, 3, 0, ranged)[-(-n // docs), 8](*d, code, n, shared, 2, 0, len(seg) - 2, 1,
-                                                                    *extra)
+    n_blk = -(-n // docs)
+    kernel = rows_accumulate_kernel(8, docs, 1, 0, ranged, True) if grid else rows_accumulate_kernel(8, docs, 3, 0, ranged)
+    kernel[n_blk * (3 if grid else 1), 8](*d, code, n, shared, 2, 0, len(seg) - 2, 1, *extra)
     atomic = cuda.to_device(np.zeros(3 * n, np.int64))
     scoring.accumulate_kernel(8, 2)[-(-total // 16), 8](cuda.to_device(seg_off[2:]), *d[1:], code, n, atomic, 2, 0,
                                                          len(seg) - 2, 1)

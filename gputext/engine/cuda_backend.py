@@ -280,8 +280,7 @@ def batch_inputs(indptr, indices, data, lo, hi, shard: DeviceShard, scale, qn, s
     weights, qinfo = np.empty(L, np.float32), np.empty((n, 4), np.float64)
     postings = scoring.tile_one(0, q_ptr, q_ind, q_dat, shard.df, max(n, 1), False, scale[lo:hi], qn[lo:hi],
                                 self_doc[lo:hi], shard.doc_lo, shard.doc_hi, seg_off, seg, weights, qinfo)
-    if after is not None:
-        qinfo[:, 3] = np.maximum(after[lo:hi] - shard.doc_lo, -1)
+    qinfo[:, 3] = -1 if after is None else np.maximum(after[lo:hi] - shard.doc_lo, -1)
     return seg_off, seg, weights, qinfo, int(postings)
 
 
@@ -356,8 +355,9 @@ class TopkLane:
                 self.acc, 0, 0, 1, 0)
         self.ranges = None
         if docs:  # one block per document range, whatever the tile's postings
-            kernel = blocked.rows_accumulate_kernel(self.acc_block, docs, plan.rows, unit, plan.ranged)
-            self.acc_grid = blocks(shard.n_docs, docs)
+            kernel = blocked.rows_accumulate_kernel(self.acc_block, docs, 1 if plan.grid else plan.rows, unit,
+                                                    plan.ranged, plan.grid)
+            self.acc_grid = blocks(shard.n_docs, docs)  # document blocks (grid: times the tile's queries)
             rng = plan.no_ranges
             if plan.ranged:  # the posting ranges of every (segment, document block), by a kernel before
                 rng = self._range_buffers(plan)
@@ -425,12 +425,14 @@ class TopkPlan:
     def __init__(self, shard: DeviceShard, k: int, code: int, geom, rows: int, chunk: int, lanes: int):
         res = shard.res
         self.shard, self.geom, self.k, self.code, self.rows, self.chunk = shard, geom, k, code, rows, chunk
-        self.term_order = bool(geom.tile_term_order)
+        # the tile's queries as the accumulation's blocks (blocked.rows_accumulate_kernel grid=True)
+        self.grid = bool(geom.tile_grid) and rows > 1 and shard.sorted_lists
+        self.term_order = bool(geom.tile_term_order) and not self.grid  # grid: each query's segments together
         self.raw = not res.simulator and getattr(geom, "fast_launch", True)
         self.block, items, cap = scoring.topk_geometry(k, geom.select_block, geom.select_items)
         self.n_seg = blocks(shard.n_docs, self.block * items)
         # shared-memory accumulation overwrites whole rows: the select leaves them as they are
-        self.shared_docs = shared_docs(geom, rows) if shard.sorted_lists else 0
+        self.shared_docs = shared_docs(geom, 1 if self.grid else rows) if shard.sorted_lists else 0
         self.shared = self.shared_docs > 0
         self.unit = plan_unit(geom, shard.n_docs, self.shared_docs, k) if self.shared else 0
         self.n_units = blocks(shard.n_docs, self.shared_docs) * (geom.accumulate_block // self.unit) if self.unit else 0
@@ -606,7 +608,10 @@ class TopkPlan:
                 acc.set(11, s0 + g)
                 acc.set(12, s1 - s0)
                 acc.set(13, t0)
-                acc(grid=lane.acc_grid or blocks(int(postings[g]), lane.acc_block * lane.acc_items))
+                if lane.acc_grid:  # document blocks, times the tile's queries in grid mode
+                    acc(grid=lane.acc_grid * (m if self.grid else 1))
+                else:
+                    acc(grid=blocks(int(postings[g]), lane.acc_block * lane.acc_items))
             if self.unit:
                 lane.select.set(10, t0)
                 lane.select(grid=(m,))
@@ -676,14 +681,15 @@ def topk_plan(shard: DeviceShard, k: int, code: int, geom, rows: int, lanes: int
     a plan and its buffers), at most Geometry.tile_chunk queries and fewer where the chunk's
     per-segment lists (12 B x n_seg x k a query) would pass CHUNK_LIST_BYTES; whole tiles, at
     least one."""
-    lists = 1 if shard.sorted_lists and geom.unit_select and shared_docs(geom, rows) else n_seg  # unit select: 1
+    shared = shared_docs(geom, 1 if geom.tile_grid else rows)
+    lists = 1 if shard.sorted_lists and geom.unit_select and shared else n_seg  # unit select: 1
     cap = min(geom.tile_chunk, CHUNK_LIST_BYTES // (12 * k * lists))
     chunk = max(rows, min(cap, next_pow2(-(-n_q // rows)) * rows) // rows * rows)
     key = (k, code, rows, chunk, geom.select_block, geom.select_items, geom.merge_block, geom.merge_width,
            geom.merge_width_small, geom.merge_rank_group, geom.accumulate_block, geom.accumulate_items,
            geom.shared_accumulate, geom.shared_min_docs, geom.build_block, getattr(geom, "fast_launch", True),
-           geom.tile_term_order, lanes, geom.unit_select, geom.unit_threads, geom.unit_block, geom.unit_cap,
-           geom.block_ranges)
+           geom.tile_term_order, geom.tile_grid, lanes, geom.unit_select, geom.unit_threads, geom.unit_block,
+           geom.unit_cap, geom.block_ranges)
     plan = shard.plans.get(key)
     if plan is None or not plan.valid():
         plan = shard.plans[key] = TopkPlan(shard, k, code, geom, rows, chunk, lanes)

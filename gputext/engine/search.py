@@ -63,6 +63,7 @@ class Geometry:
     shard_min_queries: int = 2  # rows top-k: a search of fewer queries makes no resident shards (one query at 10^7: 2.07 ms split, 1.69 ms whole)
     tile_rows: int | None = None  # rows top-k: queries per tile; None = as many score rows as fit 2/3 of L2 with every lane's (engine.cuda_backend.tile_rows); 0 = as many as the memory share holds
     tile_term_order: bool = True  # ... a tile's (query, term) segments by term: queries sharing a term read its postings back to back
+    tile_grid: bool = False  # ... with the shared accumulation: a tile's queries as blocks of their own (document blocks of one range adjacent in launch order: the postings they share come from L2), not rows in one block's shared memory
     tile_lanes: int = 8  # ... tiles in flight on as many streams, each lane with its own score rows (its select and merges overlap the others' accumulation)
     shared_accumulate: int = 5120  # rows top-k: int64 counters in shared memory per block (documents x tile rows: kernels.blocked.rows_accumulate_kernel, plain stores into the score rows); 0 = atomics into the score rows (kernels.scoring.accumulate_kernel). H100 2026-11-27 04:08, 10^6 x 10,000: 0.496 s (5120) against 0.611 s (atomics), one query 0.297 ms p50 either way
     shared_min_docs: int = 512  # ... the shared accumulation's least documents a block (a tile of more rows takes the atomics)
