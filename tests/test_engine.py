@@ -126,8 +126,9 @@ def test_index_file_round_trip(tmp_path):
 # accumulate_items: 5 and 8 postings a thread for the atomics; unit_select (the shared accumulation's
 # default, kernels.unit_select) off: per-segment lists and merges; units of 2 threads, 8 candidates
 # and 8 select threads (6 each, rounded up to powers of two; the gathers refine on the tied duplicates); block_ranges on (by default only for more tiles than lanes)
-# and off: the ranges kernel or the accumulation's own binary searches; tile_grid: a tile's queries as
-# blocks of their own (3 queries in one tile; tiles of 2 and 1 on two lanes, ranged)
+# and off: the ranges kernel or the accumulation's own binary searches; tile_grid (the default: a
+# tile's queries as blocks of their own; 3 queries in one tile; tiles of 2 and 1 on two lanes,
+# ranged) and off (the tile's queries as rows of one block's shared memory)
 VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), ("l1", {"sorted_postings": True}),
                                          ("cosine", {"merge_width": 64, "merge_width_small": 32}),
                                          ("l2", {"shard_docs": 16}), ("dot", {"shard_docs": 16, "sorted_postings": True}),
@@ -137,19 +138,21 @@ VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), 
                                          ("cosine", {"merge_rank_group": 0, "merge_width": 64, "merge_width_small": 32}),
                                          ("l1", {"merge_rank_group": 2}),
                                          ("cosine", {"tile_rows": 2, "shared_accumulate": 32, "shared_min_docs": 1,
-                                                     "sorted_postings": True}),
+                                                     "sorted_postings": True, "tile_grid": False}),
                                          ("dot", {"tile_rows": 3, "shared_accumulate": 48, "shared_min_docs": 1,
                                                   "tile_term_order": False, "shard_docs": 16, "sorted_postings": True}),
                                          ("l2", {"tile_rows": 1, "tile_lanes": 2, "shared_accumulate": 24,
                                                  "shared_min_docs": 1, "sorted_postings": True}),
                                          ("dot", {"tile_rows": 2, "shared_accumulate": 32, "shared_min_docs": 1,
-                                                  "tile_term_order": False, "sorted_postings": True}),
+                                                  "tile_term_order": False, "sorted_postings": True,
+                                                  "tile_grid": False}),
                                          ("cosine", {"shared_accumulate": 32, "shared_min_docs": 1, "tile_rows": 2}),
                                          ("cosine", {"tile_rows": 2, "shared_accumulate": 32, "shared_min_docs": 1,
                                                      "sorted_postings": True, "unit_select": False}),
                                          ("l2", {"tile_rows": 3, "shared_accumulate": 48, "shared_min_docs": 1,
                                                  "sorted_postings": True, "unit_threads": 2, "unit_block": 6,
-                                                 "unit_cap": 6, "tile_lanes": 2, "block_ranges": True}),
+                                                 "unit_cap": 6, "tile_lanes": 2, "block_ranges": True,
+                                                 "tile_grid": False}),
                                          ("cosine", {"tile_rows": 1, "shared_accumulate": 32, "shared_min_docs": 1,
                                                      "sorted_postings": True, "block_ranges": True}),
                                          ("dot", {"tile_rows": 2, "shared_accumulate": 32, "shared_min_docs": 1,
@@ -315,7 +318,8 @@ def test_sparse_and_dense_cpu_paths_agree_with_reference(metric):
 def test_tile_inputs_layout(term_order):
     # kernels.scoring.tile_inputs against the layout written out by hand: tiles of 3 queries (the
     # last of 2), per tile the (term, query-in-tile) segments by term (or by query), their
-    # postings' prefix sums from 0, and the queries' qinfo rows; one tile alone by tile_one
+    # postings' prefix sums from 0, and the queries' qinfo rows (column 3: the query's first segment
+    # in its tile, where the grid accumulation finds its segments); one tile alone by tile_one
     from gputext.io.corpus import csr_arrays
     from gputext.kernels import scoring
     Q = random_corpus(8, 20, 0.3, seed=31)
@@ -338,7 +342,9 @@ def test_tile_inputs_layout(term_order):
         assert seg_off[s0 + g:s1 + g + 1].tolist() == [0] + np.cumsum([df[t] for t, *_ in want]).tolist()
         assert postings[g] == sum(df[t] for t, *_ in want)
     assert qinfo[:, 0].tolist() == scale.tolist() and qinfo[:, 1].tolist() == qn.tolist()
-    assert qinfo[:, 2].tolist() == [-1, -1, 2, -1, -1, 1, -1, -1] and np.all(qinfo[:, 3] == -1)
+    assert qinfo[:, 2].tolist() == [-1, -1, 2, -1, -1, 1, -1, -1]
+    first = [ptr[q] - ptr[q - q % 3] for q in range(8)]  # each query's first segment in its tile, query order
+    assert qinfo[:, 3].tolist() == first
     one = np.full(L + 1, -7, np.int64), np.full((L, 2), -7, np.int32), np.zeros(L, np.float32), np.zeros((8, 4))
     assert scoring.tile_one(0, ptr, ind, dat, df, 8, term_order, scale, qn, self_doc, 10, 20, *one) == postings.sum()
     assert one[0][-1] == postings.sum()

@@ -111,7 +111,7 @@ def _tied_corpus(signed: bool):
 
 UNIT_GEOMETRIES = [{}, {"unit_cap": 64}, {"unit_threads": 1}, {"unit_threads": 64, "unit_block": 1024},
                    {"block_ranges": False}, {"unit_select": False}, {"tile_rows": 8, "tile_grid": True},
-                   {"tile_rows": 5, "tile_grid": True, "block_ranges": False}]
+                   {"tile_rows": 5, "tile_grid": True, "block_ranges": False}, {"tile_rows": 3, "tile_grid": False}]
 
 
 @pytest.mark.parametrize("change", UNIT_GEOMETRIES)
@@ -130,7 +130,7 @@ def test_gpu_shared_accumulation_and_unit_select_equal_cpu(metric, k, change):
     ig, sg = search_topk(index, Q, k, metric, device="cuda", exclude_self=self_doc, geometry=geom)
     plans = list(index.device_cache["shard"].plans.values())
     assert all(p.shared for p in plans) and {p.unit > 0 for p in plans} == {change.get("unit_select", True)}
-    assert all(p.grid == change.get("tile_grid", False) for p in plans)  # 63 queries: the last tile of 7 (of 5: 3)
+    assert all(p.grid == (p.rows > 1 and change.get("tile_grid", True)) for p in plans)  # 63 queries: the last tile of 7 (of 5: 3)
     ic, sc = search_topk(index, Q, k, metric, device="cpu", exclude_self=self_doc)
     assert np.array_equal(ig, ic) and np.array_equal(np.nan_to_num(sg, nan=7), np.nan_to_num(sc, nan=7))
     one = search_topk(index, Q[-3:-2], k, metric, device="cuda", geometry=geom)  # one tile: the 1,024-thread select

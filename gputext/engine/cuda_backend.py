@@ -179,6 +179,8 @@ def plan_shards(index: Index, posting_bytes: int = 16) -> list[tuple[int, int]]:
 
 
 L2_ROWS_SHARE = 2 / 3  # of the device's L2: the score rows of the tiles in flight (every lane's)
+GRID_BLOCKS_PER_SM = 16  # grid tiles: a tile's accumulation blocks a multiprocessor (four waves of four) ...
+GRID_ROWS_MAX = 32  # ... with at most this many queries a tile
 
 
 def l2_shard_docs(geom) -> int:
@@ -426,7 +428,7 @@ class TopkPlan:
         res = shard.res
         self.shard, self.geom, self.k, self.code, self.rows, self.chunk = shard, geom, k, code, rows, chunk
         # the tile's queries as the accumulation's blocks (blocked.rows_accumulate_kernel grid=True)
-        self.grid = bool(geom.tile_grid) and rows > 1 and shard.sorted_lists
+        self.grid = bool(geom.tile_grid) and rows > 1 and shard.sorted_lists and shared_docs(geom, 1) > 0
         self.term_order = bool(geom.tile_term_order) and not self.grid  # grid: each query's segments together
         self.raw = not res.simulator and getattr(geom, "fast_launch", True)
         self.block, items, cap = scoring.topk_geometry(k, geom.select_block, geom.select_items)
@@ -656,11 +658,24 @@ def plan_unit(geom, n_docs: int, docs: int, k: int) -> int:
     return unit
 
 
+def grid_rows(shard: DeviceShard, geom) -> int:
+    """Queries a grid tile (Geometry.tile_grid) for tile_rows None: the fewest (a power of two, at
+    most GRID_ROWS_MAX) whose accumulation launches GRID_BLOCKS_PER_SM blocks a multiprocessor of
+    the device (one query at 10^6 documents is 196 blocks: too few to fill an H100 alone, and its
+    lane's select then leaves the device idle); 0 when the shard takes no grid tiles."""
+    docs = shared_docs(geom, 1) if geom.tile_grid and shard.sorted_lists else 0
+    if not docs:
+        return 0
+    want = -(-GRID_BLOCKS_PER_SM * shard.res.multiprocessors // blocks(shard.n_docs, docs))
+    return min(GRID_ROWS_MAX, next_pow2(want))
+
+
 def tile_rows(shard: DeviceShard, n_queries: int, batch_size: int | None, geom, per_query_extra: int) -> tuple[int, int]:
     """(queries per tile, lanes) of a TopkPlan. With ``batch_size``: that many rows, one lane.
     Otherwise Geometry.tile_rows rows and Geometry.tile_lanes lanes; for tile_rows None (the
-    default) as many int64 score rows as fit L2_ROWS_SHARE of the device's L2 with every lane's
-    tile in flight (at least one row: the accumulation's atomics and the select then stay in L2); for 0,
+    default) grid_rows with grid tiles (the shared accumulation), else as many int64 score rows as
+    fit L2_ROWS_SHARE of the device's L2 with every lane's tile in flight (at least one row: the
+    accumulation's atomics and the select then stay in L2); for 0,
     or a device that does not say its L2, as many as ROWS_SHARE of the free memory holds, one
     lane (one tile per batch: the score rows go to HBM). The lanes' rows together never exceed
     what the memory share holds."""
@@ -670,7 +685,7 @@ def tile_rows(shard: DeviceShard, n_queries: int, batch_size: int | None, geom, 
         return fit, 1
     lanes = max(1, min(geom.tile_lanes, fit))
     if want is None:
-        want = int(l2 * L2_ROWS_SHARE) // (8 * max(shard.n_docs, 1) * lanes)
+        want = grid_rows(shard, geom) or int(l2 * L2_ROWS_SHARE) // (8 * max(shard.n_docs, 1) * lanes)
     room = fit if fit >= n_queries else max(1, fit // lanes)  # the memory share binds: the lanes share it
     return max(1, min(room, int(want))), lanes
 
