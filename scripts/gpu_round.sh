@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU round on the device host: environment probe, GPU tests, then benchmarks.
 # Usage (device tool, carry .whl):  bash scripts/gpu_round.sh [STEP ...]
-#   steps: probe tests tests-only tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-tiles knn-tiles-1e7 knn-issue19 knn-latency knn-shard-sweep knn-5e7 knn-ncu stream-sanitizer pruning bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify
+#   steps: probe tests tests-only tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-tiles knn-tiles-1e7 knn-issue19 knn-growth knn-latency knn-shard-sweep knn-5e7 knn-ncu stream-sanitizer pruning bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify
 #   (knn_classify reads the real datasets from .data/, an ignored copy of ../shared/datasets carried along)
 # Logs go to $OUT (default out/gpu). Each step has its own time limit so one slow step cannot eat the round.
 set -u
@@ -57,6 +57,8 @@ for step in "${steps[@]}"; do
     # (2026-11-27: 410 s did not reach the end of the 10^7 row, 235 s for 10^7 alone did not either,
     # while the peer's check still ran it a third time)
     knn-issue19) run knn-issue19 "${LIMIT_knn_issue19:-590}" python3 scripts/bench_knn.py --device cuda --sizes ${SIZES_issue19:-1e6,1e7} --queries 1,10000 --peers cupy_spmm --repeats 1 --check 5 --out "$OUT" ;;
+    # the issue-19 growth from 10^6 to 10^7 documents alone (10,000 queries, no peers: about 150 s)
+    knn-growth) run knn-growth "${LIMIT_knn_growth:-200}" python3 scripts/bench_knn.py --device cuda --sizes 1e6,1e7 --queries 10000 --peers "" --repeats 1 --check 2 --out "$OUT/growth" ;;
     knn-latency) run knn-latency "${LIMIT_knn_latency:-200}" python3 scripts/bench_knn.py --latency --device cuda --sizes 1e6 --queries 10000 --singles 300 --repeats 3 --check 5 --out "$OUT" ;;
     # Nsight Compute on the rows top-k's kernels in a 1,000-query batch at 10^6 documents (steady state:
     # the first NCU_SKIP matching launches are left out); the report's details go to knn_ncu.txt
