@@ -371,6 +371,45 @@ def _store_key(j, x, bk, bd, ctx):
     return bk, bd
 
 
+@cuda.jit(device=True, inline=True)
+def _store_keys(n, tid, block, dn, ctx):
+    """The keys of the block's documents d_lo + j, j = tid, tid + block, ... < n (_store_key), four
+    at a time (their norm terms' loads from dn issued together); returns the thread's best (key,
+    document). ctx: _store_key's."""
+    d_lo = ctx[5]
+    bk = -math.inf
+    bd = numba.int64(-1)
+    last = n - 1
+    j = tid
+    while j <= last:
+        j1 = min(j + block, last)
+        j2 = min(j + 2 * block, last)
+        j3 = min(j + 3 * block, last)
+        x0, x1, x2, x3 = dn[U64(d_lo + j)], dn[U64(d_lo + j1)], dn[U64(d_lo + j2)], dn[U64(d_lo + j3)]
+        bk, bd = _store_key(j, x0, bk, bd, ctx)
+        if j + block <= last:
+            bk, bd = _store_key(j1, x1, bk, bd, ctx)
+        if j + 2 * block <= last:
+            bk, bd = _store_key(j2, x2, bk, bd, ctx)
+        if j + 3 * block <= last:
+            bk, bd = _store_key(j3, x3, bk, bd, ctx)
+        j += 4 * block
+    return bk, bd
+
+
+@cuda.jit(device=True, inline=True)
+def _unit_best(keys, docs, u, unit):
+    """The best (key, document) by the tie rule of threads [u * unit, (u + 1) * unit)'s bests in
+    keys float64 / docs int32 (shared)."""
+    uk = -math.inf
+    ud = -1
+    for g in range(u * unit, (u + 1) * unit):
+        if better_dev(keys[g], docs[g], uk, ud):
+            uk = keys[g]
+            ud = docs[g]
+    return uk, ud
+
+
 @kernel_cache
 def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, ranged: bool = False, grid: bool = False):
     """The rows top-k's accumulation through shared memory: a drop-in for
@@ -501,41 +540,12 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, rang
             q = q0 + o
             if unit and q >= qinfo.shape[0]:
                 break  # the chunk's last tile may hold fewer rows (the same for the whole block)
-            if unit:  # keys, four documents at a time (their norm terms' loads issued together)
-                me = numba.int64(qinfo[q, 2])
-                sc = qinfo[q, 0]
-                qn = qinfo[q, 1]
-                bk = -math.inf
-                bd = numba.int64(-1)
-                last = d_hi - d_lo - 1
-                j = tid
-                while j <= last:
-                    j1 = min(j + block, last)
-                    j2 = min(j + 2 * block, last)
-                    j3 = min(j + 3 * block, last)
-                    x0, x1, x2, x3 = dn[U64(d_lo + j)], dn[U64(d_lo + j1)], dn[U64(d_lo + j2)], dn[U64(d_lo + j3)]
-                    ctx = (acc, row, sw, acc_len, r * docs, d_lo, metric, sc, qn, me)
-                    bk, bd = _store_key(j, x0, bk, bd, ctx)
-                    if j + block <= last:
-                        bk, bd = _store_key(j1, x1, bk, bd, ctx)
-                    if j + 2 * block <= last:
-                        bk, bd = _store_key(j2, x2, bk, bd, ctx)
-                    if j + 3 * block <= last:
-                        bk, bd = _store_key(j3, x3, bk, bd, ctx)
-                    j += 4 * block
-                # the threads' bests through the (now free) entries' scratch, then each unit's
-                e_scale[tid] = bk
-                e_row[tid] = bd
+            if unit:  # keys, then the threads' bests through the (now free) entries' scratch, then each unit's
+                ctx = (acc, row, sw, acc_len, r * docs, d_lo, metric, qinfo[q, 0], qinfo[q, 1], numba.int64(qinfo[q, 2]))
+                e_scale[tid], e_row[tid] = _store_keys(d_hi - d_lo, tid, block, dn, ctx)
                 cuda.syncthreads()  # every thread's best visible
                 if tid < per_block:
-                    uk = -math.inf
-                    ud = -1
-                    for g in range(tid * unit, (tid + 1) * unit):
-                        if better_dev(e_scale[g], e_row[g], uk, ud):
-                            uk = e_scale[g]
-                            ud = e_row[g]
-                    ukey[o, b * per_block + tid] = uk
-                    udoc[o, b * per_block + tid] = ud
+                    ukey[o, b * per_block + tid], udoc[o, b * per_block + tid] = _unit_best(e_scale, e_row, tid, unit)
                 cuda.syncthreads()  # scratch read before the next row's bests
             else:
                 for j in range(tid, d_hi - d_lo, block):

@@ -332,7 +332,8 @@ def topk_cpu(q_indptr, q_indices, q_data, scale, qn, self_doc, term_ptr, post_do
             for j in range(n):
                 d = touched[j]
                 if d != me:
-                    filled = offer_cpu(score_key_cpu(metric, state[d, 1], sc, qni, dn[d]), d, keys, docs, filled, k, True)
+                    filled = offer_cpu(score_key_cpu(metric, state[U64(d), 1], sc, qni, dn[U64(d)]), d, keys, docs,
+                                       filled, k, True)
             offered = 0
             for r in range(n_docs):
                 if offered >= k:
