@@ -30,7 +30,8 @@ from numba import cuda, prange
 from ._factory import jit_kernel, kernel_cache
 from .geometry import next_pow2
 from .metrics import COSINE, DOT
-from .primitives import U32, U64, better_dev, chunk_offsets, last_le_dev, lower_bound_cpu, make_chunk_walk
+from .indices import U32, U64
+from .primitives import better_dev, chunk_offsets, last_le_dev, lower_bound_cpu, make_chunk_walk
 from .scoring import contribution_cpu, contribution_dev, score_key_cpu, score_key_dev
 from .select import make_segment_keys, offer_cpu, select_cap, select_top_keys
 from .unit_select import doc_key_dev
@@ -299,7 +300,7 @@ def rows_shared_bytes(block: int, docs: int, rows: int) -> int:
     return 8 * docs * rows + entry_scratch_bytes(block)
 
 
-# The posting loop below indexes with U32 / U64 (primitives): about ten array accesses a posting,
+# The posting loop below indexes with U32 / U64 (kernels.indices): about ten array accesses a posting,
 # each with a signed index's wrap otherwise (about a quarter of the loop's PTX, 2026-11-27).
 @cuda.jit(device=True, inline=True)
 def _walk_to(i, p, t_off):

@@ -30,7 +30,8 @@ from numba import cuda, prange
 
 from ._factory import jit_kernel, kernel_cache
 from .metrics import COSINE, DOT, L1
-from .primitives import U64, lower_bound_dev, make_chunk_walk
+from .indices import U64
+from .primitives import lower_bound_dev, make_chunk_walk
 from .scoring import contribution_cpu, contribution_dev, score_key_cpu, score_key_dev
 from .select import (fit_geometry, make_segment_keys, merge_sorted_lists, offer_cpu, select_top_keys, topk_scratch,
                      write_first_k)
@@ -97,7 +98,7 @@ def topk_grouped_cpu(q_indptr, q_indices, q_data, scale, qn, self_doc, term_ptr,
             for p in range(q_indptr[i], q_indptr[i + 1]):
                 t = q_indices[p]
                 qw = q_data[p]
-                for r in range(U64(term_ptr[t]), U64(term_ptr[t + 1])):  # unsigned: no index wrap (primitives)
+                for r in range(U64(term_ptr[t]), U64(term_ptr[t + 1])):  # unsigned: no index wrap (kernels.indices)
                     d = U64(post_doc[r])
                     if need_dot:
                         acc[0, d] += numba.int64(contribution_cpu(DOT, qw, post_w[r]) * s0)

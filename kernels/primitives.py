@@ -50,17 +50,14 @@ Device only:
 A bitonic step compares i with i ^ stride and swaps when the pair is out of order, so on equal
 elements (only possible for keys-only sorts and empty slots) the order does not matter.
 
-U32 / U64: casts for array indices in hot loops. numba wraps every signed index (i < 0: i +
-length; three 64-bit instructions an access in the PTX), an unsigned one not; use them where the
-index is known to be >= 0 (U32 for shared memory, U64 for global positions).
+The binary searches index with kernels.indices.U64 (no signed index wrap).
 """
 from __future__ import annotations
 
 import numba
 from numba import cuda
 
-U32 = numba.uint32
-U64 = numba.uint64
+from .indices import U64
 
 
 # ----------------------------------------------------------------------------- scalar functions

@@ -18,6 +18,8 @@ import numba
 import numpy as np
 from numba import prange
 
+from .indices import U64
+
 CPU_ROW_BLOCK = 32  # output rows per task of dense_matmat_cpu (an accumulator of CPU_ROW_BLOCK x N)
 
 
@@ -32,8 +34,8 @@ def csr_matvec_cpu(indptr, indices, data, v, out):
     """
     for r in prange(indptr.shape[0] - 1):
         acc = 0.0
-        for p in range(indptr[r], indptr[r + 1]):
-            acc += numba.float64(data[p]) * v[indices[p]]
+        for p in range(U64(indptr[r]), U64(indptr[r + 1])):  # unsigned: no index wrap (kernels.indices)
+            acc += numba.float64(data[p]) * v[U64(indices[p])]
         out[r] = acc
 
 
@@ -58,9 +60,9 @@ def csr_matmat_cpu(indptr, indices, data, B, out):
     for r in prange(n):
         for j in range(N):
             out[r, j] = 0.0
-        for p in range(indptr[r], indptr[r + 1]):
+        for p in range(U64(indptr[r]), U64(indptr[r + 1])):
             x = numba.float64(data[p])
-            c = indices[p]
+            c = U64(indices[p])
             for j in range(N):
                 out[r, j] += x * B[c, j]
 

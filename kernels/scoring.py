@@ -47,7 +47,8 @@ from numba import cuda, prange
 from ._factory import kernel_cache
 from .metrics import COSINE, DOT, L1, L2
 from .metrics import METRIC_CODE as METRICS  # noqa: F401 (scoring.METRICS: name -> code, kept for host code)
-from .primitives import U64, block_exclusive_scan_dev, last_le_dev
+from .indices import U64
+from .primitives import block_exclusive_scan_dev, last_le_dev
 from .postings import term_maxabs_cpu  # noqa: F401 (kept for host code: gputext.distributed)
 from .select import (merge_sorted_lists, offer_cpu, rank_in_lists_dev, select_top_keys, topk_geometry, topk_scratch,
                      write_first_k)
@@ -242,7 +243,7 @@ def _accumulate_query(i, q_indptr, q_indices, q_data, scale, term_ptr, post_doc,
     for p in range(q_indptr[i], q_indptr[i + 1]):
         t = q_indices[p]
         qw = q_data[p]
-        for r in range(U64(term_ptr[t]), U64(term_ptr[t + 1])):  # unsigned: no index wrap (primitives)
+        for r in range(U64(term_ptr[t]), U64(term_ptr[t + 1])):  # unsigned: no index wrap (kernels.indices)
             d = U64(post_doc[r])
             v = numba.int64(contribution_cpu(metric, qw, post_w[r]) * s)
             if state[d, 0] != i:

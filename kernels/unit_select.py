@@ -41,7 +41,8 @@ from numba import cuda, prange
 
 from ._factory import jit_kernel, kernel_cache
 from .geometry import next_pow2
-from .primitives import U32, U64, better_cpu, better_dev, sort_pairs_best_first_dev
+from .indices import U32, U64
+from .primitives import better_cpu, better_dev, sort_pairs_best_first_dev
 from .select import first_k_by_counting, offer_cpu
 from .scoring import score_key_cpu, score_key_dev
 
