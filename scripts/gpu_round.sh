@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU round on the device host: environment probe, GPU tests, then benchmarks.
 # Usage (device tool, carry .whl):  bash scripts/gpu_round.sh [STEP ...]
-#   steps: probe tests tests-only tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-tiles knn-tiles-1e7 knn-issue19 knn-growth knn-latency knn-shard-sweep knn-5e7 knn-ncu stream-sanitizer pruning bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify
+#   steps: probe tests tests-only tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-tiles knn-tiles-1e7 knn-ncu-1e7 knn-issue19 knn-growth knn-latency knn-shard-sweep knn-5e7 knn-ncu stream-sanitizer pruning bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify
 #   (knn_classify reads the real datasets from .data/, an ignored copy of ../shared/datasets carried along)
 # Logs go to $OUT (default out/gpu). Each step has its own time limit so one slow step cannot eat the round.
 set -u
@@ -51,7 +51,9 @@ for step in "${steps[@]}"; do
     knn-shard-sweep) run knn-shard-sweep 560 python3 scripts/bench_knn.py --latency --device cuda --sizes 1e6 --queries 100,1000,10000 --singles 50 --check 5 --repeats 3 --geometries "s500k:shard_docs=500000;s250k:shard_docs=250000;s125k:shard_docs=125000" --out "$OUT" ;;
     # tiles of the rows top-k (issues 15/19): score rows of a few queries kept in L2 and selected there, segments by term
     knn-tiles) run knn-tiles "${LIMIT_knn_tiles:-420}" python3 scripts/bench_knn.py --latency --profile --device cuda --sizes 1e6 --queries 1000,10000 --singles 200 --check 5 --repeats 3 --geometries "${GEOMS_1e6:-legacy:tile_rows=0,tile_term_order=0;t1:tile_rows=1;t3q:tile_term_order=0;t6:tile_rows=6;t12:tile_rows=12;s250k:shard_docs=250000;s125k:shard_docs=125000;mw:merge_width_small=2048}" --out "$OUT" ;;
-    knn-tiles-1e7) run knn-tiles-1e7 "${LIMIT_knn_tiles_1e7:-560}" python3 scripts/bench_knn.py --latency --device cuda --sizes 1e7 --queries 10000 --singles 30 --check 3 --repeats 1 --geometries "${GEOMS_1e7:-legacy:tile_rows=0,tile_term_order=0;s1m:shard_docs=1000000;s500k:shard_docs=500000;s250k:shard_docs=250000}" --out "$OUT" ;;
+    knn-tiles-1e7) run knn-tiles-1e7 "${LIMIT_knn_tiles_1e7:-560}" python3 scripts/bench_knn.py --latency --device cuda --sizes 1e7 --queries 10000 --singles 30 --check 3 --repeats 1 --geometries "${GEOMS_1e7:-u16:unit_threads=16;u32:unit_threads=32;g8:tile_rows=8;nr:block_ranges=0}" --out "$OUT" ;;
+    # Nsight Compute at 10^7 (issue 19's growth: DRAM bytes a posting against 10^6's knn-ncu), 100 queries in grid tiles
+    knn-ncu-1e7) run knn-ncu-1e7 "${LIMIT_knn_ncu_1e7:-420}" bash -c "ncu --clock-control none --target-processes all -k 'regex:accumulate|unit_topk|block_ranges' --launch-skip ${NCU_SKIP:-60} --launch-count ${NCU_COUNT:-6} --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis --section WarpStateStats -f -o $OUT/knn_ncu_1e7 python3 scripts/bench_knn.py --device cuda --sizes 1e7 --queries 100 --peers '' --repeats 1 --check 1 --out /tmp/ncu-bench-1e7; ncu --import $OUT/knn_ncu_1e7.ncu-rep --page details > $OUT/knn_ncu_1e7.txt" ;;
     # the issue-19 command (same run: CuPy SpMM + top-k) and the single-query latency at 10^6 (issue 15);
     # give it a call of its own: at 10^7 CuPy's 10,000 queries take a minute a run, warm-up and timed
     # (2026-11-27: 410 s did not reach the end of the 10^7 row, 235 s for 10^7 alone did not either,
