@@ -408,7 +408,9 @@ class TopkPlan:
     With the shared accumulation and Geometry.unit_select (the default on sorted lists) the
     accumulation stores keys and its units' maxima, and the select is the unit select
     (kernels.unit_select: one block a query writes its final list; no per-segment lists, no
-    merges).
+    merges). With grid tiles (Geometry.tile_grid, the default there) a tile's accumulation is one
+    launch of (its queries x document blocks) blocks, each query's blocks of one document range
+    adjacent, its segments in query order (``grid``).
 
     A search runs in chunks of up to ``chunk`` queries, each chunk as consecutive tiles of
     ``rows`` queries dealt round-robin to ``lanes`` streams (TopkLane: each its own score rows).
