@@ -352,8 +352,9 @@ def _split_value(sw, hi0, j):
 def keys_registers(block: int) -> int:
     """Register cap of rows_accumulate_kernel with keys (unit > 0): four blocks of ``block``
     threads a multiprocessor, as many as its shared memory holds at 5,120 documents a block.
-    Uncapped, the keys' epilogue takes 66 registers at 256 threads (ptxas, sm_90) and only
-    three blocks fit; at 64 it spills nothing."""
+    Uncapped at 256 threads (local ptxas, sm_90): 60 registers, 66 with grid=True (66 for both
+    before the unsigned indices, when only three blocks fit). Nsight Compute on the GPU host saw
+    local-memory spills at the cap of 64 (2026-11-27, before the unsigned indices)."""
     return max(32, min(255, 65536 // (4 * block)))
 
 

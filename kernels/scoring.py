@@ -221,9 +221,9 @@ def tile_inputs(q_indptr, q_indices, q_data, df, tile, term_order, scale, qn, se
     starting at 0, at seg_off int64 (L + n_tiles,) [s0 + g, s1 + g], and postings[g] (int64
     (n_tiles,)) = its total; qinfo float64 (n, 4) = (scale, norm term, shard-local document to
     leave out or -1, the query's first segment within its tile in (query, term) order: where
-    blocked.rows_accumulate_kernel(grid=True) finds its segments). term_order: a tile's segments by (term, query), so queries that share a
-    term read its postings one after another (from L2 after the first); otherwise (query, term),
-    the rows' order. Tiles in parallel; one tile alone: call tile_one(0, ...) (no thread pool
+    blocked.rows_accumulate_kernel(grid=True) finds its segments). term_order: a tile's segments
+    by (term, query), so queries that share a term read its postings one after another (from L2
+    after the first); otherwise (query, term), the rows' order. Tiles in parallel; one tile alone: call tile_one(0, ...) (no thread pool
     to wake for a single query)."""
     for g in numba.prange(postings.shape[0]):
         postings[g] = tile_one(g, q_indptr, q_indices, q_data, df, tile, term_order, scale, qn, self_doc,

@@ -430,7 +430,7 @@ class TopkPlan:
         res = shard.res
         self.shard, self.geom, self.k, self.code, self.rows, self.chunk = shard, geom, k, code, rows, chunk
         # the tile's queries as the accumulation's blocks (blocked.rows_accumulate_kernel grid=True)
-        self.grid = bool(geom.tile_grid) and rows > 1 and shard.sorted_lists and shared_docs(geom, 1) > 0
+        self.grid = bool(shard.sorted_lists) and grid_tiles(geom, rows)
         self.term_order = bool(geom.tile_term_order) and not self.grid  # grid: each query's segments together
         self.raw = not res.simulator and getattr(geom, "fast_launch", True)
         self.block, items, cap = scoring.topk_geometry(k, geom.select_block, geom.select_items)
@@ -660,6 +660,13 @@ def plan_unit(geom, n_docs: int, docs: int, k: int) -> int:
     return unit
 
 
+def grid_tiles(geom, rows: int) -> bool:
+    """Whether tiles of ``rows`` queries accumulate as grid tiles (Geometry.tile_grid: each query
+    its own blocks with one shared row, blocked.rows_accumulate_kernel grid=True) on a shard whose
+    lists are sorted."""
+    return bool(geom.tile_grid) and rows > 1 and shared_docs(geom, 1) > 0
+
+
 def grid_rows(shard: DeviceShard, geom) -> int:
     """Queries a grid tile (Geometry.tile_grid) for tile_rows None: the fewest (a power of two, at
     most GRID_ROWS_MAX) whose accumulation launches GRID_BLOCKS_PER_SM blocks a multiprocessor of
@@ -698,7 +705,7 @@ def topk_plan(shard: DeviceShard, k: int, code: int, geom, rows: int, lanes: int
     a plan and its buffers), at most Geometry.tile_chunk queries and fewer where the chunk's
     per-segment lists (12 B x n_seg x k a query) would pass CHUNK_LIST_BYTES; whole tiles, at
     least one."""
-    shared = shared_docs(geom, 1 if geom.tile_grid else rows)
+    shared = shared_docs(geom, 1 if grid_tiles(geom, rows) else rows)
     lists = 1 if shard.sorted_lists and geom.unit_select and shared else n_seg  # unit select: 1
     cap = min(geom.tile_chunk, CHUNK_LIST_BYTES // (12 * k * lists))
     chunk = max(rows, min(cap, next_pow2(-(-n_q // rows)) * rows) // rows * rows)
