@@ -31,7 +31,7 @@ from ._factory import jit_kernel, kernel_cache
 from .geometry import next_pow2
 from .metrics import COSINE, DOT
 from .indices import U32, U64
-from .primitives import better_dev, chunk_offsets, last_le_dev, lower_bound_cpu, make_chunk_walk
+from .primitives import better_dev, chunk_offsets, last_le_dev, lower_bound_cpu, lower_bound_dev, make_chunk_walk
 from .scoring import contribution_cpu, contribution_dev, score_key_cpu, score_key_dev
 from .select import make_segment_keys, offer_cpu, select_cap, select_top_keys
 from .unit_select import doc_key_dev
@@ -58,11 +58,50 @@ def _make_block_range(lower_bound):
     return block_range
 
 
+def _make_short_range(lower_bound):
+    def short_range(post_doc, start, end, d_lo, d_hi):
+        """block_range for a list with fewer postings than document blocks: a binary search for
+        first, then a gallop from it for last (positions first, first + 1, first + 2, first + 4,
+        ...: the block usually holds none or one of the list's postings)."""
+        first = lower_bound(post_doc, start, end, d_lo)
+        lo = first
+        hi = first
+        step = 1
+        while hi < end and post_doc[U64(hi)] < d_hi:
+            lo = hi + 1
+            hi = first + step
+            step *= 2
+        return first, lower_bound(post_doc, lo, min(hi, end), d_hi)
+    return short_range
+
+
+def _make_term_range(block_range, short_range):
+    def term_range(t, b, d_lo, d_hi, term_ptr, post_doc, brow, bstart):
+        """The part [first, last) of term t's list inside document block b = [d_lo, d_hi). With a
+        block-starts table (brow int32 (n_terms,), bstart int32 (rows, n_blocks + 1):
+        kernels.postings.block_starts_kernel for blocks of d_hi - d_lo documents) a term with a
+        row (brow[t] >= 0) reads its range there, two loads, and a term without one (a short
+        list) takes short_range; without a table (brow shorter than the terms: a placeholder)
+        every term takes block_range's two binary searches."""
+        start = term_ptr[t]
+        end = term_ptr[t + 1]
+        if brow.shape[0] < term_ptr.shape[0] - 1:
+            return block_range(post_doc, start, end, d_lo, d_hi)
+        r = brow[t]
+        if r >= 0:
+            return start + bstart[r, b], start + bstart[r, b + 1]
+        return short_range(post_doc, start, end, d_lo, d_hi)
+    return term_range
+
+
 posting_value_cpu = numba.njit(inline="always")(_make_posting_value(contribution_cpu))
 posting_value_dev = cuda.jit(device=True, inline=True)(_make_posting_value(contribution_dev))
 block_range_cpu = numba.njit(inline="always")(_make_block_range(lower_bound_cpu))
-block_range_dev = cuda.jit(device=True, inline=True)(_make_block_range(cuda.jit(device=True, inline=True)(
-    lower_bound_cpu.py_func)))
+block_range_dev = cuda.jit(device=True, inline=True)(_make_block_range(lower_bound_dev))
+term_range_cpu = numba.njit(inline="always")(_make_term_range(
+    block_range_cpu, numba.njit(inline="always")(_make_short_range(lower_bound_cpu))))
+term_range_dev = cuda.jit(device=True, inline=True)(_make_term_range(
+    block_range_dev, cuda.jit(device=True, inline=True)(_make_short_range(lower_bound_dev))))
 
 
 @cuda.jit(device=True, inline=True)
@@ -422,8 +461,9 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, rang
     docs) blocks). It zeroes its shared counters (rows x docs, two uint32 words each), takes the
     tile's segments s0 .. s0 + n_seg - 1 of seg int32 (L, 2) = (term, query in the tile) and
     seg_weight float32 block at a time: thread tid finds its segment's postings inside the
-    document block (block_range_dev: two binary searches in the list, which is sorted by
-    document), the ranges' lengths go through a block exclusive scan (t_off) and the chunk's
+    document block (term_range_dev: two loads from the block-starts table brow int32 (n_terms,) /
+    bstart int32 (rows, n_blocks + 1) of kernels.postings.block_starts_kernel for this ``docs``,
+    else binary searches in the list, which is sorted by document), the ranges' lengths go through a block exclusive scan (t_off) and the chunk's
     postings are split evenly: thread tid takes positions tid, tid + block, ... four at a time
     (their segments found by walking t_off, then their eight loads issued together, then four
     adds), each adding posting_value (scale = qinfo[q0 + query, 0]) into its document's counter
@@ -443,9 +483,9 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, rang
 
     ranged: the segments' posting ranges inside the block come from block_ranges_kernel, run
     before (rng_first int64 / rng_cnt int32 (n_blocks, >= n_seg): row blockIdx, column the
-    segment's index in the tile), one coalesced load a segment instead of the two binary searches
-    (about 33 dependent loads for a long list, while three quarters of the threads wait at the
-    scan); not ranged: rng_first and rng_cnt are not read.
+    segment's index in the tile), one coalesced load a segment instead of the table's loads or
+    the binary searches (about 33 dependent loads for a long list without a table, while three
+    quarters of the threads wait at the scan); not ranged: rng_first and rng_cnt are not read.
 
     grid (rows = 1): the tile's m queries are blocks, not shared rows: m * ceil(n_docs / docs)
     blocks, block i takes query i % m of the tile and document block i // m, so the m queries'
@@ -463,7 +503,7 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, rang
 
     @jit_kernel(keys_registers(block) if unit else 0)
     def accumulate_rows(seg_off, seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, n_docs, acc, s0, o0,
-                        n_seg, q0, dn, ukey, udoc, rng_first, rng_cnt):
+                        n_seg, q0, dn, ukey, udoc, brow, bstart, rng_first, rng_cnt):
         sw = cuda.shared.array(words, numba.uint32)
         e_start, e_row, e_w, e_scale, t_off = entries()
         tid = cuda.threadIdx.x
@@ -494,8 +534,7 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, rang
                     first = rng_first[b, j]
                     last = first + rng_cnt[b, j]
                 else:
-                    t = seg[e, 0]
-                    first, last = block_range_dev(post_doc, term_ptr[t], term_ptr[t + 1], d_lo, d_hi)
+                    first, last = term_range_dev(seg[e, 0], b, d_lo, d_hi, term_ptr, post_doc, brow, bstart)
                 e_start[tid] = first
                 e_row[tid] = (0 if grid else q) * docs - d_lo
                 e_w[tid] = seg_weight[e]
@@ -557,43 +596,46 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, rang
 
 
 @cuda.jit
-def block_ranges_kernel(seg, term_ptr, post_doc, n_docs, docs, s0, n_seg, rng_first, rng_cnt):
-    """The posting ranges of rows_accumulate_kernel(ranged=True): thread i takes document block
-    b = i // n_seg ([b*docs, (b+1)*docs) of n_docs) and segment j = i % n_seg of the tile (term
-    seg[s0 + j, 0]), and writes the part of the term's list inside the block (block_range_dev:
-    two binary searches) as rng_first[b, j] int64 and rng_cnt[b, j] int32 (n_blocks rows). No
-    shared memory: the searches' dependent loads overlap across many resident warps instead of
-    holding an accumulation block's 48 KB. CPU twin: block_ranges_cpu."""
+def block_ranges_kernel(seg, term_ptr, post_doc, n_docs, docs, s0, n_seg, brow, bstart, rng_first, rng_cnt):
+    """The posting ranges of rows_accumulate_kernel(ranged=True): thread i takes segment
+    j = i // n_blocks of the tile (term seg[s0 + j, 0]) and document block b = i % n_blocks
+    ([b*docs, (b+1)*docs) of n_docs; a warp's threads share a term, so a warp either reads the
+    block-starts table or searches), and writes the part of the term's list inside the block
+    (term_range_dev: the table, else binary searches) as rng_first[b, j] int64 and rng_cnt[b, j]
+    int32 (n_blocks rows). No shared memory: the searches' dependent loads overlap across many
+    resident warps instead of holding an accumulation block's 48 KB. CPU twin: block_ranges_cpu."""
     i = numba.int64(cuda.blockIdx.x) * cuda.blockDim.x + cuda.threadIdx.x
-    b = i // max(n_seg, 1)
-    if b >= rng_first.shape[0]:
+    n_blocks = rng_first.shape[0]
+    j = i // n_blocks
+    if j >= n_seg:
         return
-    j = i - b * n_seg
-    t = seg[s0 + j, 0]
+    b = i - j * n_blocks
     d_lo = b * docs
-    first, last = block_range_dev(post_doc, term_ptr[t], term_ptr[t + 1], d_lo, min(numba.int64(n_docs), d_lo + docs))
+    first, last = term_range_dev(seg[s0 + j, 0], b, d_lo, min(numba.int64(n_docs), d_lo + docs), term_ptr, post_doc,
+                                 brow, bstart)
     rng_first[b, j] = first
     rng_cnt[b, j] = last - first
 
 
 @numba.njit(parallel=True, cache=True)
-def block_ranges_cpu(seg, term_ptr, post_doc, n_docs, docs, s0, n_seg, rng_first, rng_cnt):
-    """CPU twin of block_ranges_kernel: document blocks in parallel, block_range_cpu per segment."""
+def block_ranges_cpu(seg, term_ptr, post_doc, n_docs, docs, s0, n_seg, brow, bstart, rng_first, rng_cnt):
+    """CPU twin of block_ranges_kernel: document blocks in parallel, term_range_cpu per segment."""
     for b in prange(rng_first.shape[0]):
         d_lo = b * docs
         for j in range(n_seg):
-            t = seg[s0 + j, 0]
-            first, last = block_range_cpu(post_doc, term_ptr[t], term_ptr[t + 1], d_lo, min(n_docs, d_lo + docs))
+            first, last = term_range_cpu(seg[s0 + j, 0], b, d_lo, min(n_docs, d_lo + docs), term_ptr, post_doc, brow,
+                                         bstart)
             rng_first[b, j] = first
             rng_cnt[b, j] = last - first
 
 
 @numba.njit(parallel=True, cache=True)
 def accumulate_rows_cpu(seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, n_docs, docs, acc, s0, n_seg,
-                        q0):
+                        q0, brow, bstart):
     """CPU twin of rows_accumulate_kernel: document blocks of ``docs`` in parallel, each adding
-    the segments' postings inside it (block_range_cpu, posting_value_cpu) into acc int64
-    (rows * n_docs,), which it first zeroes over its documents in every row."""
+    the segments' postings inside it (term_range_cpu with the table brow / bstart, as the kernel;
+    posting_value_cpu) into acc int64 (rows * n_docs,), which it first zeroes over its documents
+    in every row."""
     n_rows = acc.shape[0] // max(n_docs, 1)
     for b in prange((n_docs + docs - 1) // docs):
         d_lo = b * docs
@@ -605,7 +647,7 @@ def accumulate_rows_cpu(seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metr
             t = seg[e, 0]
             row = numba.int64(seg[e, 1]) * n_docs
             sc = qinfo[q0 + seg[e, 1], 0]
-            first, last = block_range_cpu(post_doc, term_ptr[t], term_ptr[t + 1], d_lo, d_hi)
+            first, last = term_range_cpu(t, b, d_lo, d_hi, term_ptr, post_doc, brow, bstart)
             for r in range(U64(first), U64(last)):
                 acc[U64(row + post_doc[r])] += posting_value_cpu(metric, seg_weight[e], post_w[r], sc)
 
@@ -751,7 +793,7 @@ def rows_sig(acc: str) -> str:
     """rows_accumulate_kernel's signature with score rows of dtype ``acc`` (int64 sums, float64 keys)."""
     return ("void(int64[::1], int32[:, ::1], float32[::1], float64[:, ::1], int64[::1], int32[::1], float32[::1], "
             f"int64, int64, {acc}[::1], int64, int64, int64, int64, float64[::1], float64[:, ::1], int32[:, ::1], "
-            "int64[:, ::1], int32[:, ::1])")
+            "int32[::1], int32[:, ::1], int64[:, ::1], int32[:, ::1])")
 
 
 def ptx_kernels():
@@ -771,5 +813,6 @@ def ptx_kernels():
         ("rows_accumulate_keys_ranged", rows_accumulate_kernel(256, 5120, 1, 16, True), rows_sig("float64")),
         ("rows_accumulate_keys_grid", rows_accumulate_kernel(256, 5120, 1, 16, True, True), rows_sig("float64")),
         ("block_ranges_kernel", block_ranges_kernel,
-         "void(int32[:, ::1], int64[::1], int32[::1], int64, int64, int64, int64, int64[:, ::1], int32[:, ::1])"),
+         "void(int32[:, ::1], int64[::1], int32[::1], int64, int64, int64, int64, int32[::1], int32[:, ::1], "
+         "int64[:, ::1], int32[:, ::1])"),
     ]

@@ -15,7 +15,7 @@ import numpy as np
 from numba import cuda, prange
 
 from .metrics import COSINE, L1, L2
-from .primitives import last_le_dev
+from .primitives import last_le_dev, lower_bound_cpu, lower_bound_dev
 
 
 @numba.njit(cache=True)
@@ -158,6 +158,56 @@ def term_maxabs_cpu(indices, data, n_terms):
     return out
 
 
+# ----------------------------------------------------------------------------- block starts
+
+def block_table_terms(df: np.ndarray, n_blocks: int, max_entries: int) -> np.ndarray:
+    """The terms of a block-starts table (int32, ascending): those with at least one posting a
+    document block on average (df >= n_blocks), the longest lists first while their rows
+    (n_blocks + 1 entries each) stay within max_entries. A shorter list is cheap to search: a
+    search over fewer than n_blocks entries, and its block usually holds none or one of them."""
+    long_ = np.flatnonzero(np.asarray(df) >= max(1, n_blocks))
+    order = long_[np.argsort(-np.asarray(df)[long_], kind="stable")]
+    fit = max(0, max_entries // (n_blocks + 1))
+    return np.sort(order[:fit]).astype(np.int32)
+
+
+def _make_block_start(lower_bound):
+    def block_start(post_doc, start, end, b, docs):
+        """Offset from start of the first posting of post_doc[start:end] (a list sorted by
+        document) in document block b or later (document >= b * docs); end - start past the last."""
+        return lower_bound(post_doc, start, end, b * docs) - start
+    return block_start
+
+
+block_start_cpu = numba.njit(inline="always")(_make_block_start(lower_bound_cpu))
+block_start_dev = cuda.jit(device=True, inline=True)(_make_block_start(lower_bound_dev))
+
+
+@cuda.jit
+def block_starts_kernel(term_ptr, post_doc, terms, docs, bstart):
+    """The block-starts table of the terms ``terms`` int32 (n_rows,): thread i takes row
+    r = i // (n_blocks + 1) and block b = i % (n_blocks + 1), and writes bstart[r, b] int32
+    (n_rows, n_blocks + 1) = block_start of term terms[r]'s list for block b of ``docs``
+    documents (one binary search; b = n_blocks gives the list's length). Row r's block b holds
+    postings [term_ptr[t] + bstart[r, b], term_ptr[t] + bstart[r, b + 1]). CPU twin: block_starts_cpu."""
+    i = numba.int64(cuda.blockIdx.x) * cuda.blockDim.x + cuda.threadIdx.x
+    width = bstart.shape[1]
+    r = i // width
+    if r < bstart.shape[0]:
+        b = i - r * width
+        t = terms[r]
+        bstart[r, b] = block_start_dev(post_doc, term_ptr[t], term_ptr[t + 1], b, docs)
+
+
+@numba.njit(parallel=True, cache=True)
+def block_starts_cpu(term_ptr, post_doc, terms, docs, bstart):
+    """CPU twin of block_starts_kernel: rows in parallel."""
+    for r in prange(bstart.shape[0]):
+        t = terms[r]
+        for b in range(bstart.shape[1]):
+            bstart[r, b] = block_start_cpu(post_doc, term_ptr[t], term_ptr[t + 1], b, docs)
+
+
 # ----------------------------------------------------------------------------- device build
 
 @cuda.jit
@@ -222,4 +272,5 @@ def ptx_kernels():
          "void(int64[::1], int32[::1], float32[::1], int64[::1], int32[::1], int32[::1], float32[::1])"),
         ("doc_norms", doc_norms, "void(int64[::1], float32[::1], float64[::1], float64[::1])"),
         ("doc_norm_terms", doc_norm_terms, "void(float64[::1], float64[::1], int64, float64[::1])"),
+        ("block_starts_kernel", block_starts_kernel, "void(int64[::1], int32[::1], int32[::1], int64, int32[:, ::1])"),
     ]

@@ -128,7 +128,9 @@ def test_index_file_round_trip(tmp_path):
 # and 8 select threads (6 each, rounded up to powers of two; the gathers refine on the tied duplicates); block_ranges on (by default only for more tiles than lanes)
 # and off: the ranges kernel or the accumulation's own binary searches; tile_grid (the default: a
 # tile's queries as blocks of their own; 3 queries in one tile; tiles of 2 and 1 on two lanes,
-# ranged) and off (the tile's queries as rows of one block's shared memory)
+# ranged) and off (the tile's queries as rows of one block's shared memory); block_table (default: the
+# ranges of the longest lists from the block-starts table, the others by search and gallop) off: every
+# range by binary searches
 VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), ("l1", {"sorted_postings": True}),
                                          ("cosine", {"merge_width": 64, "merge_width_small": 32}),
                                          ("l2", {"shard_docs": 16}), ("dot", {"shard_docs": 16, "sorted_postings": True}),
@@ -162,6 +164,9 @@ VARIANTS = [(m, {}) for m in METRICS] + [("cosine", {"sorted_postings": True}), 
                                          ("l2", {"tile_rows": 2, "tile_grid": True, "shared_accumulate": 24,
                                                  "shared_min_docs": 1, "sorted_postings": True, "tile_lanes": 2,
                                                  "block_ranges": True}),
+                                         ("dot", {"tile_rows": 2, "tile_grid": True, "shared_accumulate": 16,
+                                                  "shared_min_docs": 1, "sorted_postings": True, "block_table": False,
+                                                  "block_ranges": True}),
                                          ("l1", {"accumulate_items": 5}), ("cosine", {"accumulate_items": 8})]
 
 
@@ -191,6 +196,9 @@ def test_cuda_equals_cpu_in_simulator(metric, change):
         assert units == {bool(change.get("sorted_postings")) and change.get("unit_select", True)}
         if "block_ranges" in change:
             assert {p.ranged for s in shards for p in s.plans.values()} == {change["block_ranges"]}
+        # the block-starts table (a row for each list of at least one posting a block, within the budget)
+        tabled = bool(change.get("sorted_postings")) and change.get("block_table", True)
+        assert {p.table[0].shape[0] > 1 for s in shards for p in s.plans.values()} == {tabled}
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered")  # split counters: uint32 words wrap in the simulator too

@@ -249,32 +249,52 @@ def _rows_inputs(metric, seed=40, big=False):
     return (seg_off, seg, weights, qinfo, p.term_ptr, p.post_doc, p.post_w, code, 70), want, int(seg_off[-1])
 
 
+def _table(tp, pd, n_docs, docs, min_df=1):
+    """A block-starts table (brow, bstart) of the index tp / pd (n_docs documents) for blocks of ``docs`` documents,
+    with rows for the lists of at least min_df postings (the engine's rule is df >= n_blocks; a
+    lower bar gives the tests rows for short lists too); min_df None: the placeholder (no table)."""
+    from gputext.kernels.postings import block_starts_cpu
+    if min_df is None:
+        return np.full(1, -1, np.int32), np.zeros((1, 1), np.int32)
+    terms = np.flatnonzero(np.diff(tp) >= min_df).astype(np.int32)
+    brow = np.full(tp.size - 1, -1, np.int32)
+    brow[terms] = np.arange(terms.size, dtype=np.int32)
+    bstart = np.empty((terms.size, -(-n_docs // docs) + 1), np.int32)
+    block_starts_cpu(tp, pd, terms, docs, bstart)
+    return brow, bstart
+
+
 @pytest.mark.parametrize("metric", METRICS)
-def test_rows_accumulation_twin_equals_the_sum_of_postings(metric):
-    # kernels.blocked.accumulate_rows_cpu: blocks of 16 documents (the last of 6), stale rows overwritten
+@pytest.mark.parametrize("min_df", [None, 1, 6])
+def test_rows_accumulation_twin_equals_the_sum_of_postings(metric, min_df):
+    # kernels.blocked.accumulate_rows_cpu: blocks of 16 documents (the last of 6), stale rows overwritten;
+    # ranges by binary searches (no table), from the table for every list, or the table for lists of >= 6
     from gputext.kernels.blocked import accumulate_rows_cpu
     (seg_off, seg, w, qinfo, tp, pd, pw, code, n), want, _ = _rows_inputs(metric)
     acc = np.full(3 * n, 99, np.int64)
-    accumulate_rows_cpu(seg, w, qinfo, tp, pd, pw, code, n, 16, acc, 2, len(seg) - 2, 1)
+    accumulate_rows_cpu(seg, w, qinfo, tp, pd, pw, code, n, 16, acc, 2, len(seg) - 2, 1, *_table(tp, pd, n, 16, min_df))
     assert np.array_equal(acc, want)
 
 
-def _no_units():
-    """dn, ukey, udoc, rng_first, rng_cnt of rows_accumulate_kernel without units or ranges (not read)."""
+def _no_units(table=(np.full(1, -1, np.int32), np.zeros((1, 1), np.int32))):
+    """dn, ukey, udoc, brow, bstart, rng_first, rng_cnt of rows_accumulate_kernel without units or
+    ranges (not read); the block-starts table ``table`` (default: the placeholder)."""
     from numba import cuda
     return (cuda.to_device(np.zeros(1)), cuda.to_device(np.zeros((1, 1))), cuda.to_device(np.zeros((1, 1), np.int32)),
+            *(cuda.to_device(a) for a in table),
             cuda.to_device(np.zeros((1, 1), np.int64)), cuda.to_device(np.zeros((1, 1), np.int32)))
 
 
 @pytest.mark.cudasim
 @pytest.mark.filterwarnings("ignore:overflow encountered")  # the simulator's uint32 words wrap as the device's do
-@pytest.mark.parametrize("docs,big,ranged,grid", [(16, False, False, False), (32, False, True, False),
-                                                   (16, True, False, False), (16, False, True, False),
-                                                   (16, False, False, True), (32, True, True, True)])
-def test_rows_accumulation_kernel_equals_twin_and_atomics_in_simulator(docs, big, ranged, grid):
+@pytest.mark.parametrize("docs,big,ranged,grid,min_df", [(16, False, False, False, None), (32, False, True, False, 1),
+                                                          (16, True, False, False, 6), (16, False, True, False, None),
+                                                          (16, False, False, True, 1), (32, True, True, True, 6)])
+def test_rows_accumulation_kernel_equals_twin_and_atomics_in_simulator(docs, big, ranged, grid, min_df):
     # kernels.blocked.rows_accumulate_kernel (8 threads, 5 or 3 blocks, 15-16 segments: two chunks of
     # segments) against the twin and against scoring.accumulate_kernel's atomics on the same rows;
-    # grid: the three queries as blocks of their own (one shared row), their segments from qinfo[:, 3]
+    # grid: the three queries as blocks of their own (one shared row), their segments from qinfo[:, 3];
+    # min_df: the block-starts table's rows (None: no table, binary searches)
     from numba import cuda
 
     from gputext.kernels import scoring
@@ -284,16 +304,17 @@ def test_rows_accumulation_kernel_equals_twin_and_atomics_in_simulator(docs, big
         qinfo[1:, 3] = np.searchsorted(seg[2:, 1], np.arange(3))
     d = [cuda.to_device(a) for a in (seg_off, seg, w, qinfo, tp, pd, pw)]
     shared = cuda.to_device(np.full(3 * n, 99, np.int64))
-    extra = _no_units()
+    table = _table(tp, pd, n, docs, min_df)
+    extra = _no_units(table)
     if ranged:  # the ranges by block_ranges_kernel (16 threads a block), equal to its twin's
         from gputext.kernels.blocked import block_ranges_cpu, block_ranges_kernel
         n_blk, n_seg = -(-n // docs), len(seg) - 2
         rf, rc = np.full((n_blk, n_seg + 3), 7, np.int64), np.full((n_blk, n_seg + 3), 7, np.int32)
-        block_ranges_cpu(seg, tp, pd, n, docs, 2, n_seg, rf, rc)
+        block_ranges_cpu(seg, tp, pd, n, docs, 2, n_seg, *table, rf, rc)
         d_rf, d_rc = cuda.to_device(np.full_like(rf, 7)), cuda.to_device(np.full_like(rc, 7))
-        block_ranges_kernel[-(-n_blk * n_seg // 16), 16](d[1], d[4], d[5], n, docs, 2, n_seg, d_rf, d_rc)
+        block_ranges_kernel[-(-n_blk * n_seg // 16), 16](d[1], d[4], d[5], n, docs, 2, n_seg, *extra[3:5], d_rf, d_rc)
         assert np.array_equal(d_rf.copy_to_host(), rf) and np.array_equal(d_rc.copy_to_host(), rc)
-        extra = (*extra[:3], d_rf, d_rc)
+        extra = (*extra[:5], d_rf, d_rc)
     n_blk = -(-n // docs)
     kernel = rows_accumulate_kernel(8, docs, 1, 0, ranged, True) if grid else rows_accumulate_kernel(8, docs, 3, 0, ranged)
     kernel[n_blk * (3 if grid else 1), 8](*d, code, n, shared, 2, 0, len(seg) - 2, 1, *extra)

@@ -172,6 +172,8 @@ def test_accumulation_keys_epilogue_equals_twins_in_simulator(docs, unit):
                                         p.post_w)]
     rows_accumulate_kernel(8, docs, 3, unit)[-(-n // docs), 8](*args, code, n, d_keys, 0, 0, len(seg), 1,
                                                                cuda.to_device(dn), d_ukey, d_udoc,
+                                                               cuda.to_device(np.full(1, -1, np.int32)),
+                                                               cuda.to_device(np.zeros((1, 1), np.int32)),
                                                                cuda.to_device(np.zeros((1, 1), np.int64)),
                                                                cuda.to_device(np.zeros((1, 1), np.int32)))
     assert np.array_equal(d_keys.copy_to_host(), keys)

@@ -45,6 +45,7 @@ UNIT_BLOCK_LATENCY = 1024  # ... a search of one lane-full of tiles (one query) 
 SIM_UNIT_BLOCK = 32  # ... in the simulator (about 2 ms a simulated thread)
 RANGES_BLOCK = 256  # threads a block of kernels.blocked.block_ranges_kernel
 RANGES_SEGMENTS = 128  # (segment, document block) ranges a lane holds at first, per query of a tile
+BLOCK_TABLE_SHARE = 1 / 16  # a shard's block-starts table (4 B an entry) within this share of its postings' bytes
 
 
 @dataclass
@@ -64,6 +65,7 @@ class DeviceShard:
     plans: dict = field(default_factory=dict)  # TopkPlan per (k, metric, rows, geometry)
     res: object = field(default_factory=resources)  # the Resources of the device that holds the shard
     sorted_lists: bool = False  # every posting list sorted by document (the CPU twin's build): the shared accumulation's searches need it
+    block_tables: dict = None  # documents a block -> (brow, bstart) device arrays (block_table), made on first use
 
     def buffer(self, name: str, shape: tuple, dtype, zeroed: bool = False):
         """A device array of ``shape`` from the shard's workspace (gputext.device.Workspace)."""
@@ -86,6 +88,40 @@ class DeviceShard:
             postings.doc_norm_terms[blocks(self.n_docs, block), block](self.d_sq, self.d_l1, metric, out)
             self.norm_terms[metric] = out
         return self.norm_terms[metric]
+
+    def block_table(self, docs: int, block: int, use: bool = True) -> tuple:
+        """The block-starts table of the shared accumulation's blocks of ``docs`` documents
+        (kernels.postings.block_starts_kernel, made on first use and kept): (brow int32 (n_terms,):
+        a term's row or -1, bstart int32 (rows, n_blocks + 1)). Rows for the lists of at least
+        one posting a block, longest first, within BLOCK_TABLE_SHARE of the postings' bytes.
+        Without ``use``, rows, or sorted lists: a placeholder (brow = [-1], one entry), with which
+        the kernels search every range (kernels.blocked.term_range_dev)."""
+        from numba import cuda
+        if self.block_tables is None:
+            self.block_tables = {}
+        n_post = int(self.df.sum())
+        key = docs if use and self.sorted_lists and n_post else None
+        if key not in self.block_tables:
+            n_blocks = blocks(self.n_docs, docs) if key else 0
+            terms = postings.block_table_terms(self.df, n_blocks, int(BLOCK_TABLE_SHARE * 8 * n_post) // 4) \
+                if key else np.zeros(0, np.int32)
+            if not terms.size:
+                self.block_tables[key] = (cuda.to_device(np.full(1, -1, np.int32)),
+                                          cuda.to_device(np.zeros((1, 1), np.int32)))
+            else:
+                brow = np.full(self.df.size, -1, np.int32)
+                brow[terms] = np.arange(terms.size, dtype=np.int32)
+                if self.res.simulator:  # the twin: the simulator takes about 2 ms a thread
+                    bstart = np.empty((terms.size, n_blocks + 1), np.int32)
+                    postings.block_starts_cpu(self.term_ptr.copy_to_host(), self.post_doc.copy_to_host(), terms, docs,
+                                              bstart)
+                    bstart = cuda.to_device(bstart)
+                else:
+                    bstart = cuda.device_array((terms.size, n_blocks + 1), np.int32)
+                    postings.block_starts_kernel[blocks(bstart.size, block), block](
+                        self.term_ptr, self.post_doc, cuda.to_device(terms), docs, bstart)
+                self.block_tables[key] = (cuda.to_device(brow), bstart)
+        return self.block_tables[key]
 
     def zero_rows(self, acc, block: int) -> None:
         """Re-zero score rows a search left dirty (interrupted before its selector ran)."""
@@ -364,9 +400,9 @@ class TopkLane:
             if plan.ranged:  # the posting ranges of every (segment, document block), by a kernel before
                 rng = self._range_buffers(plan)
                 self.ranges = Launch(blocked.block_ranges_kernel, 1, RANGES_BLOCK,
-                                     (seg, shard.term_ptr, shard.post_doc, shard.n_docs, docs, 0, 1, *rng),
+                                     (seg, shard.term_ptr, shard.post_doc, shard.n_docs, docs, 0, 1, *plan.table, *rng),
                                      stream=stream, raw=raw)
-            args = args + (plan.dn, ukey, udoc, *rng)
+            args = args + (plan.dn, ukey, udoc, *plan.table, *rng)
         else:
             kernel, self.acc_grid = scoring.accumulate_kernel(self.acc_block, self.acc_items), None
         self.accumulate = Launch(kernel, 1, self.acc_block, args, stream=stream, raw=raw)
@@ -438,6 +474,8 @@ class TopkPlan:
         # shared-memory accumulation overwrites whole rows: the select leaves them as they are
         self.shared_docs = shared_docs(geom, 1 if self.grid else rows) if shard.sorted_lists else 0
         self.shared = self.shared_docs > 0
+        # each (term, document block)'s posting range: the block-starts table, else searches
+        self.table = shard.block_table(self.shared_docs, geom.build_block, self.shared and geom.block_table)
         self.unit = plan_unit(geom, shard.n_docs, self.shared_docs, k) if self.shared else 0
         self.n_units = blocks(shard.n_docs, self.shared_docs) * (geom.accumulate_block // self.unit) if self.unit else 0
         self.no_units = (shard.buffer("no_ukey", (1, 1), np.float64), shard.buffer("no_udoc", (1, 1), np.int32))
@@ -713,7 +751,7 @@ def topk_plan(shard: DeviceShard, k: int, code: int, geom, rows: int, lanes: int
            geom.merge_width_small, geom.merge_rank_group, geom.accumulate_block, geom.accumulate_items,
            geom.shared_accumulate, geom.shared_min_docs, geom.build_block, getattr(geom, "fast_launch", True),
            geom.tile_term_order, geom.tile_grid, lanes, geom.unit_select, geom.unit_threads, geom.unit_block,
-           geom.unit_cap, geom.block_ranges)
+           geom.unit_cap, geom.block_ranges, geom.block_table)
     plan = shard.plans.get(key)
     if plan is None or not plan.valid():
         plan = shard.plans[key] = TopkPlan(shard, k, code, geom, rows, chunk, lanes)
