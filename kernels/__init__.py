@@ -21,7 +21,8 @@ What lives where:
   sparse scoring engine (gputext.engine):
     scoring.py      fixed-point accumulation, keys, per-query statistics, top-k and threshold
                     kernels and their CPU twins
-    postings.py     the inverted index's build (postings by term, document norms)
+    postings.py     the inverted index's build (postings by term, document norms) and its
+                    block-starts table (each document block's first posting of the long lists)
     blocked.py      accumulation by document blocks in shared memory: the rows top-k's
                     accumulation into score rows (rows_accumulate_kernel, the GPU default; its
                     posting ranges in a batch by block_ranges_kernel) and

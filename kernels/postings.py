@@ -5,6 +5,12 @@ Device build: ``count_df`` (document frequencies), an exclusive scan (kernels/sc
 term_ptr, ``scatter_postings`` (atomic cursor per term: order within a list arbitrary, which the
 fixed-point accumulation makes irrelevant), ``doc_norms`` and ``doc_norm_terms``. The CPU twin
 ``build_postings`` writes every list sorted by document.
+
+Block starts: on a sorted index, ``block_starts_kernel`` (twin ``block_starts_cpu``) tabulates
+where each document block of a fixed size begins in the lists that hold at least one posting a
+block (``block_table_terms``), so that the shared accumulation (kernels.blocked.term_range_dev)
+reads a (term, block)'s range instead of searching for it; the engine keeps one table per shard
+and block size (gputext.engine.cuda_backend.DeviceShard.block_table).
 """
 from __future__ import annotations
 

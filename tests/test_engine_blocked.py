@@ -99,7 +99,7 @@ def test_geometry_from_device_properties():
 
 def test_grid_tile_rows_from_device_properties():
     # engine.cuda_backend.grid_rows: enough queries a grid tile for 16 accumulation blocks a
-    # multiprocessor (5,120 documents a block), a power of two, at most 32; none without grid tiles
+    # multiprocessor (5,120 documents a block), a power of two, at least 16, at most 32; none without grid tiles
     from types import SimpleNamespace
 
     from gputext.engine.cuda_backend import grid_rows
@@ -107,8 +107,8 @@ def test_grid_tile_rows_from_device_properties():
     def rows(n_docs, sms=132, sorted_lists=True, **geom):
         shard = SimpleNamespace(res=SimpleNamespace(multiprocessors=sms), n_docs=n_docs, sorted_lists=sorted_lists)
         return grid_rows(shard, Geometry(**geom))
-    assert [rows(n) for n in (10 ** 6, 10 ** 7, 5 * 10 ** 7, 20000)] == [16, 2, 1, 32]
-    assert rows(10 ** 6, sms=66) == 8 and rows(10 ** 6, sms=264) == 32  # the device's multiprocessors
+    assert [rows(n) for n in (10 ** 6, 10 ** 7, 5 * 10 ** 7, 20000)] == [16, 16, 16, 32]
+    assert rows(10 ** 6, sms=66) == 16 and rows(10 ** 6, sms=264) == 32  # the device's multiprocessors
     assert rows(10 ** 6, tile_grid=False) == rows(10 ** 6, sorted_lists=False) == rows(10 ** 6, shared_accumulate=0) == 0
 
 
