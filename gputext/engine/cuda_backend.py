@@ -3,7 +3,9 @@ fixed-point score rows, then a selector (gputext.kernels.scoring for the kernels
 
 Memory plan (reported in the SearchReport): an index shard takes 8 bytes a posting (doc int32 + weight
 float32) + 8 a term + 16 a document, and 16 bytes a posting while the device builds it (the CSR
-rows are on the device then; the CPU twin's build, uploaded by default, needs only its 8: build_bytes);
+rows are on the device then; the CPU twin's build, uploaded by default, needs only its 8: build_bytes),
+plus, on sorted lists, its block-starts table (DeviceShard.block_table: at most half a byte a posting,
+within the room the shares below leave);
 score rows take 8 bytes per (query, document) for the queries scored
 at once: a tile of a few queries per stream for the top-k (TopkPlan), a batch within 30% of the
 free memory for the threshold search (QueryBatch). Shards get up to 45% of the free device
