@@ -463,10 +463,10 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, rang
     seg_weight float32 block at a time: thread tid finds its segment's postings inside the
     document block (term_range_dev: two loads from the block-starts table brow int32 (n_terms,) /
     bstart int32 (rows, n_blocks + 1) of kernels.postings.block_starts_kernel for this ``docs``,
-    else binary searches in the list, which is sorted by document), the ranges' lengths go through a block exclusive scan (t_off) and the chunk's
-    postings are split evenly: thread tid takes positions tid, tid + block, ... four at a time
-    (their segments found by walking t_off, then their eight loads issued together, then four
-    adds), each adding posting_value (scale = qinfo[q0 + query, 0]) into its document's counter
+    else binary searches in the list, which is sorted by document), the ranges' lengths go
+    through a block exclusive scan (t_off) and the chunk's postings are split evenly: thread tid
+    takes positions tid, tid + block, ... four at a time (their segments found by walking t_off,
+    then their eight loads issued together, then four adds), each adding posting_value (scale = qinfo[q0 + query, 0]) into its document's counter
     (_add_split: exact and order-free, so the rows equal accumulate_kernel's bit for bit). Then the
     block stores its counters into acc int64 (rows * n_docs,) at [query * n_docs + document]
     (coalesced plain stores of every document of the block, zeros included: the rows need no
