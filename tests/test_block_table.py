@@ -20,7 +20,11 @@ def _lists(seed=0, n_docs=300):
     return term_ptr, np.concatenate(lists).astype(np.int32)
 
 
-def _table(term_ptr, post_doc, n_docs, docs, terms):
+def block_table(term_ptr, post_doc, n_docs, docs, terms):
+    """(brow, bstart) of the block-starts table with rows for ``terms`` (blocks of ``docs`` of
+    n_docs documents), by the twin; terms None: the placeholder (no table)."""
+    if terms is None:
+        return np.full(1, -1, np.int32), np.zeros((1, 1), np.int32)
     n_blocks = -(-n_docs // docs)
     brow = np.full(term_ptr.size - 1, -1, np.int32)
     brow[terms] = np.arange(len(terms), dtype=np.int32)
@@ -33,7 +37,7 @@ def _table(term_ptr, post_doc, n_docs, docs, terms):
 def test_block_starts_are_each_blocks_first_posting(docs):
     term_ptr, post_doc = _lists()
     terms = np.arange(term_ptr.size - 1, dtype=np.int32)
-    _, bstart = _table(term_ptr, post_doc, 300, docs, terms)
+    _, bstart = block_table(term_ptr, post_doc, 300, docs, terms)
     for r, t in enumerate(terms):
         lst = post_doc[term_ptr[t]:term_ptr[t + 1]]
         want = np.searchsorted(lst, np.arange(bstart.shape[1]) * docs, side="left")
@@ -49,10 +53,7 @@ def test_term_range_equals_the_binary_searches(docs, rows):
     term_ptr, post_doc = _lists(seed=docs)
     n_terms = term_ptr.size - 1
     terms = {"all": np.arange(n_terms), "some": [0, 4, 6], "none": []}.get(rows)
-    if terms is None:
-        brow, bstart = np.full(1, -1, np.int32), np.zeros((1, 1), np.int32)
-    else:
-        brow, bstart = _table(term_ptr, post_doc, n_docs, docs, terms)
+    brow, bstart = block_table(term_ptr, post_doc, n_docs, docs, terms)
     for t in range(n_terms):
         for b in range(-(-n_docs // docs)):
             d_lo, d_hi = b * docs, min(n_docs, (b + 1) * docs)
@@ -79,7 +80,7 @@ def test_block_starts_kernel_equals_twin_in_simulator():
     from gputext.kernels.postings import block_starts_kernel
     term_ptr, post_doc = _lists()
     terms = np.array([0, 2, 5, 8], np.int32)
-    _, want = _table(term_ptr, post_doc, 300, 64, terms)
+    _, want = block_table(term_ptr, post_doc, 300, 64, terms)
     got = cuda.to_device(np.full(want.shape, -7, np.int32))
     block_starts_kernel[-(-want.size // 32), 32](cuda.to_device(term_ptr), cuda.to_device(post_doc),
                                                  cuda.to_device(terms), 64, got)

@@ -250,18 +250,13 @@ def _rows_inputs(metric, seed=40, big=False):
 
 
 def _table(tp, pd, n_docs, docs, min_df=1):
-    """A block-starts table (brow, bstart) of the index tp / pd (n_docs documents) for blocks of ``docs`` documents,
-    with rows for the lists of at least min_df postings (the engine's rule is df >= n_blocks; a
-    lower bar gives the tests rows for short lists too); min_df None: the placeholder (no table)."""
-    from gputext.kernels.postings import block_starts_cpu
-    if min_df is None:
-        return np.full(1, -1, np.int32), np.zeros((1, 1), np.int32)
-    terms = np.flatnonzero(np.diff(tp) >= min_df).astype(np.int32)
-    brow = np.full(tp.size - 1, -1, np.int32)
-    brow[terms] = np.arange(terms.size, dtype=np.int32)
-    bstart = np.empty((terms.size, -(-n_docs // docs) + 1), np.int32)
-    block_starts_cpu(tp, pd, terms, docs, bstart)
-    return brow, bstart
+    """A block-starts table (brow, bstart) of the index tp / pd (n_docs documents) for blocks of
+    ``docs`` documents, with rows for the lists of at least min_df postings (the engine's rule is
+    df >= n_blocks; a lower bar gives the tests rows for short lists too); min_df None: the
+    placeholder (no table)."""
+    from test_block_table import block_table
+    terms = None if min_df is None else np.flatnonzero(np.diff(tp) >= min_df)
+    return block_table(tp, pd, n_docs, docs, terms)
 
 
 @pytest.mark.parametrize("metric", METRICS)
