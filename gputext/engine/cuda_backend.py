@@ -98,6 +98,7 @@ class DeviceShard:
         one posting a block, longest first, within BLOCK_TABLE_SHARE of the postings' bytes.
         Without ``use``, rows, or sorted lists: a placeholder (brow = [-1], one entry), with which
         the kernels search every range (kernels.blocked.term_range_dev)."""
+        from numba import cuda
         if self.block_tables is None:
             self.block_tables = {}
         n_post = int(self.df.sum())
@@ -106,26 +107,23 @@ class DeviceShard:
             n_blocks = blocks(self.n_docs, docs) if key else 0
             terms = postings.block_table_terms(self.df, n_blocks, int(BLOCK_TABLE_SHARE * 8 * n_post) // 4) \
                 if key else np.zeros(0, np.int32)
-            self.block_tables[key] = self._build_block_table(terms, n_blocks, docs, block)
+            if not terms.size:
+                self.block_tables[key] = (cuda.to_device(np.full(1, -1, np.int32)),
+                                          cuda.to_device(np.zeros((1, 1), np.int32)))
+            else:
+                brow = np.full(self.df.size, -1, np.int32)
+                brow[terms] = np.arange(terms.size, dtype=np.int32)
+                if self.res.simulator:  # the twin: the simulator takes about 2 ms a thread
+                    bstart = np.empty((terms.size, n_blocks + 1), np.int32)
+                    postings.block_starts_cpu(self.term_ptr.copy_to_host(), self.post_doc.copy_to_host(), terms, docs,
+                                              bstart)
+                    bstart = cuda.to_device(bstart)
+                else:
+                    bstart = cuda.device_array((terms.size, n_blocks + 1), np.int32)
+                    postings.block_starts_kernel[blocks(bstart.size, block), block](
+                        self.term_ptr, self.post_doc, cuda.to_device(terms), docs, bstart)
+                self.block_tables[key] = (cuda.to_device(brow), bstart)
         return self.block_tables[key]
-
-    def _build_block_table(self, terms: np.ndarray, n_blocks: int, docs: int, block: int) -> tuple:
-        """(brow, bstart) on the device for the table rows ``terms`` (block_table); none: the placeholder."""
-        if not terms.size:
-            placeholder = [np.full(1, -1, np.int32), np.zeros((1, 1), np.int32)]
-            return tuple(self.res.upload_packed(placeholder, name="block_table"))
-        brow = np.full(self.df.size, -1, np.int32)
-        brow[terms] = np.arange(terms.size, dtype=np.int32)
-        if self.res.simulator:  # the twin: the simulator takes about 2 ms a thread
-            bstart = np.empty((terms.size, n_blocks + 1), np.int32)
-            postings.block_starts_cpu(self.term_ptr.copy_to_host(), self.post_doc.copy_to_host(), terms, docs, bstart)
-            return tuple(self.res.upload_packed([brow, bstart], name="block_table"))
-        from numba import cuda
-        d_brow, d_terms = self.res.upload_packed([brow, terms], name="block_table")
-        bstart = cuda.device_array((terms.size, n_blocks + 1), np.int32)
-        postings.block_starts_kernel[blocks(bstart.size, block), block](self.term_ptr, self.post_doc, d_terms, docs,
-                                                                        bstart)
-        return d_brow, bstart
 
     def zero_rows(self, acc, block: int) -> None:
         """Re-zero score rows a search left dirty (interrupted before its selector ran)."""
