@@ -39,6 +39,7 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (puts the checkout first on sys.path)
 import numpy as np  # noqa: E402
+from svm_exactness import compare, corpora, features_of, objectives  # noqa: E402  (20NG corpora and features, the objectives)
 
 warnings.filterwarnings("ignore")
 
@@ -49,16 +50,6 @@ EXACT_C = (0.25, 1.0, 4.0, 16.0)
 # today's LinearSVC path on 20NG (benchmarks/RESULTS.md "SVM on 20NG", H200 host 2026-11-25, same
 # C grid and folds): micro-F1, C. Goal: ours within 0.003.
 LIBLINEAR_20NG = {"bow": (0.8422, 1.0), "meta": (0.8221, 4.0), "both": (0.8381, 0.25)}
-
-
-def corpora(args):
-    """(train path, test path): 20NG built (tf-idf, min_df 6, as make table-metafeatures) and cached."""
-    from pathlib import Path
-
-    from table_metafeatures import build, datasets_dir
-    ddir = datasets_dir(args.datasets)
-    cache = Path(os.environ.get("TMPDIR", "/tmp")) / "gputext-svm-corpora"  # not under --out: kept out of the results
-    return build("20ng", ddir, cache, args.quick)
 
 
 def _spread(n: int, m: int) -> np.ndarray:
@@ -138,19 +129,6 @@ def folds(train, test, backend, quick):
     return {"seconds": wall, **{k: v for k, v in rep.items() if k != "folds"}, "folds": rep["folds"]}
 
 
-def features_of(train, test, backend, kind):
-    """(F_train, F_test, y_train codes, y_test codes, n_classes) as svm_classify builds them."""
-    from gputext.knn.classify import align_codes
-    from gputext.knn.metafeatures import compute_metafeatures
-    from gputext.knn.svm import MinMax, _labelled, feature_matrix
-    y, cats = _labelled(train, "training")
-    mf = compute_metafeatures(train.X, y, len(cats), test.X, k=30, device=backend, categories=cats)
-    scaler = MinMax.fit(mf.train)
-    yt = align_codes(test.labels, cats)
-    return (feature_matrix(kind, train.X, mf.train, scaler), feature_matrix(kind, test.X, mf.queries, scaler),
-            y, yt, len(cats))
-
-
 def liblinear(train, test, backend, C):
     from sklearn.svm import LinearSVC as SkLinearSVC
 
@@ -172,7 +150,6 @@ def liblinear(train, test, backend, C):
 
 
 def exactness(train, test, backend, reference_path, kinds=("meta", "bow", "both")):
-    from svm_exactness import compare, objectives
     ref = {"objectives": {}, "predictions": {}}
     if reference_path and os.path.exists(reference_path):
         with open(reference_path) as fh:

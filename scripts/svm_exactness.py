@@ -31,6 +31,29 @@ warnings.filterwarnings("ignore")
 EXACT_C = (0.25, 1.0, 4.0, 16.0)
 
 
+def corpora(args):
+    """(train path, test path): 20NG built (tf-idf, min_df 6, as make table-metafeatures) and cached."""
+    from pathlib import Path
+
+    from table_metafeatures import build, datasets_dir
+    ddir = datasets_dir(args.datasets)
+    cache = Path(os.environ.get("TMPDIR", "/tmp")) / "gputext-svm-corpora"  # not under --out: kept out of the results
+    return build("20ng", ddir, cache, args.quick)
+
+
+def features_of(train, test, backend, kind):
+    """(F_train, F_test, y_train codes, y_test codes, n_classes) as svm_classify builds them."""
+    from gputext.knn.classify import align_codes
+    from gputext.knn.metafeatures import compute_metafeatures
+    from gputext.knn.svm import MinMax, _labelled, feature_matrix
+    y, cats = _labelled(train, "training")
+    mf = compute_metafeatures(train.X, y, len(cats), test.X, k=30, device=backend, categories=cats)
+    scaler = MinMax.fit(mf.train)
+    yt = align_codes(test.labels, cats)
+    return (feature_matrix(kind, train.X, mf.train, scaler), feature_matrix(kind, test.X, mf.queries, scaler),
+            y, yt, len(cats))
+
+
 def with_bias(F):
     parts = F if isinstance(F, tuple) else (F,)
     blocks = [sp.csr_matrix(P, dtype=np.float64) for P in parts] + [sp.csr_matrix(np.ones((parts[0].shape[0], 1)))]
@@ -110,7 +133,6 @@ def main():
     args = p.parse_args()
     from gputext.backend import resolve
     from gputext.io import read_corpus
-    from gpu_svm import corpora, features_of
     args.quick = False
     backend = resolve(args.device)
     train, test = (read_corpus(pth) for pth in corpora(args))

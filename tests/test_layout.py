@@ -9,22 +9,24 @@ edge; a circle is a strongly connected set of more than one module. ``from .x im
 too (gputext.io.info using gputext.io.corpus._open is one). KNOWN lists the uses that other open
 work removes (none now: info, rows and validate use gputext.io.corpus's public names); add a line
 only with the work that removes it, and delete it when the use is gone. KNOWN_CIRCLES likewise
-(issue 16's AnnData interop: gputext.io.corpus calls the converters of gputext.io.anndata, which
-read and write through gputext.io.corpus). Anything new fails.
+(none now: gputext.io.anndata builds a corpus's fields and no longer imports gputext.io.corpus).
+Anything new fails. The benchmark code is checked for circles too: scripts/ (its scripts import
+one another by file name, scripts/harness as ``harness``) and the benchmarks/ package.
 """
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"gputext": "gputext", "kernels": "gputext.kernels", "datasets": "gputext.datasets"}
-KNOWN_CIRCLES = [["gputext.io.anndata", "gputext.io.corpus"]]
+KNOWN_CIRCLES: list = []
 KNOWN: set = set()  # (importing module, module, name) of a use that open work removes; none now
 
 
-def modules() -> dict:
-    """module name -> (path, is_package) for every .py file of the installed packages."""
+def modules(packages: dict = PACKAGES) -> dict:
+    """module name -> (path, is_package) for every .py file of ``packages`` (folder -> the name its
+    modules are imported under; default the installed packages)."""
     out = {}
-    for folder, name in PACKAGES.items():
+    for folder, name in packages.items():
         for path in (ROOT / folder).rglob("*.py"):
             parts = [name] + list(path.relative_to(ROOT / folder).with_suffix("").parts)
             is_pkg = parts[-1] == "__init__"
@@ -145,6 +147,21 @@ def test_private_use_finder_finds_planted_uses():
 def test_no_import_circles():
     edges, _ = import_graph()
     assert [c for c in circles(edges) if c not in KNOWN_CIRCLES] == []
+
+
+def benchmark_modules() -> dict:
+    """The modules of scripts/ (each script by its file name, as the scripts import one another with
+    scripts/ on sys.path; scripts/harness as the package ``harness``) and of the benchmarks/ package."""
+    out = {path.stem: (path, False) for path in (ROOT / "scripts").glob("*.py")}
+    out.update(modules({"scripts/harness": "harness", "benchmarks": "benchmarks"}))
+    return out
+
+
+def test_no_import_circles_in_scripts_and_benchmarks():
+    mods = benchmark_modules()
+    assert "harness" in mods and "bench_knn" in mods
+    edges, _ = import_graph(mods)
+    assert circles(edges) == []
 
 
 def test_no_private_names_across_modules():

@@ -11,7 +11,7 @@ _EXPORTS = {
     "canonical_csr": "corpus", "check_same_vocabulary": "corpus", "corpus_shape": "corpus", "csr_arrays": "corpus",
     "read_corpus": "corpus", "read_rows": "corpus", "write_corpus": "corpus",
     "build_corpus": "ingest",  # after corpus: ingest builds on it
-    "from_anndata": "anndata", "to_anndata": "anndata",  # anndata itself is imported on use
+    "from_anndata": "corpus", "to_anndata": "anndata",  # anndata itself is imported on use
 }
 __all__ = list(_EXPORTS)
 

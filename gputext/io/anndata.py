@@ -1,5 +1,7 @@
 """AnnData in and out: a gputext Corpus <-> an ``anndata.AnnData`` (anndata is optional: imported
-only here, on use).
+only here, on use). This module sits below gputext.io.corpus: it reads and builds the corpus's
+fields (arrays, Categorical columns, dicts) and never imports the corpus module, whose
+``Corpus.to_anndata`` / ``Corpus.from_anndata`` (and ``from_anndata``) call it.
 
     from gputext.io import read_corpus, write_corpus, to_anndata, from_anndata
     adata = read_corpus("train.h5", as_anndata=True)      # or to_anndata(read_corpus("train.h5"))
@@ -18,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InputError
-from .corpus import Categorical, Corpus
+from .categorical import Categorical
 
 
 def _import_anndata():
@@ -41,8 +43,8 @@ def _frame(pd, index, columns: dict):
     return pd.DataFrame(data, index=pd.Index([str(v) for v in index]))
 
 
-def to_anndata(corpus: Corpus):
-    """An anndata.AnnData holding the corpus (module docstring)."""
+def to_anndata(corpus):
+    """An anndata.AnnData holding ``corpus`` (a gputext.io.Corpus; module docstring)."""
     anndata, pd = _import_anndata()
     obsm = {k: (sp.csr_matrix(v) if sp.issparse(v) else np.asarray(v)) for k, v in corpus.obsm.items()}
     return anndata.AnnData(X=corpus.X, obs=_frame(pd, corpus.doc_ids, corpus.obs),
@@ -63,8 +65,9 @@ def _columns(pd, frame) -> dict:
     return out
 
 
-def from_anndata(adata) -> Corpus:
-    """A gputext Corpus of an AnnData (module docstring). Raises InputError when X is missing."""
+def corpus_fields(adata) -> dict:
+    """The keyword arguments of gputext.io.Corpus (X, doc_ids, terms, obs, var, obsm, uns) read from
+    an AnnData (module docstring). Raises InputError when X is missing."""
     _, pd = _import_anndata()
     if adata.X is None:
         raise InputError("the AnnData has no X (a document-term matrix is needed)")
@@ -74,5 +77,6 @@ def from_anndata(adata) -> Corpus:
     for key in adata.obsm.keys():
         value = adata.obsm[key]
         obsm[str(key)] = sp.csr_matrix(value) if sp.issparse(value) else np.asarray(value)
-    return Corpus(X, np.asarray(adata.obs_names, dtype=object), np.asarray(adata.var_names, dtype=object),
-                  _columns(pd, adata.obs), _columns(pd, adata.var), obsm, dict(adata.uns))
+    return {"X": X, "doc_ids": np.asarray(adata.obs_names, dtype=object),
+            "terms": np.asarray(adata.var_names, dtype=object), "obs": _columns(pd, adata.obs),
+            "var": _columns(pd, adata.var), "obsm": obsm, "uns": dict(adata.uns)}

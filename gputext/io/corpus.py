@@ -33,32 +33,12 @@ import scipy.sparse as sp
 from .. import __version__
 from ..errors import FormatError, InputError
 from .atomic import atomic_output, checkpoint
+from .categorical import Categorical
 from .commit import committed_length, has_pending, read_committed, settle_path
 
 FORMAT_VERSION = "1"
 STR_DTYPE = h5py.string_dtype("utf-8")
 TERMS_DIGEST_ATTR = "gputext-sha256"  # attribute of /var/_index: terms_digest() of the stored terms
-
-
-@dataclass
-class Categorical:
-    """A categorical column: int32 codes (-1 = missing) into ``categories`` (str)."""
-
-    codes: np.ndarray
-    categories: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.codes)
-
-    def take(self, rows: np.ndarray) -> "Categorical":
-        return Categorical(self.codes[rows], self.categories)
-
-    def values(self) -> np.ndarray:
-        out = np.empty(len(self.codes), dtype=object)
-        ok = self.codes >= 0
-        out[ok] = self.categories[self.codes[ok]]
-        out[~ok] = None
-        return out
 
 
 class DocTermShape:
@@ -127,9 +107,9 @@ class Corpus(DocTermShape):
 
     @classmethod
     def from_anndata(cls, adata) -> "Corpus":
-        """A corpus of an anndata.AnnData (gputext.io.anndata.from_anndata)."""
-        from .anndata import from_anndata
-        return from_anndata(adata)
+        """A corpus of an anndata.AnnData (the fields gputext.io.anndata.corpus_fields reads from it)."""
+        from .anndata import corpus_fields
+        return cls(**corpus_fields(adata))
 
     def take(self, rows) -> "Corpus":
         """A new corpus of the given rows (any order), annotations included."""
@@ -307,12 +287,18 @@ def _write_root(f: h5py.File, corpus: Corpus, compression, growable: bool = Fals
         _write_dict(f, empty, {})
 
 
+def from_anndata(adata) -> Corpus:
+    """A gputext Corpus of an anndata.AnnData (gputext.io.anndata's docstring has the mapping);
+    raises InputError when it has no X or anndata is not installed."""
+    return Corpus.from_anndata(adata)
+
+
 def write_corpus(corpus: Corpus, path: str, compression: str | None = "gzip", growable: bool = False) -> None:
     """Write atomically (temp file + rename); ``-`` writes the file's bytes to stdout.
     ``growable``: a file meant to be updated in place: /X's datasets and /obs/_index chunked and
     growable (rows and ids can be appended) and the file's free space tracked persistently (HDF5 >= 1.10 file-space strategy
     "fsm", fs_persist), so the space of groups an update replaces is reused by the next one.
-    ``corpus`` may also be an anndata.AnnData (converted by gputext.io.anndata.from_anndata)."""
+    ``corpus`` may also be an anndata.AnnData (converted by Corpus.from_anndata)."""
     if not isinstance(corpus, Corpus):
         corpus = Corpus.from_anndata(corpus)
     kw = {"fs_strategy": "fsm", "fs_persist": True, "fs_threshold": 1} if growable else {}
