@@ -3,17 +3,14 @@ function of that geometry (numba needs compile-time shared array shapes); each d
 geometry is compiled once."""
 import functools
 
-import numba
-from numba import cuda
+from .jit import cuda_kernel
 
 kernel_cache = functools.lru_cache(maxsize=None)
 
 
 def jit_kernel(max_registers: int):
-    """cuda.jit, with a per-thread register cap when ``max_registers`` > 0 (ptxas spills the rest
-    to local memory). Without a cap the select and finish kernels take ~230-250 registers at 256
-    threads (ptxas, sm_90), i.e. one block per multiprocessor; 128 allows two. The simulator has
-    no registers: the cap is left out there."""
-    if int(max_registers) > 0 and not numba.config.ENABLE_CUDASIM:
-        return cuda.jit(max_registers=int(max_registers))
-    return cuda.jit
+    """A kernel decorator (kernels.jit.cuda_kernel: kept in the kernel cache) with a per-thread
+    register cap when ``max_registers`` > 0 (ptxas spills the rest to local memory). Without a cap
+    the select and finish kernels take ~230-250 registers at 256 threads (ptxas, sm_90), i.e. one
+    block per multiprocessor; 128 allows two."""
+    return cuda_kernel(max_registers=int(max_registers))

@@ -35,6 +35,7 @@ from .primitives import better_dev, chunk_offsets, last_le_dev, lower_bound_cpu,
 from .scoring import contribution_cpu, contribution_dev, score_key_cpu, score_key_dev
 from .select import make_segment_keys, offer_cpu, select_cap, select_top_keys
 from .unit_select import doc_key_dev
+from .jit import cpu_jit, cuda_kernel
 
 
 # ----------------------------------------------------------------------------- per-item functions
@@ -240,7 +241,7 @@ def blocked_topk_kernel(block: int, items: int, tile: int, cap: int, counting: b
     acc_len = tile * seg_len
     entries = _entry_scratch(block)
 
-    @cuda.jit
+    @cuda_kernel
     def blocked_topk(tile_ptr, ent_term, ent_q, ent_w, qinfo, term_ptr, post_doc, post_w, dn, metric, k,
                      seg_ids, prune, theta, term_row, bmax, dn_min, bound_len, counts, out_doc, out_key):
         acc = cuda.shared.array(acc_len, numba.int64)
@@ -595,7 +596,7 @@ def rows_accumulate_kernel(block: int, docs: int, rows: int, unit: int = 0, rang
     return accumulate_rows
 
 
-@cuda.jit
+@cuda_kernel
 def block_ranges_kernel(seg, term_ptr, post_doc, n_docs, docs, s0, n_seg, brow, bstart, rng_first, rng_cnt):
     """The posting ranges of rows_accumulate_kernel(ranged=True): thread i takes segment
     j = i // n_blocks of the tile (term seg[s0 + j, 0]) and document block b = i % n_blocks
@@ -617,7 +618,7 @@ def block_ranges_kernel(seg, term_ptr, post_doc, n_docs, docs, s0, n_seg, brow, 
     rng_cnt[b, j] = last - first
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def block_ranges_cpu(seg, term_ptr, post_doc, n_docs, docs, s0, n_seg, brow, bstart, rng_first, rng_cnt):
     """CPU twin of block_ranges_kernel: document blocks in parallel, term_range_cpu per segment."""
     for b in prange(rng_first.shape[0]):
@@ -629,7 +630,7 @@ def block_ranges_cpu(seg, term_ptr, post_doc, n_docs, docs, s0, n_seg, brow, bst
             rng_cnt[b, j] = last - first
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def accumulate_rows_cpu(seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, n_docs, docs, acc, s0, n_seg,
                         q0, brow, bstart):
     """CPU twin of rows_accumulate_kernel: document blocks of ``docs`` in parallel, each adding
@@ -679,7 +680,7 @@ bound_key_cpu = numba.njit(inline="always")(_bound_key)
 bound_key_dev = cuda.jit(device=True, inline=True)(_bound_key)
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def block_max_table(term_ptr, post_doc, post_w, terms, bound_len, n_bound, norm):
     """float32 (terms.size, n_bound): row i, column b = the largest |weight| of term terms[i] among
     documents [b*bound_len, (b+1)*bound_len) (0 where the term has none); with norm (float64
@@ -706,7 +707,7 @@ def block_max_table(term_ptr, post_doc, post_w, terms, bound_len, n_bound, norm)
     return out
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def block_min_norm(dn, bound_len, n_bound):
     """float64 (n_bound,): each bound block's smallest positive document norm term, +inf if none."""
     out = np.full(n_bound, np.inf)
@@ -719,7 +720,7 @@ def block_min_norm(dn, bound_len, n_bound):
 
 # ----------------------------------------------------------------------------- CPU twin
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def topk_blocked_cpu(tile_ptr, ent_term, ent_q, ent_w, scale, qn, self_doc, term_ptr, post_doc, post_w, dn, metric,
                      k, seg_len, tile, prune, term_row, bmax, term_maxabs, dn_min, bound_len, counts, out_doc,
                      out_key):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 from numba import prange
+from .jit import cpu_jit
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def group_sums_cpu(indptr, indices, data, group_ptr, n_terms):
     """Sums of the rows of each group (rows [group_ptr[g], group_ptr[g+1]) of a CSR matrix),
     float64, added in row order: S (n_terms, n_groups) and ss (n_groups,) = |S_g|^2. Groups in
@@ -29,7 +29,7 @@ def group_sums_cpu(indptr, indices, data, group_ptr, n_terms):
     return np.ascontiguousarray(rows.T), ss
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def centroid_features_cpu(q_indptr, q_indices, q_data, S, ss, counts, own_group, out, col_cos, col_l2):
     """Cosine similarity and L2 distance of every query to every group's centroid, in float64,
     rounded into out[i, g, col_cos] and out[i, g, col_l2] (out float32 (Q, n_groups, width)).
@@ -73,7 +73,7 @@ def centroid_features_cpu(q_indptr, q_indices, q_data, S, ss, counts, own_group,
             out[i, g, col_l2] = np.float32(l2)
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def set_columns_cpu(out, values, col):
     """out[i, g, col:col + values.shape[2]] = values[i, g, :] for every (i, g), rows in parallel
     (out float32 (Q, G, width), values float32 (Q, G, n)): the meta-features' centroid columns."""

@@ -10,6 +10,7 @@ import math
 import numba
 import numpy as np
 from numba import cuda
+from .jit import cpu_jit
 
 EXACT_LANES = 32
 SIGN_BIT = 2147483648  # 2**31
@@ -30,7 +31,7 @@ def _final_score_py(metric, cross, qq, dd):
     return cross
 
 
-final_cpu = numba.njit(inline="always", cache=True)(_final_score_py)
+final_cpu = cpu_jit(inline="always")(_final_score_py)
 final_dev = cuda.jit(device=True, inline=True)(_final_score_py)
 
 
@@ -41,7 +42,7 @@ def ordered_to_float32(ordered: np.ndarray) -> np.ndarray:
     return bits.view(np.float32)
 
 
-@numba.njit(cache=True, inline="always")
+@cpu_jit(inline="always")
 def canonical_cross(x, q, is_l1, p):
     """Canonical float64 cross term of two float32 rows: dot (is_l1 False) or sum |q - x|.
     p: float64 scratch (EXACT_LANES,), overwritten."""
@@ -68,7 +69,7 @@ def canonical_cross(x, q, is_l1, p):
     return p[0]
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def canonical_sumsq_cpu(X, out):
     """out[i] = canonical float64 sum of X[i, j]**2. X (n, n_terms) float32 C; out (n,) float64."""
     for i in numba.prange(X.shape[0]):
@@ -76,7 +77,7 @@ def canonical_sumsq_cpu(X, out):
         out[i] = canonical_cross(X[i], X[i], False, p)
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def query_norms_serial(Q, n, qq, rq):
     """Host staging of a small query batch without a parallel-region launch (which cost more than
     the work for one query): qq[i] = canonical float64 sum of Q[i, j]**2 (bit-identical to
@@ -96,7 +97,7 @@ def query_norms_serial(Q, n, qq, rq):
             rq[i] = np.float32(0.0)
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def row_abs_sums_cpu(X, out):
     """out[i] = float64 sum_j |X[i, j]| (used only for error bounds). X float32 C; out float64."""
     for i in numba.prange(X.shape[0]):

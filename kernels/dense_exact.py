@@ -15,9 +15,10 @@ from .dense_common import ALL32, EXACT_LANES, SIGN_BIT, canonical_cross, final_c
 from .primitives import block_tree_sum_dev, ordered_bits_cpu, ordered_bits_dev, sort_pairs_scored_dev
 from .select import ORDERED_LOW as _LOW
 from .select import block_select_scratch, make_block_select, offer_cpu
+from .jit import cpu_jit, cuda_kernel
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def select_candidates_cpu(key_bits, row_ids, kprime, n_slices, self_doc,
                           cand_idx, cand_key, cand_count, cand_complete, cand_thr):
     """CPU twin of make_select_kernel: same outputs, bit for bit.
@@ -182,7 +183,7 @@ def _make_lane_cross(unroll: int, l1: bool):
     return lane_cross
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def rescore_cpu(X, Q, row_ids, cand_idx, cand_count, qq, dd, metric, cand_score):
     """CPU twin of make_rescore_kernel (bit-identical).
 
@@ -222,7 +223,7 @@ def make_rescore_kernel(threads_per_block: int):
     GROUPS = TPB // EXACT_LANES
     cross_dot, cross_l1 = _make_lane_cross(1, False), _make_lane_cross(1, True)
 
-    @cuda.jit
+    @cuda_kernel
     def dense_rescore(X, Q, row_ids, cand_idx, cand_count, qq, dd, metric, cand_score):
         part = cuda.shared.array(TPB, float64)
         xs = cuda.local.array(1, float64)  # registers: the one-load form of lane_cross
@@ -268,20 +269,20 @@ def make_rescore_kernel(threads_per_block: int):
 RES_EXTRA = 3  # result row: k indices, k scores, all-complete flag, thr, candidates rescored
 
 
-@numba.njit(cache=True, inline="always")
+@cpu_jit(inline="always")
 def _metric_order(metric):
     """(larger, is_l1) of a metric code: whether a larger score is better, whether it is l1."""
     return metric <= 1, metric == 3
 
 
-@numba.njit(cache=True, inline="always")
+@cpu_jit(inline="always")
 def _score_scratch(n):
     """A CPU twin's scratch for n exactly scored candidates: scores float64 (n,), documents int32
     (n,), and the canonical lanes float64 (EXACT_LANES,)."""
     return np.empty(n, np.float64), np.empty(n, np.int32), np.empty(EXACT_LANES, np.float64)
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def finish_cpu(X, Q, row_ids, cand_idx, cand_key, cand_count, cand_complete, cand_thr, kprime, qq, dd, metric, k,
                res, final_idx):
     """CPU twin of make_finish_kernel (bit-identical).
@@ -472,7 +473,7 @@ def make_finish_kernel(threads_per_block: int, buffer_size: int, max_candidates:
     return dense_finish
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def certify_unpack_cpu(res, k, metric, gamma, nonneg, nq, qq, max_norm, max_sq, tiny, rows, out_idx, out_score,
                        status):
     """Host side of a finish round in one call: the certificate of every result row and, for the
@@ -535,7 +536,7 @@ def certify_unpack_cpu(res, k, metric, gamma, nonneg, nq, qq, max_norm, max_sq, 
                 out_score[q, i] = np.float32(res[r, k + i])
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def exact_topk_cpu(X, Q, n_queries, qq, dd, metric, k, self_doc, out_idx, out_score):
     """The CPU backend of dense search: every document scored exactly (canonical order).
 

@@ -11,6 +11,7 @@ import numpy as np
 from numba import cuda, float32, uint64
 
 from ._factory import jit_kernel
+from .jit import cpu_jit, cuda_kernel
 
 
 def _finish_key(acc, metric, rq, rd, half_sqd):
@@ -26,7 +27,7 @@ def _finish_key(acc, metric, rq, rd, half_sqd):
     return key + numba.float32(0.0)  # -0.0 -> +0.0
 
 
-_finish_key_cpu = numba.njit(inline="always", cache=True)(_finish_key)
+_finish_key_cpu = cpu_jit(inline="always")(_finish_key)
 _finish_key_dev = cuda.jit(device=True, inline=True)(_finish_key)
 
 
@@ -37,11 +38,11 @@ def _term(qv, x, is_l1):
     return x * qv
 
 
-_term_cpu = numba.njit(inline="always", cache=True)(_term)
+_term_cpu = cpu_jit(inline="always")(_term)
 _term_dev = cuda.jit(device=True, inline=True)(_term)
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def approx_keys_cpu(X, Q, n_queries, rq, rd, half_sqd, metric, keys):
     """CPU twin of the matvec and GEMM kernels: float32 keys (module doc), any summation order.
 
@@ -101,7 +102,7 @@ def make_matvec_kernel(threads_per_block: int, threads_per_row: int, queries_per
     assert not warp_sync or TPR <= 32
     WARP = bool(warp_sync) and not numba.config.ENABLE_CUDASIM  # the simulator has no syncwarp
 
-    @cuda.jit
+    @cuda_kernel
     def dense_matvec_keys(X, Q, n_queries, rq, rd, half_sqd, metric, keys):
         partial = cuda.shared.array((NACC, TPB), float32)
         acc = cuda.local.array(NACC, float32)

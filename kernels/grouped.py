@@ -35,6 +35,7 @@ from .primitives import lower_bound_dev, make_chunk_walk
 from .scoring import contribution_cpu, contribution_dev, score_key_cpu, score_key_dev
 from .select import (fit_geometry, make_segment_keys, merge_sorted_lists, offer_cpu, select_top_keys, topk_scratch,
                      write_first_k)
+from .jit import cpu_jit, cuda_kernel
 
 
 def _accumulators(metrics):
@@ -53,14 +54,14 @@ _accumulators_cpu = numba.njit(inline="always")(_accumulators)
 _accumulators_dev = cuda.jit(device=True, inline=True)(_accumulators)
 
 
-@numba.njit(cache=True, inline="always")
+@cpu_jit(inline="always")
 def _key_to_score(metric, key):
     if metric == COSINE or metric == DOT:
         return numba.float32(key)
     return numba.float32(-key)
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def topk_grouped_cpu(q_indptr, q_indices, q_data, scale, qn, self_doc, term_ptr, post_doc, post_w, dn,
                      group_ptr, metrics, k, pad_last, n_chunks, out, out_doc):
     """CPU twin of the grouped GPU pipeline (grouped_topk_kernel + merge_lists_kernel +
@@ -292,7 +293,7 @@ def grouped_topk_kernel(block: int, items: int, cap: int, max_registers: int = 0
     return grouped_topk
 
 
-@cuda.jit
+@cuda_kernel
 def segment_offsets(term_ptr, post_doc, bounds, table):
     """Grid-stride loop over (term t, boundary j): table[t, j] = the first position of t's posting
     list (sorted by document) whose document is >= bounds[j] (int64 (n_seg+1,): the segments'
@@ -313,7 +314,7 @@ def merge_lists_kernel(block: int, width: int):
     desc, doc asc) by a bitonic network, and writes the first k to out (Qb, n_out, n_metrics, k).
     Shared: 12*width bytes; a syncthreads after loading and after every bitonic step."""
 
-    @cuda.jit
+    @cuda_kernel
     def merge_lists(in_doc, in_key, in_lo, in_hi, k, out_doc, out_key):
         keys = cuda.shared.array(width, numba.float64)
         docs = cuda.shared.array(width, numba.int32)
@@ -328,7 +329,7 @@ def merge_lists_kernel(block: int, width: int):
     return merge_lists
 
 
-@cuda.jit
+@cuda_kernel
 def grouped_finish(in_doc, in_key, qinfo, q_lo, metrics, pad_last, want_docs, out, out_doc):
     """Top-k lists (Qb, n_groups, n_metrics, k) -> float32 scores out (Qb, n_groups, width) and
     documents out_doc int64 (Qb, n_groups, n_metrics, k) (written when want_docs).

@@ -49,6 +49,7 @@ from numba import cuda, prange
 
 from ._factory import kernel_cache
 from .primitives import block_inclusive_scan_dev
+from .jit import cpu_jit, cuda_kernel
 
 # empty stand-ins for the arguments a shared CPU loop does not read on its other path
 _NO_ROWS = np.zeros(0, np.int32)
@@ -81,7 +82,7 @@ def _is_active(z, label, fold, c, grp):
     return y * z < 1.0
 
 
-_hinge_terms_cpu = numba.njit(cache=True, inline="always")(_hinge_terms)
+_hinge_terms_cpu = cpu_jit(inline="always")(_hinge_terms)
 
 def _make_rows_column_sum(gathered: bool):
     """The per-item function of X_R^T w on the device, shared by RankSVM's dense X^T u
@@ -123,11 +124,11 @@ def _make_rows_column_sum(gathered: bool):
 
 rows_column_sum_dev = cuda.jit(device=True, inline=True)(_make_rows_column_sum(False))
 gathered_column_sum_dev = cuda.jit(device=True, inline=True)(_make_rows_column_sum(True))
-_is_active_cpu = numba.njit(cache=True, inline="always")(_is_active)
+_is_active_cpu = cpu_jit(inline="always")(_is_active)
 
 
 # ----------------------------------------------------------------------------- CPU twins
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def _chunked_column_sums(A, B, labels, folds, cls, group, loss, partial, out):
     """out[j] = sum over rows i of A (n, N) of term(i, j): the hinge loss term of A[i, j] (loss
     true; labels, folds, cls, group as hinge_loss) or A[i, j] * B[i, j]. Rows in
@@ -158,7 +159,7 @@ def hinge_loss_cpu(Z, labels, folds, cls, group, partial, out):
     _chunked_column_sums(Z, Z, labels, folds, cls, group, True, partial, out)
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def hinge_residual_cpu(Z, labels, folds, cls, group, U):
     """U (n, N) = z - y where the row is active for the column, else 0."""
     n, N = Z.shape
@@ -168,7 +169,7 @@ def hinge_residual_cpu(Z, labels, folds, cls, group, U):
             U[i, j] = res
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def hinge_mask_cpu(Z, labels, folds, cls, group, V):
     """V (n, N) *= [row active for the column] (in place): X_I V of the generalised Hessian."""
     n, N = Z.shape
@@ -178,7 +179,7 @@ def hinge_mask_cpu(Z, labels, folds, cls, group, V):
                 V[i, j] = 0.0
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def active_pairs_cpu(Z, labels, folds, cls, group):
     """Per column j of Z (n, N): the rows active for it, ascending, as (ptr (N+1,) int64, rows int64):
     the pair structure of the generalised Hessian (LIBLINEAR's I set per class)."""
@@ -201,7 +202,7 @@ def active_pairs_cpu(Z, labels, folds, cls, group):
     return ptr, rows
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def dense_pairs_forward_cpu(X, VT, ptr, rows, vals):
     """vals[p] = X[rows[p], :] . VT[j, :] for the pairs p of column j (X (n, m) float32, VT (N, m)
     float64): X_I v per column. Eight partial sums (feature c goes to c % 8), added in a fixed
@@ -224,7 +225,7 @@ def dense_pairs_forward_cpu(X, VT, ptr, rows, vals):
             vals[p] = acc
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def _pairs_backward(X, indptr, indices, data, ptr, rows, vals, GT):
     """GT[j, :] = sum over column j's pairs p (rows ascending) of vals[p] times row rows[p]: of
     the dense X (n, m) float32 when indptr is empty, else of the CSR arrays. X_I^T u."""
@@ -249,7 +250,7 @@ def dense_pairs_backward_cpu(X, ptr, rows, vals, GT):
     _pairs_backward(X, _NO_PTR, _NO_ROWS, _NO_DATA, ptr, rows, vals, GT)
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def csr_pairs_forward_cpu(indptr, indices, data, VT, ptr, rows, vals):
     """vals[p] = CSR row rows[p] . VT[j, :] (entries in order)."""
     N = VT.shape[0]
@@ -274,7 +275,7 @@ def col_dots_cpu(A, B, partial, out):
     _chunked_column_sums(A, B, _NO_ROWS, _NO_ROWS, _NO_ROWS, _NO_ROWS, False, partial, out)
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def masked_combine_cpu(a, X, b, Y, mask, out):
     """out[:, j] = a[j] X[:, j] + b[j] Y[:, j] for the columns with mask[j] != 0 (twin of
     column_combine; out may be X or Y)."""
@@ -285,7 +286,7 @@ def masked_combine_cpu(a, X, b, Y, mask, out):
                 out[i, j] = a[j] * X[i, j] + b[j] * Y[i, j]
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def scaled_add_cpu(A, scale, B, out):
     """out[:, j] = A[:, j] + scale[j] B[:, j] (gradient w + 2C X^T r, Hessian d + 2C X^T u)."""
     n, N = out.shape
@@ -295,7 +296,7 @@ def scaled_add_cpu(A, scale, B, out):
 
 
 # ----------------------------------------------------------------------------- CUDA kernels
-@cuda.jit
+@cuda_kernel
 def gemm(A, B, cols, partial):
     """partial[z, r, cols[jj]] = sum over k in chunk z of float64(A[r, k]) * B[k, cols[jj]].
 
@@ -361,7 +362,7 @@ def gemm(A, B, cols, partial):
                     partial[z, r, cols[jj]] = acc[a, b]
 
 
-@cuda.jit
+@cuda_kernel
 def split_reduce(partial, cols, out):
     """out[r, cols[jj]] = sum_z partial[z, r, cols[jj]] in z order; thread per (r, jj), 2-d grid."""
     jj, r = cuda.grid(2)
@@ -373,7 +374,7 @@ def split_reduce(partial, cols, out):
         out[r, c] = total
 
 
-@cuda.jit
+@cuda_kernel
 def spmm(indptr, indices, data, B, cols, out):
     """out[r, cols[jj]] = sum over row r's entries of data * B[indices, cols[jj]], in order.
     Block (32, 8): lane x takes column jj = blockIdx.y * 32 + x (coalesced over B's row), y takes
@@ -428,7 +429,7 @@ def hinge_loss_kernel():
     over y (a syncthreads per round, taken by every thread)."""
     terms, _active = _device_functions()
 
-    @cuda.jit
+    @cuda_kernel
     def hinge_loss(Z, labels, folds, cls, group, cols, partial):
         buf = cuda.shared.array((8, 32), numba.float64)
         tx, ty, jj = column_lane()
@@ -452,7 +453,7 @@ def hinge_rows_kernel():
     is not active (the Hessian's X_I V). Thread per (jj, i), 2-d grid (x: jj), rows grid-stride."""
     terms, active = _device_functions()
 
-    @cuda.jit
+    @cuda_kernel
     def hinge_rows(Z, labels, folds, cls, group, cols, V, mode):
         jj, i0 = cuda.grid(2)
         if jj < cols.shape[0]:
@@ -481,7 +482,7 @@ def active_pairs_kernels():
     _terms, active = _device_functions()
     T = ACTIVE_THREADS
 
-    @cuda.jit
+    @cuda_kernel
     def active_count(Z, labels, folds, cls, group, counts):
         buf = cuda.shared.array(T, numba.int64)
         j = cuda.blockIdx.x
@@ -494,7 +495,7 @@ def active_pairs_kernels():
         if tid == 0:
             counts[j + 1] = total
 
-    @cuda.jit
+    @cuda_kernel
     def active_fill(Z, labels, folds, cls, group, ptr, rows):
         buf = cuda.shared.array(T, numba.int64)
         j = cuda.blockIdx.x
@@ -519,7 +520,7 @@ PAIRS_PER_BLOCK = 32
 PAIR_THREADS = PAIR_LANES * PAIRS_PER_BLOCK  # 256 threads per block of dense_pairs_forward
 
 
-@cuda.jit
+@cuda_kernel
 def dense_pairs_forward(X, D, ptr, rows, cols, vals):
     """vals[p] = X[rows[p], :] . D[:, c] for the pairs p of column c = cols[blockIdx.y]: X_I d.
 
@@ -553,7 +554,7 @@ def dense_pairs_forward(X, D, ptr, rows, cols, vals):
         vals[p] = acc
 
 
-@cuda.jit
+@cuda_kernel
 def dense_pairs_backward(X, ptr, rows, vals, cols, out):
     """out[f, c] = sum over the pairs p of column c = cols[blockIdx.y], in order, of
     vals[p] * X[rows[p], f]: X_I^T u (dense_pairs_backward_cpu's order). Thread per feature f
@@ -565,7 +566,7 @@ def dense_pairs_backward(X, ptr, rows, vals, cols, out):
         out[f, c] = gathered_column_sum_dev(X, rows, vals, ptr[c], ptr[c + 1], f)
 
 
-@cuda.jit
+@cuda_kernel
 def pair_residual(Z, labels, cls, ptr, rows, cols, vals):
     """vals[p] = z - y for the pairs p of column c = cols[blockIdx.y] (all active: the gradient's
     residual); thread per pair, 256 pairs per block along x."""
@@ -577,7 +578,7 @@ def pair_residual(Z, labels, cls, ptr, rows, cols, vals):
         vals[p] = Z[r, c] - y
 
 
-@cuda.jit
+@cuda_kernel
 def col_dots(A, B, partial):
     """partial[blockIdx.x, j] = sum over rows blockIdx.x * 8 + y (stride gridDim.x * 8) of
     A[i, j] B[i, j]; block (32, 8) with lane x on column blockIdx.y * 32 + x, then a shared tree
@@ -593,7 +594,7 @@ def col_dots(A, B, partial):
         partial[cuda.blockIdx.x, j] = total
 
 
-@cuda.jit
+@cuda_kernel
 def column_sum(partial, out):
     """out[j] = sum_b partial[b, j] in b order; thread per column."""
     j = cuda.grid(1)
@@ -604,7 +605,7 @@ def column_sum(partial, out):
         out[j] = total
 
 
-@cuda.jit
+@cuda_kernel
 def column_combine(coef, X, Y, out):
     """out[i, j] = a[j] X[i, j] + b[j] Y[i, j] on the columns with mask[j] != 0, where coef (3, k)
     float64 holds the rows a, b, mask (one small upload per update); a side whose coefficient is 0
@@ -625,7 +626,7 @@ def column_combine(coef, X, Y, out):
             out[i, j] = v
 
 
-@cuda.jit
+@cuda_kernel
 def scaled_add(A, scale, B, cols, out):
     """out[i, c] = A[i, c] + scale[c] B[i, c] for c = cols[jj] (gradient w + 2C X^T r, Hessian
     d + 2C X^T u); thread per (jj, i), rows grid-stride."""

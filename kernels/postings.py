@@ -22,9 +22,10 @@ from numba import cuda, prange
 
 from .metrics import COSINE, L1, L2
 from .primitives import last_le_dev, lower_bound_cpu, lower_bound_dev
+from .jit import cpu_jit, cuda_kernel
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def _count_rows(indptr, indices, data, lo, hi, counts, maxabs, d_sq, d_l1):
     """Rows [lo, hi): each term's count into counts int64 (n_terms,) and largest |weight| into
     maxabs float32 (n_terms,); each row's |d|_2^2 and |d|_1 (float64, summed in row order)."""
@@ -44,7 +45,7 @@ def _count_rows(indptr, indices, data, lo, hi, counts, maxabs, d_sq, d_l1):
         d_l1[d] = l1
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def _term_offsets(df):
     """int64 (n_terms+1,): exclusive prefix sums of the document frequencies, last the total."""
     n_terms = df.shape[0]
@@ -57,7 +58,7 @@ def _term_offsets(df):
     return term_ptr
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def _scatter_rows(indptr, indices, data, lo, hi, cursor, post_doc, post_w):
     """Rows [lo, hi) in order into their terms' lists at cursor int64 (n_terms,) (advanced)."""
     for d in range(lo, hi):
@@ -69,7 +70,7 @@ def _scatter_rows(indptr, indices, data, lo, hi, cursor, post_doc, post_w):
             post_w[pos] = data[p]
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def build_postings_cpu(indptr, indices, data, n_terms):
     """CSR (n_docs, n_terms) -> postings grouped by term, each list sorted by document.
 
@@ -93,7 +94,7 @@ def build_postings_cpu(indptr, indices, data, n_terms):
     return term_ptr, post_doc, post_w, d_sq, d_l1, maxabs
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def _build_postings_chunks(indptr, indices, data, n_terms, row_lo):
     """Parallel twin of build_postings_cpu (the same arrays, bit for bit): rows are cut into
     chunks [row_lo[c], row_lo[c+1]); each chunk counts its terms, the counts give every chunk its
@@ -152,7 +153,7 @@ def build_postings(indptr, indices, data, n_terms, n_chunks=None):
     return _build_postings_chunks(indptr, indices, data, n_terms, row_lo)
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def term_maxabs_cpu(indices, data, n_terms):
     """float32 (n_terms,): the largest |weight| of each term. Host side for both backends (it
     sets the queries' fixed-point scales, which must agree bit for bit)."""
@@ -189,7 +190,7 @@ block_start_cpu = numba.njit(inline="always")(_make_block_start(lower_bound_cpu)
 block_start_dev = cuda.jit(device=True, inline=True)(_make_block_start(lower_bound_dev))
 
 
-@cuda.jit
+@cuda_kernel
 def block_starts_kernel(term_ptr, post_doc, terms, docs, bstart):
     """The block-starts table of the terms ``terms`` int32 (n_rows,): thread i takes row
     r = i // (n_blocks + 1) and block b = i % (n_blocks + 1), and writes bstart[r, b] int32
@@ -205,7 +206,7 @@ def block_starts_kernel(term_ptr, post_doc, terms, docs, bstart):
         bstart[r, b] = block_start_dev(post_doc, term_ptr[t], term_ptr[t + 1], b, docs)
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def block_starts_cpu(term_ptr, post_doc, terms, docs, bstart):
     """CPU twin of block_starts_kernel: rows in parallel."""
     for r in prange(bstart.shape[0]):
@@ -216,7 +217,7 @@ def block_starts_cpu(term_ptr, post_doc, terms, docs, bstart):
 
 # ----------------------------------------------------------------------------- device build
 
-@cuda.jit
+@cuda_kernel
 def count_df(indices, df):
     """Thread p (one per stored entry): df[indices[p]] += 1 (atomic int32)."""
     p = cuda.grid(1)
@@ -224,7 +225,7 @@ def count_df(indices, df):
         cuda.atomic.add(df, indices[p], 1)
 
 
-@cuda.jit
+@cuda_kernel
 def scatter_postings(indptr, indices, data, term_ptr, cursor, post_doc, post_w):
     """Thread p (one per stored entry of the CSR): its row by binary search in indptr (int64,
     n_docs+1), then slot = term_ptr[t] + atomic cursor[t]++, and post_doc/post_w[slot] = row,
@@ -240,7 +241,7 @@ def scatter_postings(indptr, indices, data, term_ptr, cursor, post_doc, post_w):
     post_w[slot] = data[p]
 
 
-@cuda.jit
+@cuda_kernel
 def doc_norms(indptr, data, d_sq, d_l1):
     """Thread d (one per row): |d|_2^2 and |d|_1 in float64, summed in row order (as the twin)."""
     d = cuda.grid(1)
@@ -255,7 +256,7 @@ def doc_norms(indptr, data, d_sq, d_l1):
         d_l1[d] = l1
 
 
-@cuda.jit
+@cuda_kernel
 def doc_norm_terms(d_sq, d_l1, metric, out):
     """Thread d: out[d] = the document's norm term for the metric (twin: norm_terms)."""
     d = cuda.grid(1)

@@ -19,11 +19,12 @@ import numpy as np
 from numba import prange
 
 from .indices import U64
+from .jit import cpu_jit
 
 CPU_ROW_BLOCK = 32  # output rows per task of dense_matmat_cpu (an accumulator of CPU_ROW_BLOCK x N)
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def csr_matvec_cpu(indptr, indices, data, v, out):
     """out[r] = sum over row r's entries of data * v[indices]; CSR int64/uint32 (or int32)/float32, v, out float64.
 
@@ -39,7 +40,7 @@ def csr_matvec_cpu(indptr, indices, data, v, out):
         out[r] = acc
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def dense_matvec_cpu(Xd, v, out):
     """out[r] = sum_c float64(Xd[r, c]) * v[c]; Xd (rows, cols) float32, v (cols,) float64,
     out (rows,) float64. Columns summed in order (as the device kernel does)."""
@@ -51,7 +52,7 @@ def dense_matvec_cpu(Xd, v, out):
         out[r] = acc
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def csr_matmat_cpu(indptr, indices, data, B, out):
     """out (n, N) float64 = CSR (n, K) @ B (K, N) float64; a row's entries summed in order.
     With X's CSC copy (colptr, rows, data) it gives X^T B."""
@@ -67,7 +68,7 @@ def csr_matmat_cpu(indptr, indices, data, B, out):
                 out[r, j] += x * B[c, j]
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def dense_matmat_cpu(A, B, out):
     """out (M, N) float64 = A (M, K) float32 @ B (K, N) float64, each output summed over K in
     order; tasks of CPU_ROW_BLOCK output rows (an accumulator of CPU_ROW_BLOCK x N)."""

@@ -65,6 +65,7 @@ import math
 import numba
 import numpy as np
 from numba import prange
+from .jit import cpu_jit
 
 # ----------------------------------------------------------------------------- shared logic
 # Plain Python functions compiled twice: numba.njit here for the CPU twins, cuda.jit(device=True) in
@@ -261,7 +262,7 @@ def _sum_in_order(values):
     return total
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def dense_rmatvec_cpu(Xd, u, rows_per_block, partial, out):
     """out = Xd^T u: partial (cols, n_blocks) float64 gets each block of ``rows_per_block`` rows'
     column sums (rows in order), then out[c] = sum_b partial[c, b] in block order."""
@@ -295,7 +296,7 @@ def _scatter_columns(indptr, indices, data, u, c0, c1, check, out):
                 out[c] += numba.float64(data[p]) * ur
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def csr_rmatvec_cpu(indptr, indices, data, u, n_blocks, out):
     """out = X^T u from X's CSR rows: out[c] = sum over the rows r holding column c, in row order
     from 0.0, of data * u[r]: the sum products.csr_matvec_cpu gives over X's CSC copy, bit for bit, without
@@ -313,7 +314,7 @@ def csr_rmatvec_cpu(indptr, indices, data, u, n_blocks, out):
                          out)
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def rank_structure_cpu(starts, scores, lrank, n_levels, order, ssorted, sweights, vsorted, lo, hi,
                        seqrow, rank0, vbuf, rbuf, beta_minus, beta_plus):
     """CPU twin of ``rank_structure`` (one query per parallel iteration; same outputs).
@@ -351,7 +352,7 @@ def rank_structure_cpu(starts, scores, lrank, n_levels, order, ssorted, sweights
             _betas_cpu(p, st, base, n, n_levels, vsorted, order, lo, hi, rank0, beta_minus, beta_plus)
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def wavelet_sums_cpu(starts, order, vsorted, lo, hi, seqrow, rank0, n_levels, weights, n_plus, W0, W1,
                      out_minus, out_plus):
     """CPU twin of ``wavelet_sums``: for each channel c of weights (C, L) (grouped rows),
@@ -378,7 +379,7 @@ def wavelet_sums_cpu(starts, order, vsorted, lo, hi, seqrow, rank0, n_levels, we
                                out_plus)
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def eval_finish_cpu(sweights, beta_minus, beta_plus, sums_minus, sums_plus, z, loss_partial):
     """z[i] = (b- + b+) s'_i - (g- + g+) - (b- - b+); loss_partial[k] = sum over the k-th
     contiguous chunk of rows of b- (1 - s'_i)^2 + 2 (1 - s'_i) g- + d- (the squared margins of
@@ -393,7 +394,7 @@ def eval_finish_cpu(sweights, beta_minus, beta_plus, sums_minus, sums_plus, z, l
         loss_partial[k] = acc
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def hess_finish_cpu(beta_minus, beta_plus, a, alpha_minus, alpha_plus, u):
     """u[i] = (b- + b+) a[i] - (alpha- + alpha+)."""
     for i in prange(u.shape[0]):

@@ -17,11 +17,12 @@ from .linear_svm import rows_column_sum_dev
 from .primitives import (block_inclusive_scan2_dev, block_inclusive_scan_dev, block_tree_sum_dev,
                          sort_pairs_ascending_dev)
 from .ranksvm import eval_row, make_items
+from .jit import cuda_kernel
 
 _eval_row_dev = cuda.jit(device=True, inline=True)(eval_row)
 
 
-@cuda.jit
+@cuda_kernel
 def dense_rmatvec_partial(Xd, u, rows_per_block, partial):
     """partial[c, b] = sum_{r in block b's rows} float64(Xd[r, c]) * u[r].
 
@@ -41,7 +42,7 @@ def dense_rmatvec_partial(Xd, u, rows_per_block, partial):
         partial[c, b] = rows_column_sum_dev(Xd, u, u, r0, r1, c)
 
 
-@cuda.jit
+@cuda_kernel
 def hess_finish(beta_minus, beta_plus, a, alpha_minus, alpha_plus, u):
     """Grid-stride over rows i: u[i] = (b- + b+) a[i] - (alpha- + alpha+). No shared memory."""
     start = cuda.grid(1)
@@ -78,7 +79,7 @@ def dense_matvec_kernel(threads: int, tile_cols: int):
     """
     width = tile_cols + 1
 
-    @cuda.jit
+    @cuda_kernel
     def dense_matvec(Xd, v, out):
         tile = cuda.shared.array((threads, width), numba.float32)
         tid = cuda.threadIdx.x
@@ -114,7 +115,7 @@ def column_reduce_kernel(threads: int):
     columns); thread tid sums b = tid, tid + threads, ... in order, then a shared-memory tree
     (threads a power of two) with a syncthreads per round. Fixed order: deterministic."""
 
-    @cuda.jit
+    @cuda_kernel
     def column_reduce(partial, out):
         buf = cuda.shared.array(threads, numba.float64)
         tid = cuda.threadIdx.x
@@ -143,7 +144,7 @@ def csr_matvec_kernel(threads: int, group: int):
     """
     rows_per_block = threads // group
 
-    @cuda.jit
+    @cuda_kernel
     def csr_matvec(indptr, indices, data, v, out):
         buf = cuda.shared.array(threads, numba.float64)
         tid = cuda.threadIdx.x
@@ -173,7 +174,7 @@ def csc_rmatvec_kernel(threads: int):
     block per column (grid-stride), thread tid takes entries tid, tid+threads, ..., then a
     shared-memory tree (threads a power of two), a syncthreads per round. Deterministic."""
 
-    @cuda.jit
+    @cuda_kernel
     def csc_rmatvec(colptr, rows, data, u, out):
         buf = cuda.shared.array(threads, numba.float64)
         tid = cuda.threadIdx.x
@@ -213,7 +214,7 @@ def rank_structure_kernel(threads: int, sort_capacity: int):
     _q, position, level_entry, level_scatter, betas, _cs, _ps, block_query = _device_items()
     inf = math.inf
 
-    @cuda.jit
+    @cuda_kernel
     def rank_structure(starts, scores, lrank, n_levels, goff, gkeys, gidx, order, ssorted, sweights,
                        vsorted, lo, hi, seqrow, rank0, vbuf, rbuf, beta_minus, beta_plus):
         skeys = cuda.shared.array(sort_capacity, numba.float64)
@@ -300,7 +301,7 @@ def wavelet_sums_kernel(threads: int):
     """
     _q, _p, _le, _ls, _b, channel_split, pair_sums, block_query = _device_items()
 
-    @cuda.jit
+    @cuda_kernel
     def wavelet_sums(starts, order, vsorted, lo, hi, seqrow, rank0, n_levels, weights, n_plus, W0, W1,
                      out_minus, out_plus):
         buf0 = cuda.shared.array(threads, numba.float64)
@@ -343,7 +344,7 @@ def eval_finish_kernel(threads: int):
     power of two, a syncthreads per round) into loss_partial[block]. Fixed order for a fixed
     grid: deterministic."""
 
-    @cuda.jit
+    @cuda_kernel
     def eval_finish(sweights, beta_minus, beta_plus, sums_minus, sums_plus, z, loss_partial):
         buf = cuda.shared.array(threads, numba.float64)
         tid = cuda.threadIdx.x

@@ -18,13 +18,14 @@ from numba import cuda
 from ._factory import kernel_cache
 from .geometry import blocks
 from .primitives import block_inclusive_scan_dev
+from .jit import cpu_jit, cuda_kernel
 
 
 @kernel_cache
 def scan_kernels(block: int, items: int):
     """(scan_blocks, add_block_offsets) for ``block`` threads (a power of two) x ``items`` per thread."""
 
-    @cuda.jit
+    @cuda_kernel
     def scan_blocks(values, out, block_sums, n):
         # values: (n,) int32/int64; out: (n + 1,) int64; block_sums: (n_blocks,) int64.
         # Item n is taken as 0, so out[n] receives the total.
@@ -45,7 +46,7 @@ def scan_kernels(block: int, items: int):
         if tid == 0:
             block_sums[cuda.blockIdx.x] = block_total
 
-    @cuda.jit
+    @cuda_kernel
     def add_block_offsets(out, scanned_block_sums, n):
         # each thread adds its block's offset to its items of out (n entries)
         tid = cuda.threadIdx.x
@@ -78,7 +79,7 @@ def _scan_into(d_values, d_out, n, block, items):
         add_block_offsets[n_blocks, block](d_out, d_scanned, n + 1)
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def exclusive_scan_cpu(values):
     """CPU twin: (n,) ints -> (n + 1,) int64 exclusive prefix sums, last entry the total."""
     out = np.empty(values.shape[0] + 1, dtype=np.int64)

@@ -52,6 +52,7 @@ from .primitives import block_exclusive_scan_dev, last_le_dev
 from .postings import term_maxabs_cpu  # noqa: F401 (kept for host code: gputext.distributed)
 from .select import (merge_sorted_lists, offer_cpu, rank_in_lists_dev, select_top_keys, topk_geometry, topk_scratch,
                      write_first_k)
+from .jit import cpu_jit, cuda_kernel
 
 NEG_INF = -np.inf
 
@@ -92,7 +93,7 @@ contribution_dev = cuda.jit(device=True, inline=True)(_contribution)
 score_key_dev = cuda.jit(device=True, inline=True)(_score_key)
 
 
-@numba.njit(cache=True, inline="always")
+@cpu_jit(inline="always")
 def _query_sums(i, q_indptr, q_indices, q_data, term_maxabs):
     """Query i's float64 sums over its terms in order: |q|_2^2, |q|_1, and the bounds of the sum of
     |contribution| for the dot accumulator (sum |w| m_t) and the l1 one (sum 2 min(|w|, m_t))."""
@@ -110,7 +111,7 @@ def _query_sums(i, q_indptr, q_indices, q_data, term_maxabs):
     return sq, l1, bound_dot, bound_l1
 
 
-@numba.njit(cache=True, inline="always")
+@cpu_jit(inline="always")
 def _scale_for(bound):
     """S = 2**(62 - e) for bound < 2**e (1 when the bound is 0): no int64 sum can overflow."""
     if bound > 0.0:
@@ -118,12 +119,12 @@ def _scale_for(bound):
     return 1.0
 
 
-@numba.njit(cache=True, inline="always")
+@cpu_jit(inline="always")
 def _query_norm_term(metric, sq, l1):
     return math.sqrt(sq) if metric == COSINE else (sq if metric == L2 else l1)
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def query_stats(q_indptr, q_indices, q_data, term_maxabs, metric):
     """Per query (host side, shared by both backends so they agree bit for bit).
 
@@ -141,7 +142,7 @@ def query_stats(q_indptr, q_indices, q_data, term_maxabs, metric):
     return scale, qn
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def query_stats_multi(q_indptr, q_indices, q_data, term_maxabs, codes):
     """query_stats for several metrics at once, queries in parallel (the same per-query sums, so
     the values are bit for bit query_stats's). codes int64 (n_metrics,). Returns scale float64
@@ -174,7 +175,7 @@ def norm_terms(d_sq, d_l1, metric):
 
 # ----------------------------------------------------------------------------- host: tiles of a search
 
-@numba.njit(cache=True, inline="always")
+@cpu_jit(inline="always")
 def tile_one(g, q_indptr, q_indices, q_data, df, tile, term_order, scale, qn, self_doc, doc_lo, doc_hi,
              seg_off, seg, weights, qinfo):
     """Tile g of tile_inputs (below), which see; returns its postings."""
@@ -207,7 +208,7 @@ def tile_one(g, q_indptr, q_indices, q_data, df, tile, term_order, scale, qn, se
     return total
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def tile_inputs(q_indptr, q_indices, q_data, df, tile, term_order, scale, qn, self_doc, doc_lo, doc_hi,
                 seg_off, seg, weights, qinfo, postings):
     """The inputs of accumulate_kernel for queries cut into tiles of ``tile`` consecutive rows.
@@ -232,7 +233,7 @@ def tile_inputs(q_indptr, q_indices, q_data, df, tile, term_order, scale, qn, se
 
 # ----------------------------------------------------------------------------- CPU twin: scoring
 
-@numba.njit(cache=True, inline="always")
+@cpu_jit(inline="always")
 def _accumulate_query(i, q_indptr, q_indices, q_data, scale, term_ptr, post_doc, post_w, metric,
                       state, touched):
     """Add query i's postings into the fixed-point accumulators; returns the number of touched
@@ -256,7 +257,7 @@ def _accumulate_query(i, q_indptr, q_indices, q_data, scale, term_ptr, post_doc,
     return n
 
 
-@numba.njit(cache=True, inline="always")
+@cpu_jit(inline="always")
 def _touch_state(n_docs):
     """A chunk's scratch for _accumulate_query: state int64 (n_docs, 2) with no document touched
     yet (column 0 = -1) and the touched list int32 (n_docs,)."""
@@ -265,7 +266,7 @@ def _touch_state(n_docs):
     return state, np.empty(n_docs, np.int32)
 
 
-@numba.njit(cache=True, inline="always")
+@cpu_jit(inline="always")
 def _untouched(r, metric, norm_order):
     """The r-th document in the order untouched documents' keys fall: index order for dot and
     cosine (all 0), norm_order (documents by norm term, then index) for l2 and l1."""
@@ -274,7 +275,7 @@ def _untouched(r, metric, norm_order):
     return norm_order[r]
 
 
-@numba.njit(cache=True, inline="always")
+@cpu_jit(inline="always")
 def _accumulate_dense(i, q_indptr, q_indices, q_data, scale, term_ptr, post_doc, post_w, metric, acc):
     """Add query i's postings into acc (int64 (n_docs,), zero on entry): the same fixed-point
     contributions as _accumulate_query, without touch bookkeeping."""
@@ -286,7 +287,7 @@ def _accumulate_dense(i, q_indptr, q_indices, q_data, scale, term_ptr, post_doc,
             acc[U64(post_doc[r])] += numba.int64(contribution_cpu(metric, qw, post_w[r]) * s)
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def topk_cpu(q_indptr, q_indices, q_data, scale, qn, self_doc, term_ptr, post_doc, post_w, dn,
              norm_order, metric, k, n_chunks, out_doc, out_key):
     """CPU twin of the GPU pipeline: exact top-k for each query.
@@ -346,7 +347,7 @@ def topk_cpu(q_indptr, q_indices, q_data, scale, qn, self_doc, term_ptr, post_do
                 offered += 1
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def threshold_cpu(q_indptr, q_indices, q_data, scale, qn, self_doc, after, term_ptr, post_doc, post_w, dn,
                   norm_order, metric, min_key, n_chunks, counts, out_ptr, out_doc, out_key):
     """CPU twin of the threshold selector: every document d > after[i] (int64 (Q,), -1 for all)
@@ -409,7 +410,7 @@ def threshold_hit_dev(acc, row, d, q, qinfo, dn, metric, min_key):
     return key >= min_key, key
 
 
-@cuda.jit
+@cuda_kernel
 def zero_int64(values):
     """Grid-stride loop: values[:] = 0."""
     start, stride = cuda.grid(1), cuda.gridsize(1)
@@ -436,7 +437,7 @@ def accumulate_kernel(block: int, items: int):
     changed nothing (H100, 2026-11-27: 0.081 ms for 7.7M postings either way).
     """
 
-    @cuda.jit
+    @cuda_kernel
     def accumulate(seg_off, seg, seg_weight, qinfo, term_ptr, post_doc, post_w, metric, n_docs, acc, s0, o0, n_seg,
                    q0):
         total = seg_off[o0 + n_seg]
@@ -482,7 +483,7 @@ def select_topk_kernel(block: int, items: int, cap: int, rezero: bool = True):
     seg_len = block * items
     scratch = topk_scratch(block, cap)
 
-    @cuda.jit
+    @cuda_kernel
     def select_topk(acc, n_docs, qinfo, dn, metric, k, out_doc, out_key, q0, out0):
         keys = cuda.shared.array(seg_len, numba.float64)
         flags = cuda.shared.array(block, numba.int32)
@@ -527,7 +528,7 @@ def merge_topk_kernel(block: int, width: int, by_rank: bool = False):
     (select.rank_in_lists: its slot plus a binary search per other list) and an entry of rank
     r < k goes to slot r: one barrier in all. CPU twin: select.merge_rank_cpu."""
 
-    @cuda.jit
+    @cuda_kernel
     def merge_topk(in_doc, in_key, group, k, out_doc, out_key):
         keys = cuda.shared.array(width, numba.float64)
         docs = cuda.shared.array(width, numba.int32)
@@ -568,7 +569,7 @@ def threshold_kernels(block: int, items: int):
     """
     seg_len = block * items
 
-    @cuda.jit
+    @cuda_kernel
     def count_threshold(acc, n_docs, qinfo, dn, metric, min_key, counts):
         counter = cuda.shared.array(1, numba.int32)
         tid = cuda.threadIdx.x
@@ -589,7 +590,7 @@ def threshold_kernels(block: int, items: int):
         if tid == 0:
             counts[q, seg] = counter[0]
 
-    @cuda.jit
+    @cuda_kernel
     def write_threshold(acc, n_docs, qinfo, dn, metric, min_key,
                         offsets, out_doc, out_key):
         flags = cuda.shared.array(block, numba.int32)

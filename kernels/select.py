@@ -33,9 +33,10 @@ from ._factory import kernel_cache
 from .geometry import next_pow2
 from .primitives import (before_cpu, better_cpu, block_exclusive_scan_dev, better_dev, ordered_bits_dev,
                          sort_keys_ascending_dev, sort_keys_descending_dev, sort_pairs_best_first_dev)
+from .jit import cpu_jit
 
 
-@numba.njit(cache=True, inline="always")
+@cpu_jit(inline="always")
 def offer_cpu(key, d, keys, docs, filled, k, larger):
     """Insert (key, d) into the running best-k list keys/docs if it belongs there; returns the new
     fill count. The list is sorted best first by primitives.before: the larger key when ``larger``
@@ -261,7 +262,7 @@ rank_in_lists_dev = cuda.jit(device=True, inline=True)(_make_rank_in_lists(bette
 rank_in_lists_cpu = numba.njit(inline="always")(_make_rank_in_lists(better_cpu))
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def merge_rank_cpu(in_doc, in_key, group, k, out_doc, out_key):
     """CPU twin of scoring.merge_topk_kernel(by_rank=True): in (Q, n_lists, k) sorted lists, out (Q, n_groups,
     k) = the k best of each group of ``group`` lists (slots without a document: -1 / -inf)."""

@@ -29,6 +29,7 @@ from numba import cuda, prange
 
 from ._factory import kernel_cache
 from .primitives import block_exclusive_scan_dev, block_tree_sum_dev, last_le_dev, lower_bound_cpu
+from .jit import cpu_jit, cuda_kernel
 
 FIX_BITS = 40
 FIX_SCALE = float(2 ** FIX_BITS)
@@ -66,7 +67,7 @@ def _relevance_value(count, dv):
     return 0.0
 
 
-fixed_weight = numba.njit(cache=True)(_fixed_weight)
+fixed_weight = cpu_jit(_fixed_weight)
 _fixed_weight_dev = cuda.jit(device=True, inline=True)(_fixed_weight)
 _neighbour_count_cpu = numba.njit(inline="always")(_neighbour_count)
 _neighbour_count_dev = cuda.jit(device=True, inline=True)(_neighbour_count)
@@ -74,7 +75,7 @@ _relevance_value_cpu = numba.njit(inline="always")(_relevance_value)
 _relevance_value_dev = cuda.jit(device=True, inline=True)(_relevance_value)
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def accumulate_edges(rows, cols, weights, degree, weight_sum):
     """Add a batch of undirected edges (rows[e], cols[e], weights[e]) to both endpoints' stats.
 
@@ -92,7 +93,7 @@ def accumulate_edges(rows, cols, weights, degree, weight_sum):
         weight_sum[j] += f
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def batch_segments(indptr, indices, lo, hi, df):
     """The engine's segments of a batch of query rows [lo, hi) (gputext.engine.cuda_backend._Batch):
     seg int32 (L, 2) = (term, query - lo) of each stored entry, seg_off int64 (L+1,) = exclusive
@@ -113,7 +114,7 @@ def batch_segments(indptr, indices, lo, hi, df):
     return seg_off, seg
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def term_stats_ranges(indices, data, starts, n_terms, chunks):
     """Per term, within entries [starts[r], starts[r+1]) of a CSR's indices/data, r < R =
     len(starts) - 1 (the rows of each row shard): the largest |weight| (float32 (R, n_terms)) and
@@ -151,7 +152,7 @@ def term_stats_ranges(indices, data, starts, n_terms, chunks):
     return maxabs, counts
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def touch_pages(a, step):
     """Write one byte every ``step`` bytes of a fresh host array a (uint8 view), pages in
     parallel: the first-touch page faults are taken now (while the device still works) rather
@@ -161,7 +162,7 @@ def touch_pages(a, step):
         a[i * step] = 0
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def addition_owner_rows(ptr, cols, weights, n_new, n_old):
     """Upper-triangle rows of the stacked corpus [new; old] (see split_addition_rows) as the
     new vertices' DClustR owner rows in global ids: row i = its old neighbours (columns >=
@@ -185,7 +186,7 @@ def addition_owner_rows(ptr, cols, weights, n_new, n_old):
     return ptr - base, out_idx, out_w
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def split_addition_rows(ptr, cols, weights, n_new, n_old):
     """Upper-triangle rows of the stacked corpus [new; old] (DClustR additions) as global edges.
 
@@ -225,7 +226,7 @@ def split_addition_rows(ptr, cols, weights, n_new, n_old):
     return (o_old, o_new, o_w), (a, b, ab_w)
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def upper_rows(indptr, indices, data, row_offset, col_offset):
     """Keep the strict upper triangle of a block of engine results, as CSR rows.
 
@@ -257,7 +258,7 @@ def upper_rows(indptr, indices, data, row_offset, col_offset):
     return ptr, cols, weights
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def _accumulate_row_side(ptr, weights, row_offset, degree, weight_sum):
     for q in prange(ptr.shape[0] - 1):
         s = numba.int64(0)
@@ -267,7 +268,7 @@ def _accumulate_row_side(ptr, weights, row_offset, degree, weight_sum):
         weight_sum[row_offset + q] += s
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def _accumulate_col_side(cols, weights, degree, weight_sum):
     for p in range(cols.shape[0]):
         j = cols[p]
@@ -283,7 +284,7 @@ def accumulate_upper(ptr, cols, weights, row_offset, degree, weight_sum):
     _accumulate_col_side(cols, weights, degree, weight_sum)
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def chunk_offsets(cnt, totals):
     """A counting sort's offsets, in place: cnt int32 (n_chunks, n), the count of each target j in
     each chunk t, becomes chunk t's offset within target j (the exclusive prefix over chunks, in
@@ -298,7 +299,7 @@ def chunk_offsets(cnt, totals):
         totals[j] = running
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def symmetric_csr(up_ptr, up_cols, up_weights, degree, n_chunks):
     """Upper-triangle CSR (row v: its neighbours u > v, ascending) -> symmetric CSR, rows sorted.
 
@@ -342,7 +343,7 @@ def symmetric_csr(up_ptr, up_cols, up_weights, degree, n_chunks):
     return indptr, out_idx, out_w
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def row_stats(indptr, weights):
     """Degree int32 (n,) and fixed-point weight sums int64 (n,) of a CSR adjacency (one row per
     prange iteration)."""
@@ -358,7 +359,7 @@ def row_stats(indptr, weights):
     return degree, weight_sum
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def ais_from_sums(degree, weight_sum):
     """AIS float64 (n,) = float64(weight_sum) * 2**-40 / degree; 0 for isolated vertices."""
     n = degree.shape[0]
@@ -371,7 +372,7 @@ def ais_from_sums(degree, weight_sum):
 
 # ----------------------------------------------------------------------------- relevance: CPU twin
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def relevance_cpu(indptr, indices, degree, ais, count, relevance):
     """Twin of ``relevance_kernel``: one vertex per prange iteration.
 
@@ -406,7 +407,7 @@ def relevance_kernel(lanes: int, vertices: int):
     if lanes < 1 or lanes & (lanes - 1):
         raise ValueError(f"lanes must be a power of two, got {lanes}")
 
-    @cuda.jit
+    @cuda_kernel
     def relevance(indptr, indices, degree, ais, count, out):
         partial = cuda.shared.array((vertices, lanes), numba.int32)
         tx = cuda.threadIdx.x
@@ -507,7 +508,7 @@ def edge_write_kernel(block: int, items: int):
     seg_len = block * items
     from .scoring import threshold_hit_dev
 
-    @cuda.jit
+    @cuda_kernel
     def write_edges(acc, n_docs, qinfo, dn, metric, min_key, offsets, base, row0, col0,
                     out_col, out_w, degree, weight_sum):
         flags = cuda.shared.array(block, numba.int32)
@@ -565,7 +566,7 @@ def edge_write_kernel(block: int, items: int):
     return write_edges
 
 
-@cuda.jit
+@cuda_kernel
 def row_lengths(offsets, n_seg, n_queries, row0, up_len):
     """Thread q < n_queries: up_len[row0 + q] = offsets[(q+1) n_seg] - offsets[q n_seg] (int64):
     query q's number of upper-triangle edges (its n_seg counts, scanned)."""
@@ -574,7 +575,7 @@ def row_lengths(offsets, n_seg, n_queries, row0, up_len):
         up_len[row0 + q] = offsets[(q + 1) * n_seg] - offsets[q * n_seg]
 
 
-@cuda.jit
+@cuda_kernel
 def ais_kernel(degree, weight_sum, ais):
     """Thread v: ais[v] = float64(weight_sum[v]) * 2**-40 / degree[v], 0 when isolated (float64;
     one correctly rounded conversion and division: equal to ``ais_from_sums``)."""
@@ -586,7 +587,7 @@ def ais_kernel(degree, weight_sum, ais):
             ais[v] = 0.0
 
 
-@cuda.jit
+@cuda_kernel
 def split_upper(up_ptr, up_col, up_w, n_edges, indptr, cursor, out_idx, out_w, tmp_row, tmp_w):
     """Upper-triangle CSR -> the upper parts of the symmetric CSR, and the lower parts unsorted.
 
@@ -638,7 +639,7 @@ def lower_sort_kernel(block: int, words: int):
     per_thread = (words + block - 1) // block
     tile = 32 * words
 
-    @cuda.jit
+    @cuda_kernel
     def lower_sort(indptr, up_ptr, tmp_row, tmp_w, out_idx, out_w):
         vals = cuda.shared.array(block, numba.int32)
         flags = cuda.shared.array(block, numba.int32)

@@ -46,6 +46,7 @@ from numba import cuda, prange
 
 from ._factory import kernel_cache
 from .primitives import better_cpu, better_dev, lower_bound_cpu, lower_bound_dev
+from .jit import cpu_jit, cuda_kernel
 
 EMPTY = -1
 ALIGN = 32  # elements: 128 bytes for int32/float32 columns
@@ -167,7 +168,7 @@ def score_kernel(threads_per_block: int, max_docs: int):
     groups = tpb // mdocs
     acc_len = tpb * pitch  # a closure constant: numba needs literal shared-array shapes
 
-    @cuda.jit
+    @cuda_kernel
     def score_blocks(ell_terms, ell_weights, n_rows, ibuf, fbuf, n_upd, table_size, n_postings, n_docs, part_sim,
                      part_row):
         acc = cuda.shared.array(acc_len, numba.float64)
@@ -270,7 +271,7 @@ def reduce_kernel(threads_per_block: int):
     if tpb < 1 or tpb & (tpb - 1):
         raise ValueError(f"threads_per_block must be a power of two, got {tpb}")
 
-    @cuda.jit
+    @cuda_kernel
     def reduce_blocks(part_sim, part_row, n_blocks, n_docs, best):
         s_sim = cuda.shared.array(tpb, numba.float64)
         s_row = cuda.shared.array(tpb, numba.int32)
@@ -304,7 +305,7 @@ def reduce_kernel(threads_per_block: int):
     return reduce_blocks
 
 
-@cuda.jit
+@cuda_kernel
 def apply_updates(ell_terms, ell_weights, ibuf, fbuf, n_upd):
     """Write the update buffer into the ELL matrix without scoring (a flush: used when more rows
     are pending than one launch's buffer holds, and before reading the matrix back).
@@ -322,7 +323,7 @@ def apply_updates(ell_terms, ell_weights, ibuf, fbuf, n_upd):
         ell_weights[n, row] = fbuf[idx]
 
 
-@cuda.jit
+@cuda_kernel
 def grow_copy(old_terms, old_weights, n_rows, new_terms, new_weights):
     """Capacity growth on the device: copy the first n_rows rows of every column of the old ELL
     matrix (K, old_stride) into the new one (K, new_stride); nothing is re-uploaded from the host.
@@ -338,7 +339,7 @@ def grow_copy(old_terms, old_weights, n_rows, new_terms, new_weights):
 
 # ----------------------------------------------------------------------------- CPU twins
 
-@numba.njit(parallel=True, cache=True, nogil=True)
+@cpu_jit(parallel=True, nogil=True)
 def score_blocks_cpu(threads_per_block, max_docs, ell_terms, ell_weights, n_rows, ibuf, fbuf, n_upd,
                      table_size, n_postings, n_docs, part_sim, part_row):
     """CPU twin of ``score_kernel(threads_per_block, max_docs)``: same arguments (geometry first),
@@ -392,12 +393,12 @@ def score_blocks_cpu(threads_per_block, max_docs, ell_terms, ell_weights, n_rows
             part_row[d * n_blocks + block] = best_r
 
 
-score_blocks_serial = numba.njit(cache=True, nogil=True)(score_blocks_cpu.py_func)
+score_blocks_serial = cpu_jit(nogil=True)(score_blocks_cpu.py_func)
 """The same twin compiled without threads (prange runs as range): for small launches, where
 waking a thread team costs more than the work (and far more on a machine that is busy)."""
 
 
-@numba.njit(cache=True, nogil=True)
+@cpu_jit(nogil=True)
 def reduce_blocks_cpu(part_sim, part_row, n_blocks, n_docs, best):
     """CPU twin of ``reduce_kernel``: best[0, d], best[1, d] = the (similarity desc, row asc)
     maximum of document d's n_blocks block-local bests."""
@@ -414,7 +415,7 @@ def reduce_blocks_cpu(part_sim, part_row, n_blocks, n_docs, best):
         best[1, d] = np.float64(br)
 
 
-@numba.njit(cache=True, nogil=True)
+@cpu_jit(nogil=True)
 def apply_updates_cpu(ell_terms, ell_weights, ibuf, fbuf, n_upd):
     """CPU twin of ``apply_updates``."""
     K = ell_terms.shape[0]
@@ -426,7 +427,7 @@ def apply_updates_cpu(ell_terms, ell_weights, ibuf, fbuf, n_upd):
         ell_weights[n, row] = fbuf[idx]
 
 
-@numba.njit(cache=True, nogil=True)
+@cpu_jit(nogil=True)
 def grow_copy_cpu(old_terms, old_weights, n_rows, new_terms, new_weights):
     """CPU twin of ``grow_copy``."""
     K = old_terms.shape[0]

@@ -45,6 +45,7 @@ from .indices import U32, U64
 from .primitives import better_cpu, better_dev, sort_pairs_best_first_dev
 from .select import first_k_by_counting, offer_cpu
 from .scoring import score_key_cpu, score_key_dev
+from .jit import cpu_jit
 
 
 # ----------------------------------------------------------------------------- per-item functions
@@ -332,7 +333,7 @@ def unit_topk_kernel(block: int, cap: int):
 
 # ----------------------------------------------------------------------------- CPU twins
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def row_keys_cpu(acc, qinfo, dn, metric, n_docs, q0, keys):
     """CPU twin of the keys the accumulation stores with unit > 0 (kernels.blocked.rows_accumulate_kernel):
     keys float64 (rows * n_docs,) = doc_key of int64 score rows acc (rows * n_docs,) for queries
@@ -345,7 +346,7 @@ def row_keys_cpu(acc, qinfo, dn, metric, n_docs, q0, keys):
                                                np.int64(qinfo[q, 2]))
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def unit_maxima_cpu(keys, n_docs, docs, block, unit, ukey, udoc):
     """CPU twin of the units' maxima the accumulation stores with unit > 0: each unit's best (key,
     document) of keys float64 (rows * n_docs,) into ukey float64 / udoc int32 (rows, n_units),
@@ -368,7 +369,7 @@ def unit_maxima_cpu(keys, n_docs, docs, block, unit, ukey, udoc):
             udoc[r, u] = bd
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def unit_topk_cpu(keys, ukey, udoc, n_docs, docs, block, unit, k, out_doc, out_key):
     """CPU twin of unit_topk_kernel: per row in parallel, the k best units (a running best-k list
     over every unit's maximum, offer_cpu), theta1 = the k-th of them, then every document of those

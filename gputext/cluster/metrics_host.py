@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
+from ..kernels.jit import cpu_jit
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def _row_cmp(ptr, idx, a, b):
     la, lb = ptr[a + 1] - ptr[a], ptr[b + 1] - ptr[b]
     for t in range(min(la, lb)):
@@ -23,7 +23,7 @@ def _row_cmp(ptr, idx, a, b):
     return 0
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def sort_rows(ptr, idx):
     """Item order grouping identical rows (merge sort with a lexicographic row comparison)."""
     n = ptr.shape[0] - 1
@@ -56,7 +56,7 @@ def sort_rows(ptr, idx):
     return order
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def _intersect(idx_a, a0, a1, idx_b, b0, b1):
     c = 0
     while a0 < a1 and b0 < b1:
@@ -71,7 +71,7 @@ def _intersect(idx_a, a0, a1, idx_b, b0, b1):
     return c
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def bcubed_groups(weight, c_ptr, c_idx, l_ptr, l_idx, cg_ptr, cg_idx, lg_ptr, lg_idx):
     """Per group g: precision and recall of its items (see module docstring).
 
@@ -126,20 +126,20 @@ def bcubed_groups(weight, c_ptr, c_idx, l_ptr, l_idx, cg_ptr, cg_idx, lg_ptr, lg
     return prec, rec
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def same_rows(ptr, idx, a, b, out):
     for i in range(a.shape[0]):
         out[i] = _row_cmp(ptr, idx, a[i], b[i]) == 0
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def _h(p):
     if p <= 0.0:
         return 0.0
     return -p * math.log2(p)
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def _cond(a, b, c, n):
     """(accepted, H(X_k | Y_l)) for |X_k| = a, |Y_l| = b, |X_k & Y_l| = c over n items."""
     p11 = c / n
@@ -152,7 +152,7 @@ def _cond(a, b, c, n):
     return accepted, h11 + h10 + h01 + h00 - hy
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def conditional_entropies(n, size_x, size_y, ov_ptr, ov_idx, ov_val, y_sizes, y_size_count, y_size_class):
     """H(X_k | Y) for every k: the smallest accepted H(X_k | Y_l), else H(X_k).
 

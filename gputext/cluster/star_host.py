@@ -11,18 +11,19 @@ from __future__ import annotations
 import numba
 from numba import prange
 import numpy as np
+from ..kernels.jit import cpu_jit
 
 
 # ----------------------------------------------------------------------------- cover (OClustR stage 2)
 
-@numba.njit(cache=True)
+@cpu_jit
 def _mark_covered(indptr, indices, v, covered):
     covered[v] = True
     for p in range(indptr[v], indptr[v + 1]):
         covered[indices[p]] = True
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def _needs_center(indptr, indices, v, covered):
     if not covered[v]:
         return True
@@ -32,7 +33,7 @@ def _needs_center(indptr, indices, v, covered):
     return False
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def _still_open(indptr, indices, candidates, lo, hi, is_center, covered, open_):
     """open_[k] = candidates[k] is not a center and it or a neighbour is uncovered, for k in
     [lo, hi): one candidate per prange iteration, reading is_center and covered only."""
@@ -41,7 +42,7 @@ def _still_open(indptr, indices, candidates, lo, hi, is_center, covered, open_):
         open_[k] = (not is_center[v]) and _needs_center(indptr, indices, v, covered)
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def _visit_block(indptr, indices, candidates, lo, hi, open_, is_center, covered):
     """The sequential visit of candidates[lo:hi] that were still open at the block's start."""
     added = 0
@@ -86,7 +87,7 @@ def cover_candidates(indptr, indices, candidates, is_center, covered, block: int
 
 # ----------------------------------------------------------------------------- improvement (OClustR stage 3)
 
-@numba.njit(cache=True)
+@cpu_jit
 def _fold(part, t, u, r, take_max):
     if not take_max:
         part[t, u] += r
@@ -94,7 +95,7 @@ def _fold(part, t, u, r, take_max):
         part[t, u] = r
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def star_reduce(indptr, indices, centers, values, take_max, chunks):
     """float64 (n,): at each vertex, the max (``take_max``) or the sum of values[k] (float64, one
     per center) over the stars {c} U Adj(c) of ``centers`` (int64) that hold it; -1 (max) or 0
@@ -125,7 +126,7 @@ def star_reduce(indptr, indices, centers, values, take_max, chunks):
     return out
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def _non_useful(indptr, indices, u, cnt):
     """u's ws-graph {u} U Adj(u) has more vertices shared with other ws-graphs (cnt > 1) than
     vertices only it holds.  Scans Adj(u) only until the answer is certain: shared > size/2
@@ -157,7 +158,7 @@ def improve_centers(indptr, indices, order, is_center, linked_to) -> int:
     return _improve(indptr, indices, order, is_center, linked_to, cnt)
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def _improve(indptr, indices, order, is_center, linked_to, cnt):
     """improve_centers's sequential visit; cnt int32 (n,) is updated as stars are removed."""
     n = indptr.shape[0] - 1
@@ -187,7 +188,7 @@ def _improve(indptr, indices, order, is_center, linked_to, cnt):
 
 # ----------------------------------------------------------------------------- membership
 
-@numba.njit(cache=True)
+@cpu_jit
 def membership_csr(indptr, indices, centers, linked_to, cluster_of_center):
     """Membership CSR (n, k) by a counting sort on documents: cluster k = {centers[k]} U
     Adj(centers[k]) U {v: linked_to[v] = centers[k]}.  Clusters are visited in ascending k, so
@@ -245,7 +246,7 @@ def membership_csr(indptr, indices, centers, linked_to, cluster_of_center):
 
 # ----------------------------------------------------------------------------- DClustR's cover lists
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def dclustr_scan(indptr, indices, relevance, is_center, in_list, best):
     """gputext.cluster.dclus.cover.dclustr_lists after best[]: the V+ scan, the activations and
     the C' scan (see there)."""
@@ -290,7 +291,7 @@ def dclustr_scan(indptr, indices, relevance, is_center, in_list, best):
     return removed, n_active
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def covered_by(indptr, indices, is_center, covered):
     """covered[v] = v is a center or adjacent to one (one vertex per prange iteration, a gather)."""
     for v in prange(indptr.shape[0] - 1):

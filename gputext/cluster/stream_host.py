@@ -24,6 +24,7 @@ from numba import prange
 
 from ..kernels.primitives import better_cpu as better  # the selection's tie rule (kernels/primitives.py)
 from ..kernels.stream_ell import EMPTY, HASH_MULT, NO_SIM, offsets_cpu, probe_cpu
+from ..kernels.jit import cpu_jit
 
 # resolve() status codes
 DONE, RESTART, GROW_CLUSTERS, GROW_INDEX = 0, 1, 2, 3
@@ -33,7 +34,7 @@ N_COUNTERS = 7
 INDEX_BLOCK = 8  # entries (cluster, slot, version) per block of an inverted-index posting list
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
+@cpu_jit(parallel=True, nogil=True)
 def prepare_docs(indptr, indices, data, max_terms):
     """Weighted CSR rows -> prepared documents.
 
@@ -105,7 +106,7 @@ def sim_row(d_terms, d_weights, lo, hi, c_terms, c_weights, c, length):
     return s
 
 
-@numba.njit(cache=True, nogil=True)
+@cpu_jit(nogil=True)
 def sim_rows(d_terms, d_weights, lo, hi, c_terms, c_weights, c_len, rows):
     """Similarities of one document with the given centroid rows (float64 (len(rows),))."""
     out = np.empty(rows.shape[0], np.float64)
@@ -114,7 +115,7 @@ def sim_rows(d_terms, d_weights, lo, hi, c_terms, c_weights, c_len, rows):
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@cpu_jit(nogil=True)
 def update_centroid(c, d_terms, d_weights, lo, hi, d_mag, c_terms, c_weights, c_len, c_mag, scr_terms, scr_raw):
     """C <- top-K(|C| c + |D| d), re-normalised (module docstring). scr_* hold >= 2K entries."""
     K = c_terms.shape[1]
@@ -196,7 +197,7 @@ def _index_add_row(c, c_terms, c_len, c_version, ix_head, ix_count, ix_pool, ix_
         _index_append(c_terms[c, n], c, n, c_version[c], ix_head, ix_count, ix_pool, ix_fill, ix_next, ix_meta)
 
 
-@numba.njit(cache=True, nogil=True)
+@cpu_jit(nogil=True)
 def index_rebuild(c_terms, c_len, c_version, n_clusters, ix_head, ix_count, ix_pool, ix_fill, ix_next, ix_meta):
     """Rebuild the index from the centroids (drops stale entries). The pool must hold
     ``index_blocks_needed(...)`` blocks."""
@@ -208,7 +209,7 @@ def index_rebuild(c_terms, c_len, c_version, n_clusters, ix_head, ix_count, ix_p
         _index_add_row(c, c_terms, c_len, c_version, ix_head, ix_count, ix_pool, ix_fill, ix_next, ix_meta)
 
 
-@numba.njit(cache=True, nogil=True)
+@cpu_jit(nogil=True)
 def index_blocks_needed(c_terms, c_len, n_clusters, n_terms, block):
     counts = np.zeros(n_terms, np.int64)
     for c in range(n_clusters):
@@ -220,7 +221,7 @@ def index_blocks_needed(c_terms, c_len, n_clusters, n_terms, block):
     return total
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
+@cpu_jit(parallel=True, nogil=True)
 def index_score(j0, j1, d_indptr, d_terms, d_weights, c_weights, c_version, ix_head, ix_pool, ix_fill, ix_next,
                 acc, touched, best):
     """Best cluster of documents j0..j1-1 through the inverted index (the clusters that share a
@@ -264,13 +265,13 @@ def index_score(j0, j1, d_indptr, d_terms, d_weights, c_weights, c_version, ix_h
             best[1, q] = np.float64(br)
 
 
-index_score_serial = numba.njit(cache=True, nogil=True)(index_score.py_func)
-prepare_docs_serial = numba.njit(cache=True, nogil=True)(prepare_docs.py_func)
+index_score_serial = cpu_jit(nogil=True)(index_score.py_func)
+prepare_docs_serial = cpu_jit(nogil=True)(prepare_docs.py_func)
 PARALLEL_MIN_WORK = 1_000_000  # slots or postings below which the serial compilation is used (a few ms of work:
 # waking a thread team costs ~2 us on an idle machine but milliseconds on a busy one)
 
 
-@numba.njit(cache=True, nogil=True)
+@cpu_jit(nogil=True)
 def index_cost(j0, j1, d_indptr, d_terms, ix_count):
     """Posting entries the inverted index would walk for documents j0..j1-1."""
     total = 0
@@ -283,7 +284,7 @@ def index_cost(j0, j1, d_indptr, d_terms, ix_count):
 
 # ----------------------------------------------------------------------------- batch resolution
 
-@numba.njit(cache=True, nogil=True)
+@cpu_jit(nogil=True)
 def resolve(j, j_end, d_indptr, d_terms, d_weights, d_mag, best, j_launch, threshold,
             c_terms, c_weights, c_len, c_mag, c_size, counters,
             changed_mark, changed_list, dirty_mark, dirty_list,
@@ -380,7 +381,7 @@ def resolve(j, j_end, d_indptr, d_terms, d_weights, d_mag, best, j_launch, thres
 
 # ----------------------------------------------------------------------------- device buffers
 
-@numba.njit(cache=True, nogil=True)
+@cpu_jit(nogil=True)
 def pack_batch(ibuf, fbuf, upd_rows, n_upd, c_terms, c_weights, d_indptr, d_terms, d_weights, j0, j1, table_size):
     """Write the packed launch buffers (kernels/stream_ell.py layout): the update buffer (rows
     upd_rows[:n_upd], sorted ascending, copied from the host centroids), the hash table of the
@@ -427,7 +428,7 @@ def pack_batch(ibuf, fbuf, upd_rows, n_upd, c_terms, c_weights, d_indptr, d_term
     return n_post, n_unique
 
 
-@numba.njit(cache=True, nogil=True)
+@cpu_jit(nogil=True)
 def drain_dirty(dirty_list, dirty_mark, counters):
     """The rows changed since the device copy was last written, sorted ascending; clears the list."""
     n = counters[N_DIRTY]

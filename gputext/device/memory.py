@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from ..kernels.jit import cpu_jit
 
 ALIGN = 256  # byte alignment of each array inside a packed upload
 SMALL_COPY = 1 << 20  # host copies below this many bytes: one numpy copy (no parallel region)
@@ -134,7 +135,7 @@ def free_deferred() -> None:
         pass
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def copy_parallel(src, dst):
     """dst[:] = src[:] (1-D, same length) in parallel blocks of 16 K elements (also takes a fresh
     destination's first-touch page faults on every core)."""

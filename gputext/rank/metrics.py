@@ -17,16 +17,16 @@ Definitions (decisions written down here and in docs/rank.md):
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numba import prange
 
 from ..errors import InputError
 from .data import group_by_query
 from .ops import cpu_threads_limited
+from ..kernels.jit import cpu_jit
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def _pairwise_counts(starts, scores, labels):
     """(correct, pairs) per query; scores float64, labels float64 in grouped order."""
     n_q = starts.shape[0] - 1
@@ -70,7 +70,7 @@ def _pairwise_counts(starts, scores, labels):
     return correct, pairs
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def _ndcg_map(starts, scores, gains, relevant, ks):
     """Per query: NDCG at each k of ks (float64 (Q, len(ks))) and AP (Q,)."""
     n_q = starts.shape[0] - 1

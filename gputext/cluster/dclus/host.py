@@ -14,11 +14,12 @@ from numba import prange
 import numpy as np
 
 from ...kernels import star as kstar
+from ...kernels.jit import cpu_jit
 
 
 # ----------------------------------------------------------------------------- PCCs (paper section 3.2)
 
-@numba.njit(cache=True)
+@cpu_jit
 def _find(parent, x):
     root = x
     while parent[root] != root:
@@ -30,7 +31,7 @@ def _find(parent, x):
     return root
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def union_links(parent, links):
     """Apply links (k, 2) to the union-find ``parent``; smaller root wins."""
     for k in range(links.shape[0]):
@@ -42,7 +43,7 @@ def union_links(parent, links):
             parent[a] = b
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def components_of_pccs(n_pcc, links):
     """Connected component label (int32, = smallest PCC id in it) of every PCC (union-find)."""
     parent = np.arange(n_pcc).astype(np.int32)
@@ -53,7 +54,7 @@ def components_of_pccs(n_pcc, links):
     return out
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def distinct_old_pccs(indptr, indices, pcc_of, first, n_pcc_old, chunks):
     """For each row r, the distinct PCCs of its neighbours before ``first`` (old vertices: their
     PCCs are fixed during an update), in order of first occurrence along the row: dpcc[indptr[r]:
@@ -81,7 +82,7 @@ def distinct_old_pccs(indptr, indices, pcc_of, first, n_pcc_old, chunks):
     return dpcc, dcnt, n_before
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def _link(pu, pv, parent, links, k):
     """Record the link (pu, pv) when the two PCCs are not yet connected; union them."""
     a = _find(parent, pu)
@@ -101,7 +102,7 @@ def _link(pu, pv, parent, links, k):
     return links, k
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def assign_pcc_rows(indptr, indices, pcc_of, first, next_pcc, parent, dpcc, dcnt, n_before, reduced):
     """Assign vertices first..n-1 (rows 0.. of indptr/indices) to PCCs, in order.
 
@@ -145,7 +146,7 @@ def assign_pcc_rows(indptr, indices, pcc_of, first, next_pcc, parent, dpcc, dcnt
 
 # ----------------------------------------------------------------------------- owner rows
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def owner_rows_in_order(n_old, n_new, o_old, o_new, o_w, a, b, w):
     """Owner rows from the engine's ordered output, or (False, ...) when it is not in order.
 
@@ -191,7 +192,7 @@ def owner_rows_in_order(n_old, n_new, o_old, o_new, o_w, a, b, w):
     return True, ptr, idx, val
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def upper_owner_rows(indptr, indices, weights, rows):
     """Owner rows of a full build: for each vertex of ``rows`` (int64) its neighbours u > v
     (the suffix of its sorted symmetric row).  Returns (ptr int64 (len+1,), indices, weights)."""
@@ -222,7 +223,7 @@ def upper_owner_rows(indptr, indices, weights, rows):
     return ptr, out_idx, out_w
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def gather_rows_into(indptr, indices, weights, rows, out_ptr, out_idx, out_w):
     for k in numba.prange(rows.shape[0]):
         v = rows[k]
@@ -235,7 +236,7 @@ def gather_rows_into(indptr, indices, weights, rows, out_ptr, out_idx, out_w):
 
 # ----------------------------------------------------------------------------- symmetric rows, degree sums
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def symmetric_from_owner(row_start, row_len, idx, w, local_of, n_chunks, with_weights):
     """Symmetric CSR (rows sorted) of a vertex set from its owner rows, in local ids.
 
@@ -316,7 +317,7 @@ def symmetric_from_owner(row_start, row_len, idx, w, local_of, n_chunks, with_we
     return indptr, out_idx, out_w
 
 
-@numba.njit(parallel=True, cache=True)
+@cpu_jit(parallel=True)
 def add_owner_stats(ptr, idx, w, first, degree, weight_sum, chunks=16):
     """Add the edges of owner rows (row r = vertex first + r; neighbours idx, weights w) to both
     endpoints' degree (int32) and fixed-point weight sum (int64, 2**FIX_BITS units: exact and
@@ -352,7 +353,7 @@ FNV_OFFSET = 0xCBF29CE484222325  # 64-bit FNV-1a
 FNV_PRIME = 0x100000001B3
 
 
-@numba.njit(cache=True)
+@cpu_jit
 def fnv1a64(buf, offsets):
     """64-bit FNV-1a of each byte string buf[offsets[i]:offsets[i+1]] (uint8 buf, int64 offsets
     (n+1,)).  Returns uint64 (n,).  Sequential: 50,000 ids take about 0.1 ms, less than waking a

@@ -1,0 +1,325 @@
+"""The one way gputext compiles: ``cpu_jit`` (numba.njit) and ``cuda_kernel`` (numba.cuda.jit),
+both kept on disk in gputext's kernel cache and reused by every later process.
+
+Why numba's own cache, and what we add to it (measured 2026-11-27, docs/ARCHITECTURE.md "Kernel
+cache"): numba-cuda's cache serves kernels made inside factories (its index key hashes the
+closure's cell values, so each geometry a factory specialises is an entry of its own) and keeps
+the cubin, so a later process loads a kernel in about 2 ms instead of compiling it for 0.1-2 s.
+Our own PTX/cubin store would repeat that machinery; PTX shipped ahead would still be JIT-compiled
+by the driver at every first load (its cache aside) and could not cover the geometry-specialised
+kernels, whose constants come from the device at run time. Three things numba's cache lacks are
+added here, and only for gputext's functions (the user's own numba functions keep numba's cache):
+
+- **Where.** ``$GPUTEXT_CACHE_DIR``, else ``$XDG_CACHE_HOME/gputext``, else ``~/.cache/gputext``
+  (a per-user folder, so a pip-installed, read-only package still caches); a folder that cannot be
+  written falls back to one under the system's temporary folder, and then to no disk cache.
+- **Keyed by everything that changes the code.** numba keys an entry by the signature, the
+  compute capability, the CUDA runtime and numba-cuda versions and the function's bytecode and
+  closure, and checks the source file's time stamp. That misses a change in a device function of
+  another file. So the cache folder is named by a digest of the sources of compiled code (every
+  file of ``kernels/`` and each module of ``gputext/`` that uses numba) and the numba, numba-cuda, NumPy and Python versions: a
+  change of compiled code compiles afresh into a new folder (``gputext doctor --clear-cache`` removes the
+  others). Each function's index is stamped with its own file's content digest (not its time
+  stamp: a reinstall of the same code keeps the cache) and, for the device, the driver version.
+- **Safe when several processes fill it at once.** numba writes a new entry's index before its
+  data, naming the data file by the index's size: two processes that add different entries
+  of one kernel at once can leave the index pointing at the other's code. Here every save holds
+  an exclusive lock on the folder's lock file and every load a shared one (``fcntl.flock``), so
+  Dask workers and pytest-xdist processes read only whole entries.
+
+Under numba's CUDA simulator there is nothing to compile: ``cuda_kernel`` is plain ``cuda.jit``.
+
+    from .jit import cpu_jit, cuda_kernel
+
+    @cpu_jit(parallel=True)
+    def twin(...): ...
+
+    @cuda_kernel                      # or cuda_kernel(max_registers=64)(fn)
+    def kernel(...): ...
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numba
+
+ENV_DIR = "GPUTEXT_CACHE_DIR"
+_LOCK_NAME = ".lock"
+_state: dict = {}  # "root", "folder", "why_not": computed once per process
+
+
+def cache_root() -> Path:
+    """The folder that holds one sub-folder per code version (the environment decides; not created)."""
+    env = os.environ.get(ENV_DIR, "").strip()
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "gputext"
+
+
+def _package_dirs() -> list[Path]:
+    """The folders whose sources key the cache: the installed gputext package (kernels/ lies inside
+    it), or in a checkout kernels/ and gputext/ side by side."""
+    here = Path(__file__).resolve().parent
+    pkg = sys.modules.get("gputext")
+    if pkg is None or not getattr(pkg, "__file__", None):
+        return [here]
+    top = Path(pkg.__file__).resolve().parent
+    return [top] if here.is_relative_to(top) else [here, top]
+
+
+_COMPILED_MARKERS = (b"numba", b"cpu_jit", b"cuda_kernel")
+
+
+def source_digest(dirs: list[Path] | None = None) -> str:
+    """sha256 over the sources that compiled code comes from, hex: every .py file of kernels/ and
+    every other module of the package that mentions numba (its relative path and bytes, sorted).
+    Plain Python compiled for both targets lives in kernels/ (docs/ARCHITECTURE.md), so a change
+    of the CLI or the docs keeps the cache."""
+    here = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for d in dirs or _package_dirs():
+        for path in sorted(d.rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            data = path.read_bytes()
+            if path.is_relative_to(here) or any(m in data for m in _COMPILED_MARKERS):
+                h.update(str(path.relative_to(d)).encode() + b"\0")
+                h.update(data + b"\0")
+    return h.hexdigest()
+
+
+def cache_tag(digest: str, versions: dict[str, str]) -> str:
+    """The code-version folder's name: the sources' digest and the compilers' versions, hashed."""
+    h = hashlib.sha256(digest.encode())
+    for name in sorted(versions):
+        h.update(f"{name}={versions[name]}\0".encode())
+    return "code-" + h.hexdigest()[:20]
+
+
+def _versions() -> dict[str, str]:
+    import numpy
+    versions = {"numba": numba.__version__, "numpy": numpy.__version__,
+                "python": sys.version.split()[0]}
+    try:
+        from importlib.metadata import version
+        versions["numba-cuda"] = version("numba-cuda")
+    except Exception:
+        versions["numba-cuda"] = "none"
+    return versions
+
+
+def _writable(folder: Path) -> bool:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+        return True
+    except OSError:
+        return False
+
+
+def cache_folder() -> Path | None:
+    """This code version's cache folder, created (None: no folder can be written; see ``why_not``)."""
+    if "folder" not in _state:
+        tag = cache_tag(source_digest(), _versions())
+        candidates = [cache_root(), Path(tempfile.gettempdir()) / f"gputext-cache-{os.getuid()}"]
+        _state["folder"], _state["why_not"] = None, f"none of {', '.join(map(str, candidates))} can be written"
+        for root in candidates:
+            if _writable(root / tag):
+                _state["folder"], _state["why_not"] = root / tag, ""
+                break
+    return _state["folder"]
+
+
+def why_not_cached() -> str:
+    """Empty when kernels are cached on disk; otherwise why not (for ``gputext doctor``)."""
+    cache_folder()
+    return _state["why_not"]
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str, exclusive: bool):
+    """Hold the folder's lock file: exclusive for a save, shared for a load."""
+    fd = os.open(os.path.join(folder, _LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def file_digest(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+class _Locator:
+    """numba's cache locator protocol, for functions of this package: one folder, content stamps.
+
+    ``stamp_extra`` is called when an index is first read or written (the driver version for
+    the device: asked only once a kernel is compiled, so importing never touches the driver)."""
+
+    stamp_extra = staticmethod(lambda: ())
+
+    def __init__(self, py_func, py_file, folder: Path):
+        self._py_file = py_file
+        self._lineno = py_func.__code__.co_firstlineno
+        self._path = str(folder)
+
+    def ensure_cache_path(self):
+        os.makedirs(self._path, exist_ok=True)
+
+    def get_cache_path(self):
+        return self._path
+
+    def get_source_stamp(self):
+        return _LazyStamp(self._py_file, self.stamp_extra)
+
+    def get_disambiguator(self):
+        return str(self._lineno)
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        folder = cache_folder()
+        if folder is None or not os.path.exists(py_file):
+            return None
+        return cls(py_func, py_file, folder)
+
+
+class _LazyStamp:
+    """A source stamp computed at its first use: (file digest, extra), compared by value."""
+
+    def __init__(self, py_file, extra):
+        self._py_file, self._extra, self._value = py_file, extra, None
+
+    def value(self):
+        if self._value is None:
+            self._value = (file_digest(self._py_file),) + tuple(self._extra())
+        return self._value
+
+
+class _LockedIndex:
+    """Mixin for numba's IndexDataCacheFile: loads under a shared lock, saves under an exclusive
+    one, and the lazy stamp resolved when the index is read or written."""
+
+    @property
+    def _source_stamp(self):
+        stamp = self.__dict__.get("_stamp")
+        return stamp.value() if isinstance(stamp, _LazyStamp) else stamp
+
+    @_source_stamp.setter
+    def _source_stamp(self, stamp):
+        self.__dict__["_stamp"] = stamp
+
+    def save(self, key, data):
+        with folder_lock(self._cache_path, exclusive=True):
+            super().save(key, data)
+
+    def load(self, key):
+        with folder_lock(self._cache_path, exclusive=False):
+            return super().load(key)
+
+
+def _attach(dispatcher, cache_class):
+    """Give ``dispatcher`` our cache (numba's own stays off); without a writable folder, none."""
+    if cache_folder() is None:
+        return dispatcher
+    try:
+        dispatcher._cache = cache_class(dispatcher.py_func)
+    except RuntimeError:  # no locator: a function defined outside a file (REPL, exec)
+        pass
+    return dispatcher
+
+
+_classes: dict = {}
+
+
+def _cpu_cache_class():
+    if "cpu" not in _classes:
+        from numba.core import caching
+
+        class Locator(_Locator):
+            pass
+
+        class Impl(caching.CompileResultCacheImpl):
+            _locator_classes = [Locator]
+
+        class Index(_LockedIndex, caching.IndexDataCacheFile):
+            pass
+
+        class FunctionCache(caching.FunctionCache):
+            _impl_class = Impl
+
+            def __init__(self, py_func):
+                super().__init__(py_func)
+                old = self._cache_file
+                self._cache_file = Index(cache_path=old._cache_path, filename_base=self._impl.filename_base,
+                                         source_stamp=self._impl.locator.get_source_stamp())
+
+        _classes["cpu"] = FunctionCache
+    return _classes["cpu"]
+
+
+def _driver_version():
+    from numba import cuda
+    return tuple(cuda.cudadrv.driver.driver.get_version())
+
+
+def _cuda_cache_class():
+    if "cuda" not in _classes:
+        from numba.cuda import dispatcher as cuda_dispatcher
+        from numba.cuda.core import caching
+
+        class Locator(_Locator):
+            stamp_extra = staticmethod(lambda: ("driver",) + _driver_version())
+
+        class Impl(cuda_dispatcher.CUDACacheImpl):
+            _locator_classes = [Locator]
+
+        class Index(_LockedIndex, caching.IndexDataCacheFile):
+            pass
+
+        class KernelCache(cuda_dispatcher.CUDACache):
+            _impl_class = Impl
+
+            def __init__(self, py_func):
+                super().__init__(py_func)
+                old = self._cache_file
+                self._cache_file = Index(cache_path=old._cache_path, filename_base=self._impl.filename_base,
+                                         source_stamp=self._impl.locator.get_source_stamp())
+
+        _classes["cuda"] = KernelCache
+    return _classes["cuda"]
+
+
+def cpu_jit(fn=None, **options):
+    """``numba.njit(**options)`` kept in gputext's kernel cache (``cache=`` is not an option here)."""
+    def wrap(f):
+        return _attach(numba.njit(**options)(f), _cpu_cache_class())
+    return wrap(fn) if fn is not None else wrap
+
+
+def simulator_on() -> bool:
+    return bool(numba.config.ENABLE_CUDASIM)
+
+
+def cuda_kernel(fn=None, *, max_registers: int = 0, **options):
+    """``numba.cuda.jit`` of a kernel, kept in gputext's kernel cache; a per-thread register cap when
+    ``max_registers`` > 0 (ptxas spills the rest to local memory; left out in the simulator,
+    which has no registers). Device functions stay plain ``cuda.jit(device=True)``: they are
+    compiled into the kernels that call them."""
+    from numba import cuda
+
+    def wrap(f):
+        if simulator_on():
+            return cuda.jit(**options)(f)
+        opts = dict(options, max_registers=int(max_registers)) if int(max_registers) > 0 else options
+        return _attach(cuda.jit(**opts)(f), _cuda_cache_class())
+    return wrap(fn) if fn is not None else wrap
