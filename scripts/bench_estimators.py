@@ -65,7 +65,7 @@ def own_work_s(nn, Q, idx, scores, repeats: int) -> float:
     (scikit-learn's validate_data, canonical CSR, finiteness) and the distance / index conversion.
     Timed alone it does not drown in the run-to-run noise of the searches on a shared machine."""
     from gputext.estimators.inputs import check_finite_float32, check_X
-    from gputext.estimators.neighbors import to_distance
+    from gputext.estimators.neighbor_params import to_distance
 
     def work():
         check_finite_float32(check_X(nn, Q, reset=False))
@@ -77,6 +77,7 @@ def measure(a, report):
     from gputext import NearestNeighbors
     from gputext.backend import resolve
     from gputext.engine import Index, search_topk
+    from gputext.estimators.neighbor_params import to_distance
 
     t0 = time.perf_counter()
     X, Q = make_data(a)
@@ -84,12 +85,12 @@ def measure(a, report):
                 f"in {time.perf_counter() - t0:.1f} s")
     backend = resolve(a.device)
     index = Index.from_csr(X)
-    fit_s, nn = timed(lambda: NearestNeighbors(n_neighbors=a.k, algorithm="inverted", device=a.device).fit(X))
+    fit_s, nn = timed(lambda: NearestNeighbors(n_neighbors=a.k, metric="cosine", algorithm="inverted", device=a.device).fit(X))
     engine = lambda: search_topk(index, Q, a.k, "cosine", backend)  # noqa: E731
     estimator = lambda: nn.kneighbors(Q)  # noqa: E731
     first_engine, (idx, scores) = timed(engine)
     first_estimator, (dist, ind) = timed(estimator)
-    same = bool(np.array_equal(ind, idx) and np.array_equal(dist, 1.0 - scores.astype(np.float64)))
+    same = bool(np.array_equal(ind, idx) and np.array_equal(dist, to_distance(scores, "cosine")))
     t_engine, t_estimator = [], []
     for r in range(a.repeats):
         t_engine.append(timed(engine)[0])

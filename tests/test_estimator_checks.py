@@ -10,9 +10,10 @@ from gputext.estimators import (KNeighborsClassifier, KNNMetaFeatures, LinearSVC
 
 ESTIMATORS = [
     NearestNeighbors(n_neighbors=3, device="cpu"),
-    NearestNeighbors(n_neighbors=3, metric="euclidean", algorithm="dense", device="cpu"),
+    NearestNeighbors(n_neighbors=3, metric="cosine", algorithm="dense", device="cpu"),
     KNeighborsClassifier(n_neighbors=3, device="cpu"),
-    KNeighborsClassifier(n_neighbors=3, weights="uniform", metric="euclidean", device="cpu"),
+    KNeighborsClassifier(n_neighbors=3, weights="similarity", metric="cosine", device="cpu"),
+    KNeighborsClassifier(n_neighbors=3, weights="distance", metric="manhattan", n_jobs=1, device="cpu"),
     KNNMetaFeatures(n_neighbors=2, device="cpu"),
     StarClustering(beta=0.5, device="cpu"),
     StreamClustering(threshold=0.5, max_terms=8, device="cpu"),

@@ -71,9 +71,9 @@ def test_nearest_neighbors_equals_knn_search_cli(files):
     cli_run("knn", "search", "--index", d / "train.h5", "--queries", d / "test.h5", "-k", 7, "--device", "cpu",
             "-q", "-o", d / "nn.h5")
     res = read_corpus(str(d / "nn.h5"))
-    dist, ind = NearestNeighbors(n_neighbors=7, device="cpu").fit(X).kneighbors(Q)
+    dist, ind = NearestNeighbors(n_neighbors=7, metric="cosine", device="cpu").fit(X).kneighbors(Q)
     np.testing.assert_array_equal(ind, res.obsm["knn_indices"])
-    np.testing.assert_array_equal(dist, 1.0 - res.obsm["knn_scores"].astype(np.float64))
+    np.testing.assert_array_equal(dist, np.clip(1.0 - res.obsm["knn_scores"].astype(np.float64), 0, 2))
     cli_run("knn", "search", "--index", d / "train.h5", "--exclude-self", "-k", 4, "--metric", "l1",
             "--device", "cpu", "-q", "-o", d / "self.h5")
     res = read_corpus(str(d / "self.h5"))
@@ -140,7 +140,11 @@ def test_kneighbors_errors_are_sklearns(files):
     with pytest.raises(ValueError, match="X has 49 features, but NearestNeighbors is expecting 50"):
         nn.kneighbors(Q[:, :49])
     with pytest.raises(ValueError, match="metric must be one of"):
-        NearestNeighbors(metric="minkowski").fit(X)
+        NearestNeighbors(metric="chebyshev").fit(X)
+    with pytest.raises(ValueError, match="p = 1 .manhattan. and p = 2 .euclidean. only"):
+        NearestNeighbors(p=3).fit(X)
+    with pytest.raises(ValueError, match="n_jobs must be None or a non-zero int"):
+        NearestNeighbors(n_jobs=0, device="cpu").fit(X)
     with pytest.raises(ValueError, match="device must be one of"):
         NearestNeighbors(device="gpu").fit(X)
 
@@ -151,7 +155,7 @@ def test_classifier_equals_knn_classify_cli(files):
     cli_run("knn", "classify", "--train", d / "train.h5", "--test", d / "test.h5", "-k", 9, "--device", "cpu",
             "-q", "-o", d / "pred.h5")
     predicted = read_corpus(str(d / "pred.h5")).obs["predicted"].values()
-    clf = KNeighborsClassifier(n_neighbors=9, device="cpu").fit(X, y)
+    clf = KNeighborsClassifier(n_neighbors=9, metric="cosine", weights="similarity", device="cpu").fit(X, y)
     np.testing.assert_array_equal(clf.predict(Q), predicted.astype(str))
     proba = clf.predict_proba(Q)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
@@ -252,7 +256,7 @@ def test_ranksvm_equals_rank_train_cli(tmp_path):
 def test_fitted_estimators_pickle_without_device_state(files):
     from gputext import KNeighborsClassifier, NearestNeighbors
     _, X, y, Q, _, _ = files
-    nn = NearestNeighbors(n_neighbors=3, device="cpu").fit(X)
+    nn = NearestNeighbors(n_neighbors=3, metric="cosine", device="cpu").fit(X)
     expected = nn.kneighbors(Q)
     nn._search.topk(Q, 2, "cosine", False)  # the index has postings now
     blob = pickle.dumps(nn)
@@ -293,8 +297,9 @@ def test_estimators_on_cuda_equal_the_cpu_twin(files):
         for got, want in zip(a.kneighbors(Q) + a.kneighbors(), b.kneighbors(Q) + b.kneighbors()):
             np.testing.assert_array_equal(got, want)
         assert (a.radius_neighbors_graph(Q, 0.8) != b.radius_neighbors_graph(Q, 0.8)).nnz == 0
-    np.testing.assert_array_equal(KNeighborsClassifier(n_neighbors=7, device="cuda").fit(X, y).predict(Q),
-                                  KNeighborsClassifier(n_neighbors=7, device="cpu").fit(X, y).predict(Q))
+    for params in (dict(metric="cosine", weights="similarity"), dict(weights="distance")):
+        np.testing.assert_array_equal(KNeighborsClassifier(7, device="cuda", **params).fit(X, y).predict(Q),
+                                      KNeighborsClassifier(7, device="cpu", **params).fit(X, y).predict(Q))
     np.testing.assert_array_equal(KNNMetaFeatures(n_neighbors=3, device="cuda").fit(X, y).transform(Q),
                                   KNNMetaFeatures(n_neighbors=3, device="cpu").fit(X, y).transform(Q))
     s1 = StarClustering(beta=0.3, device="cuda").fit(X).partial_fit(A)
@@ -330,3 +335,35 @@ def test_metafeatures_of_queries_alone_equal_those_computed_with_the_training_ro
     alone = compute_metafeatures(X, codes, 3, Q, k=4, method=method, device="cpu", train_rows=False)
     assert alone.train.shape == (0, both.train.shape[1])
     np.testing.assert_array_equal(alone.queries, both.queries)
+
+
+def test_distance_weights_and_callables_follow_sklearn_with_zero_distances(files):
+    from sklearn.neighbors import KNeighborsClassifier as SkKNN
+    from gputext import KNeighborsClassifier
+    _, X, y, Q, _, _ = files
+    X2 = sp.vstack([X, X[:6]]).tocsr()  # six duplicated rows with other labels: zero distances that disagree
+    y2 = np.concatenate([y, np.roll(y[:6], 1)])
+    Qz = sp.vstack([X[:10], Q]).tocsr()  # ten queries at distance 0 from one or two training rows
+    d6 = SkKNN(n_neighbors=6).fit(X2.astype(np.float64), y2).kneighbors(Qz.astype(np.float64))[0]
+    Qz = Qz[np.flatnonzero(d6[:, 5] - d6[:, 4] > 1e-6)]  # no tie at the 5th neighbour (duplicates make some)
+    assert Qz.shape[0] > 20
+    for weights in ("distance", lambda d: np.exp(-d)):
+        ours = KNeighborsClassifier(n_neighbors=5, weights=weights, device="cpu").fit(X2, y2)
+        ref = SkKNN(n_neighbors=5, weights=weights).fit(X2.astype(np.float64), y2)
+        np.testing.assert_array_equal(ours.predict(Qz), ref.predict(Qz.astype(np.float64)))
+        np.testing.assert_allclose(ours.predict_proba(Qz), ref.predict_proba(Qz.astype(np.float64)), atol=1e-6)
+
+
+def test_n_jobs_sets_numba_threads_for_the_call_only(files, monkeypatch):
+    import numba
+    from gputext import NearestNeighbors
+    from gputext.estimators import neighbors
+    _, X, _, Q, _, _ = files
+    before = numba.get_num_threads()
+    seen = []
+    topk = neighbors.NeighbourSearch.topk
+    monkeypatch.setattr(neighbors.NeighbourSearch, "topk", lambda self, *a: seen.append(numba.get_num_threads())
+                        or topk(self, *a))
+    nn = NearestNeighbors(n_jobs=1, device="cpu").fit(X)
+    np.testing.assert_array_equal(nn.kneighbors(Q)[1], NearestNeighbors(device="cpu").fit(X).kneighbors(Q)[1])
+    assert seen[0] == 1 and numba.get_num_threads() == before

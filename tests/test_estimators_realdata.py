@@ -3,7 +3,7 @@
 - gputext's NearestNeighbors(metric="cosine", algorithm="brute") and scikit-learn's on the same
   TF-IDF matrix: the same neighbours up to ties, distances within 1e-6.
 - KNeighborsClassifier on the corpora `corpus build` makes equals `knn classify` (micro-F1 to the bit).
-- Pipeline([gputext.TfidfVectorizer(), KNeighborsClassifier(30)]) fitted on the train texts: its
+- Pipeline([gputext.TfidfVectorizer(), KNeighborsClassifier(30, metric="cosine", weights="similarity")]) fitted on the train texts: its
   training X is `corpus build`'s to the bit and its predictions on the test texts are `knn classify`'s.
 - cross_val_score(Pipeline([sklearn's TfidfVectorizer(), KNeighborsClassifier()])) on the same train/test
   split runs; scikit-learn's tf-idf is not gputext's (idf = ln(N/df) + 1 against ln(N/df)), so its
@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 pytestmark = [pytest.mark.realdata, pytest.mark.slow]
+GT_KNN = dict(n_neighbors=30, metric="cosine", weights="similarity")  # the CLI's vote (docs/python.md's recipe)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,7 @@ def test_classifier_equals_knn_classify_cli(ng20, cli_knn30):
     predicted, cli_f1, output = cli_knn30
     y_train, y_test = train.labels.values().astype(str), test.labels.values().astype(str)
     assert f"micro-F1 {cli_f1:.4f}" in output
-    clf = KNeighborsClassifier(n_neighbors=30, device="cpu").fit(train.X, y_train)
+    clf = KNeighborsClassifier(**GT_KNN, device="cpu").fit(train.X, y_train)
     np.testing.assert_array_equal(clf.predict(test.X), predicted)
     assert clf.score(test.X, y_test) == cli_f1
 
@@ -82,7 +83,7 @@ def test_tfidf_pipeline_under_cross_val_score_is_close_to_the_cli(ng20):
     from gputext.io.readers import read_tab
     from gputext.io.tokenize import TOKEN_PATTERN, load_stopwords
     _, folder, train, test = ng20
-    cli_f1 = float(np.mean(KNeighborsClassifier(n_neighbors=30, device="cpu")
+    cli_f1 = float(np.mean(KNeighborsClassifier(**GT_KNN, device="cpu")
                            .fit(train.X, train.labels.values().astype(str)).predict(test.X)
                            == test.labels.values().astype(str)))  # equals knn classify's (test above)
     tr, te = read_tab(str(folder / "20newsgroups-train.tab")), read_tab(str(folder / "20newsgroups-test.tab"))
@@ -90,7 +91,7 @@ def test_tfidf_pipeline_under_cross_val_score_is_close_to_the_cli(ng20):
     labels = [lab[0] for lab in tr.labels + te.labels]
     fold = PredefinedSplit([-1] * len(tr.texts) + [0] * len(te.texts))  # train on train, score on test
     vectorizer = TfidfVectorizer(token_pattern=TOKEN_PATTERN, stop_words=sorted(load_stopwords("english")))
-    pipe = Pipeline([("tfidf", vectorizer), ("knn", KNeighborsClassifier(n_neighbors=30, device="cpu"))])
+    pipe = Pipeline([("tfidf", vectorizer), ("knn", KNeighborsClassifier(**GT_KNN, device="cpu"))])
     (score,) = cross_val_score(pipe, texts, labels, cv=fold)
     print(f"20NG micro-F1: knn classify {cli_f1:.4f}, Pipeline(TfidfVectorizer, KNeighborsClassifier) {score:.4f}")
     assert abs(score - cli_f1) < 0.03
@@ -106,7 +107,7 @@ def test_gputext_tfidf_pipeline_equals_the_cli(ng20, cli_knn30):
     _, folder, train, _ = ng20
     predicted, cli_f1, _ = cli_knn30
     tr, te = read_tab(str(folder / "20newsgroups-train.tab")), read_tab(str(folder / "20newsgroups-test.tab"))
-    pipe = Pipeline([("tfidf", TfidfVectorizer()), ("knn", KNeighborsClassifier(n_neighbors=30, device="cpu"))])
+    pipe = Pipeline([("tfidf", TfidfVectorizer()), ("knn", KNeighborsClassifier(**GT_KNN, device="cpu"))])
     pipe.fit(tr.texts, [lab[0] for lab in tr.labels])
     vec = pipe.named_steps["tfidf"]
     assert list(vec.get_feature_names_out()) == list(train.terms)

@@ -2,20 +2,28 @@
 scikit-learn estimators.
 
     from gputext import KNeighborsClassifier, KNNMetaFeatures
-    clf = KNeighborsClassifier(n_neighbors=30).fit(X_train, y_train)     # y: labels of any hashable type
+    clf = KNeighborsClassifier().fit(X_train, y_train)                    # scikit-learn's defaults: 5, uniform, euclidean
+    gt_knn = KNeighborsClassifier(n_neighbors=30, metric="cosine", weights="similarity")   # the CLI's GT-kNN vote
     clf.predict(X_test), clf.predict_proba(X_test), clf.score(X_test, y_test)
     meta = KNNMetaFeatures(n_neighbors=30)
     F_train = meta.fit_transform(X_train, y_train)                       # leave-one-out rows
     F_test = meta.transform(X_test)
 
 Decisions (docs/python.md repeats them):
-- weights="similarity" is the project's vote (`knn classify`): a class's score is the summed
-  similarity of the query's neighbours in that class; the prediction is the class of largest score,
-  ties -> the class first in classes_ (classes_ is np.unique(y), sorted). weights="uniform" counts
-  neighbours. Similarity weights need metric "cosine" or "dot"; uniform weights take any metric.
+- Defaults are scikit-learn's (n_neighbors=5, weights="uniform", metric="minkowski", p=2), so
+  swapping the import keeps the answers. The GT-kNN recipe of `gputext knn classify` is
+  KNeighborsClassifier(n_neighbors=30, metric="cosine", weights="similarity").
+- A class's score is the summed weight of the query's neighbours in that class; the prediction is
+  the class of largest score, ties -> the class first in classes_ (classes_ is np.unique(y),
+  sorted), which is scikit-learn's tie rule too. Weights: "uniform" 1; "distance" 1 / distance as
+  scikit-learn, where a query with neighbours at distance 0 gives those weight 1 and the others 0;
+  a callable maps the (n_queries, k) float64 distances to weights of that shape; ours
+  "similarity" is the similarity itself (the CLI's vote; metric "cosine" or "dot" only).
+  "distance" needs distances >= 0, so not metric "dot".
 - predict_proba: the scores clipped at 0 and divided by their sum; a row whose scores are all
   <= 0 (no neighbour with positive similarity) is one-hot at its prediction, so that
-  argmax(predict_proba) == predict always.
+  argmax(predict_proba) == predict always. With uniform or distance weights (all >= 0) this is
+  scikit-learn's predict_proba.
 - Rows of y that are None are left out of the neighbour search (as the CLI leaves out unlabelled
   training documents).
 - KNNMetaFeatures.fit_transform(X, y) gives the training rows' LEAVE-ONE-OUT features (each row
@@ -32,9 +40,28 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from .inputs import SparseInput, check_finite_float32, check_X, obs_column, unwrap
-from .neighbors import NeighbourSearch, check_algorithm, check_n_neighbors, engine_metric
+from .neighbor_params import check_algorithm, check_n_neighbors, cpu_threads, engine_metric, to_distance
+from .neighbors import NeighbourSearch
 
-WEIGHTS = ("similarity", "uniform")
+WEIGHTS = ("uniform", "distance", "similarity")
+
+
+def vote_weights(weights, indices: np.ndarray, scores: np.ndarray, metric: str) -> np.ndarray:
+    """float64 (n_queries, k) weight of each neighbour (NaN at padding, index -1), for the
+    engine's indices / scores and a weights parameter (module docstring)."""
+    if weights == "similarity":
+        return np.asarray(scores, np.float64)
+    if weights == "uniform":
+        return np.where(indices >= 0, 1.0, np.nan)
+    dist = to_distance(scores, metric)
+    if callable(weights):
+        return np.asarray(weights(dist), np.float64).reshape(dist.shape)
+    with np.errstate(divide="ignore"):
+        inverse = 1.0 / dist
+    at_zero = np.isinf(inverse)
+    rows = at_zero.any(axis=1)
+    inverse[rows] = at_zero[rows]  # scikit-learn's rule: the neighbours at distance 0 alone, weight 1 each
+    return inverse
 
 
 def labelled_rows(estimator, X, y, what: str = "y"):
@@ -57,45 +84,65 @@ def labelled_rows(estimator, X, y, what: str = "y"):
 
 
 class KNeighborsClassifier(SparseInput, ClassifierMixin, BaseEstimator):
-    """kNN vote over exact neighbours (the CLI's `knn classify`).
+    """kNN vote over exact neighbours, with scikit-learn's parameters and defaults.
 
-    Parameters
+    Parameters (scikit-learn's, with its defaults, then ours)
     ----------
-    n_neighbors : int, default 30.
-    weights : "similarity" (the project's vote) | "uniform".
-    metric : "cosine" | "dot" (any NearestNeighbors metric with weights="uniform").
-    algorithm : "auto" | "inverted" | "dense" ("brute" = "auto").
+    n_neighbors : int, default 5
+    weights : "uniform" | "distance" | callable | "similarity", default "uniform"
+        "distance": 1 / distance (scikit-learn's rule at distance 0); a callable maps the
+        (n_queries, k) distances to weights; "similarity" (ours, metric "cosine" or "dot"): the
+        CLI's GT-kNN vote.
+    metric : str, default "minkowski"
+        As NearestNeighbors: "minkowski" (p 1 or 2), "euclidean" / "l2", "manhattan" / "l1" /
+        "cityblock", "cosine", "dot".
+    algorithm : "auto" | "brute" | "ball_tree" | "kd_tree" (all "auto": exact) | "inverted" | "dense".
     device : "auto" | "cpu" | "cuda".
     batch_size : int or None, queries per engine batch.
+    p : 1 or 2, default 2. leaf_size : int, default 30 (accepted, ignored: no trees).
+    metric_params : dict or None ({"p": p} only). n_jobs : int or None, the CPU twin's threads.
 
-    Fitted attributes: classes_, n_features_in_, n_samples_fit_, effective_algorithm_, device_.
+    The GT-kNN recipe (`gputext knn classify`): KNeighborsClassifier(n_neighbors=30,
+    metric="cosine", weights="similarity").
+
+    Fitted attributes: classes_, n_features_in_, n_samples_fit_, effective_metric_ (engine name),
+    effective_algorithm_, device_.
     """
 
-    def __init__(self, n_neighbors=30, weights="similarity", metric="cosine", algorithm="auto", device="auto",
-                 batch_size=None):
+    def __init__(self, n_neighbors=5, weights="uniform", metric="minkowski", algorithm="auto", device="auto",
+                 batch_size=None, *, p=2, leaf_size=30, metric_params=None, n_jobs=None):
         self.n_neighbors = n_neighbors
         self.weights = weights
         self.metric = metric
         self.algorithm = algorithm
         self.device = device
         self.batch_size = batch_size
+        self.p = p
+        self.leaf_size = leaf_size
+        self.metric_params = metric_params
+        self.n_jobs = n_jobs
 
-    def _check_params(self) -> str:
-        metric = engine_metric(self.metric)
-        if self.weights not in WEIGHTS:
-            raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {self.weights!r}")
+    def _check_params(self) -> tuple[str, str]:
+        """(engine metric, engine method)."""
+        metric = engine_metric(self.metric, self.p, self.metric_params)
+        if not callable(self.weights) and self.weights not in WEIGHTS:
+            raise ValueError(f"weights must be one of {', '.join(WEIGHTS)} or a callable, got {self.weights!r}")
         if self.weights == "similarity" and metric not in ("cosine", "dot"):
             raise ValueError(f"weights='similarity' weighs neighbours by similarity: metric must be 'cosine' or 'dot', "
-                             f"got {self.metric!r} (use weights='uniform' with distances)")
-        check_algorithm(self.algorithm)
+                             f"got {self.metric!r} (use weights='uniform' or 'distance' with distances)")
+        if self.weights == "distance" and metric == "dot":
+            raise ValueError("weights='distance' needs distances >= 0; metric 'dot' gives negative ones "
+                             "(use weights='similarity')")
+        method = check_algorithm(self.algorithm, self.leaf_size)
         check_n_neighbors(self.n_neighbors)
-        return metric
+        return metric, method
 
     def fit(self, X, y):
         """X (n_samples, n_features); y (n_samples,) labels, or the name of an obs column of an AnnData / Corpus X."""
-        metric = self._check_params()
+        metric, method = self._check_params()
         X, self.classes_, self._codes = labelled_rows(self, X, y)
-        self._search = NeighbourSearch(check_finite_float32(X), self.algorithm, self.device, self.batch_size)
+        with cpu_threads(self.n_jobs):
+            self._search = NeighbourSearch(check_finite_float32(X), method, self.device, self.batch_size)
         self.effective_metric_ = metric
         self.effective_algorithm_ = self._search.method
         self.device_ = self._search.backend.name
@@ -111,10 +158,10 @@ class KNeighborsClassifier(SparseInput, ClassifierMixin, BaseEstimator):
         if k > self.n_samples_fit_:
             raise ValueError(f"Expected n_neighbors <= n_samples_fit, but n_neighbors = {k}, "
                              f"n_samples_fit = {self.n_samples_fit_}, n_samples = {Q.shape[0]}")
-        indices, scores = self._search.topk(Q, k, self.effective_metric_, False)
-        if self.weights == "uniform":
-            scores = np.where(indices >= 0, 1.0, np.nan)
-        return class_votes(indices, scores, self._codes, len(self.classes_))
+        with cpu_threads(self.n_jobs):
+            indices, scores = self._search.topk(Q, k, self.effective_metric_, False)
+        weights = vote_weights(self.weights, indices, scores, self.effective_metric_)
+        return class_votes(indices, weights, self._codes, len(self.classes_))
 
     def predict(self, X):
         """Labels (n_queries,) of the classes_' type."""
@@ -159,9 +206,8 @@ class KNNMetaFeatures(SparseInput, TransformerMixin, BaseEstimator):
     def _compute(self, Q):
         """Q None: the training rows' leave-one-out features (.train); else Q's only (.queries)."""
         from ..knn.metafeatures import compute_metafeatures
-        from .neighbors import ALGORITHMS
         return compute_metafeatures(self._X, self._codes, len(self.classes_), Q, k=int(self.n_neighbors),
-                                    method=ALGORITHMS[self.algorithm], device=self.device_,
+                                    method=check_algorithm(self.algorithm), device=self.device_,
                                     categories=self.classes_, train_rows=Q is None)
 
     def fit_transform(self, X, y=None, **fit_params):

@@ -7,13 +7,18 @@
     G = nn.radius_neighbors_graph(radius=0.1, mode="distance")           # near duplicates, CSR
 
 Decisions (docs/python.md repeats them):
-- metric: "cosine" (distance 1 - cosine similarity), "euclidean" (alias "l2"), "manhattan"
-  (aliases "l1", "cityblock") and "dot", whose distance is the NEGATIVE dot product (so that
-  ascending distance = descending similarity, as for the others; a radius r keeps dot >= -r).
-- algorithm: "auto" | "inverted" | "dense"; "brute" is accepted as an alias of "auto" for users
-  coming from scikit-learn (both methods are exact, like scikit-learn's brute force). "auto" picks
-  the inverted index on the CPU and asks gputext.knn.method.choose_method on the GPU.
-  radius_neighbors always runs through the inverted index's threshold selector.
+- scikit-learn's parameters and defaults (n_neighbors=5, radius=1.0, algorithm="auto",
+  leaf_size=30, metric="minkowski", p=2, metric_params=None, n_jobs=None): minkowski with p = 2
+  is euclidean, p = 1 manhattan; what each parameter becomes is in neighbor_params.
+- metric: "cosine" (distance 1 - cosine similarity, clipped to [0, 2] as scikit-learn's),
+  "euclidean" (alias "l2"), "manhattan" (aliases "l1", "cityblock") and "dot", whose distance is
+  the NEGATIVE dot product (so that ascending distance = descending similarity, as for the others;
+  a radius r keeps dot >= -r). On TF-IDF rows of unit norm, euclidean and cosine order the
+  neighbours alike (|a - b|^2 = 2 - 2 cos).
+- algorithm: "auto" | "inverted" | "dense"; "brute", "ball_tree" and "kd_tree" are accepted as
+  "auto" for users coming from scikit-learn (both methods are exact, like scikit-learn's brute
+  force). "auto" picks the inverted index on the CPU and asks gputext.knn.method.choose_method on
+  the GPU. radius_neighbors always runs through the inverted index's threshold selector.
 - Results are the engine's: exact, ties broken by the lower fitted-row index, the same on cpu and
   cuda. Distances are float64 computed from the engine's float32 scores; indices are intp.
 - X=None in kneighbors / radius_neighbors: the fitted rows, each left out of its own neighbours.
@@ -27,29 +32,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from .inputs import SparseInput, backend_of, check_finite_float32, check_X
-
-METRICS = {"cosine": "cosine", "dot": "dot", "euclidean": "l2", "l2": "l2",
-           "manhattan": "l1", "l1": "l1", "cityblock": "l1"}
-ALGORITHMS = {"auto": "auto", "brute": "auto", "inverted": "inverted", "dense": "dense"}
-
-
-def engine_metric(metric) -> str:
-    """The engine's name of a scikit-learn metric name (ValueError for any other)."""
-    try:
-        return METRICS[metric]
-    except (KeyError, TypeError):
-        raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}") from None
-
-
-def to_distance(scores: np.ndarray, metric: str) -> np.ndarray:
-    """float64 distances (ascending = better) from engine scores: 1 - s (cosine), -s (dot), s (l2, l1)."""
-    s = np.asarray(scores, np.float64)
-    if metric == "cosine":
-        return 1.0 - s
-    if metric == "dot":
-        return -s
-    return s
-
+from .neighbor_params import check_algorithm, check_n_neighbors, cpu_threads, engine_metric, to_distance
 
 def radius_threshold(radius: float, metric: str) -> float:
     """The engine threshold of a distance radius: similarity >= 1 - r (cosine), >= -r (dot), distance <= r."""
@@ -60,20 +43,12 @@ def radius_threshold(radius: float, metric: str) -> float:
     return float(radius)
 
 
-def check_n_neighbors(n_neighbors) -> int:
-    if isinstance(n_neighbors, bool) or not isinstance(n_neighbors, (int, np.integer)):
-        raise TypeError(f"n_neighbors does not take {type(n_neighbors).__name__} value, enter integer value")
-    if n_neighbors <= 0:
-        raise ValueError(f"Expected n_neighbors > 0. Got {n_neighbors}")
-    return int(n_neighbors)
-
-
 class NeighbourSearch:
     """The fitted rows, their engine Index (built lazily) and the method: what every kNN estimator
     searches through. topk -> (indices int32, scores float32) as gputext.engine.search_topk;
     threshold -> CSR float32 scores as gputext.engine.search_threshold."""
 
-    def __init__(self, X: sp.csr_matrix, algorithm: str, device: str, batch_size: int | None):
+    def __init__(self, X: sp.csr_matrix, method: str, device: str, batch_size: int | None):
         from ..engine import Index
         from ..knn.method import choose_method
         self.X = X
@@ -82,7 +57,7 @@ class NeighbourSearch:
         self.backend = backend_of(device)
         self._index = Index.from_csr(X)
         self._dense = None
-        self.method, self.reason = choose_method(ALGORITHMS[algorithm], self._index.n_docs, self._index.n_terms,
+        self.method, self.reason = choose_method(method, self._index.n_docs, self._index.n_terms,
                                                  self._index.nnz, self.backend, index_built=True)
 
     def __getstate__(self):  # device buffers and postings are rebuilt on first use
@@ -117,44 +92,56 @@ class NeighbourSearch:
                                 batch_size=self.batch_size)
 
 
-def check_algorithm(algorithm) -> str:
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
-    return algorithm
-
-
 class NearestNeighbors(SparseInput, BaseEstimator):
     """Exact nearest neighbours of sparse (or dense) rows, on the GPU or the parallel CPU twin.
 
-    Parameters
+    Parameters (scikit-learn's, with its defaults, then ours)
     ----------
-    n_neighbors : int, default 5. Neighbours returned by kneighbors.
-    radius : float, default 1.0. Distance bound of radius_neighbors.
-    metric : "cosine" | "euclidean" | "manhattan" | "dot" (aliases "l2", "l1", "cityblock").
-    algorithm : "auto" | "inverted" | "dense" ("brute" = "auto").
-    device : "auto" | "cpu" | "cuda", resolved once at fit.
+    n_neighbors : int, default 5
+        Neighbours returned by kneighbors.
+    radius : float, default 1.0
+        Distance bound of radius_neighbors.
+    metric : str, default "minkowski"
+        "minkowski" (with p), "euclidean" / "l2", "manhattan" / "l1" / "cityblock", "cosine",
+        and ours "dot" (distance = -dot product). Others raise ValueError.
+    algorithm : str, default "auto"
+        "auto", "brute", "ball_tree", "kd_tree" (all exact here: the last three are "auto"), or
+        ours "inverted" | "dense" to force the engine's method.
+    device : "auto" | "cpu" | "cuda", default "auto", resolved once at fit.
     batch_size : int or None, queries per engine batch (None: sized from free device memory).
+    p : 1 or 2, default 2
+        minkowski's power (p = 2 euclidean, p = 1 manhattan); other values raise ValueError.
+    leaf_size : int, default 30. Accepted and ignored (there are no trees).
+    metric_params : dict or None. Only {"p": p} (as scikit-learn, it overrides p).
+    n_jobs : int or None, default None
+        The CPU twin's threads during each call (None: numba's count; -1 all). Ignored on cuda.
 
-    Fitted attributes: n_features_in_, n_samples_fit_, effective_metric_ (engine name),
-    effective_algorithm_ ("inverted" or "dense"), device_ ("cpu" or "cuda").
+    Fitted attributes: n_features_in_, n_samples_fit_, effective_metric_ (engine name: "l2",
+    "l1", "cosine" or "dot"), effective_algorithm_ ("inverted" or "dense"), device_ ("cpu" or
+    "cuda").
     """
 
-    def __init__(self, n_neighbors=5, radius=1.0, metric="cosine", algorithm="auto", device="auto",
-                 batch_size=None):
+    def __init__(self, n_neighbors=5, radius=1.0, metric="minkowski", algorithm="auto", device="auto",
+                 batch_size=None, *, p=2, leaf_size=30, metric_params=None, n_jobs=None):
         self.n_neighbors = n_neighbors
         self.radius = radius
         self.metric = metric
         self.algorithm = algorithm
         self.device = device
         self.batch_size = batch_size
+        self.p = p
+        self.leaf_size = leaf_size
+        self.metric_params = metric_params
+        self.n_jobs = n_jobs
 
     def fit(self, X, y=None):
         """Index the rows of X (n_samples, n_features). y is ignored."""
-        metric = engine_metric(self.metric)
-        check_algorithm(self.algorithm)
+        metric = engine_metric(self.metric, self.p, self.metric_params)
+        method = check_algorithm(self.algorithm, self.leaf_size)
         check_n_neighbors(self.n_neighbors)
         X = check_finite_float32(check_X(self, X, reset=True))
-        self._search = NeighbourSearch(X, self.algorithm, self.device, self.batch_size)
+        with cpu_threads(self.n_jobs):
+            self._search = NeighbourSearch(X, method, self.device, self.batch_size)
         self.effective_metric_ = metric
         self.effective_algorithm_ = self._search.method
         self.device_ = self._search.backend.name
@@ -181,7 +168,8 @@ class NearestNeighbors(SparseInput, BaseEstimator):
         if not exclude and k > n_fit:
             raise ValueError(f"Expected n_neighbors <= n_samples_fit, but n_neighbors = {k}, n_samples_fit = {n_fit}, "
                              f"n_samples = {Q.shape[0]}")
-        indices, scores = self._search.topk(Q, k, self.effective_metric_, exclude)
+        with cpu_threads(self.n_jobs):
+            indices, scores = self._search.topk(Q, k, self.effective_metric_, exclude)
         indices = indices.astype(np.intp)
         if return_distance:
             return to_distance(scores, self.effective_metric_), indices
@@ -202,8 +190,9 @@ class NearestNeighbors(SparseInput, BaseEstimator):
         if not np.isfinite(radius):
             raise ValueError(f"radius must be a finite number, got {radius!r}")
         Q, exclude = self._queries(X)
-        return self._search.threshold(Q, radius_threshold(radius, self.effective_metric_), self.effective_metric_,
-                                      exclude)
+        with cpu_threads(self.n_jobs):
+            return self._search.threshold(Q, radius_threshold(radius, self.effective_metric_),
+                                          self.effective_metric_, exclude)
 
     def radius_neighbors(self, X=None, radius=None, return_distance=True, sort_results=False):
         """(distances, indices): object arrays of one array per query, every fitted row at
