@@ -17,11 +17,13 @@ PADDING = ("a class with fewer than k documents (k - 1 for a left-out training d
 
 
 def _parse_grid(text: str) -> tuple[float, ...]:
+    import math
+
     try:
         grid = tuple(float(v) for v in text.split(",") if v.strip())
     except ValueError:
         raise InputError(f"--C-grid {text!r}: expected comma-separated positive numbers, e.g. 0.25,1,4") from None
-    if not grid or min(grid) <= 0:
+    if not grid or not all(math.isfinite(c) and c > 0 for c in grid):
         raise InputError(f"--C-grid {text!r}: expected comma-separated positive numbers, e.g. 0.25,1,4")
     return grid
 
@@ -70,11 +72,13 @@ def _jsonable(d):
 
 
 def _flat(d: dict) -> dict:
-    """Scalars of a dict (for /uns/gputext); nested dicts kept, others as JSON strings."""
+    """Scalars of a dict (for /uns/gputext); nested dicts kept, others as JSON strings; keys as
+    strings (HDF5 names: the SVM's cross-validation scores are keyed by C, a float)."""
     import numpy as np
 
     out = {}
     for k, v in d.items():
+        k = str(k)
         if isinstance(v, dict):
             out[k] = _flat(v)
         elif isinstance(v, (bool, int, float, str, np.integer, np.floating)) or v is None:

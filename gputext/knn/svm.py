@@ -59,6 +59,7 @@ FEATURES = ("meta", "bow", "both")
 SOLVERS = ("tron", "liblinear")
 DEFAULT_C_GRID = (0.0625, 0.25, 1.0, 4.0, 16.0)
 DUAL_TOL = 0.1  # LIBLINEAR's default eps for -s 1 (bag of words)
+MAX_C = 1e10  # larger C: a hard margin in all but name; at 1e100 TRON runs on, at 1e300 it overflows (check_C)
 PRIMAL_TOL = 1e-3  # meta / both (-s 2); LIBLINEAR's 0.01 loses micro-F1 on 20NG (module docstring)
 
 
@@ -95,15 +96,32 @@ def feature_matrix(kind: str, bow: sp.csr_matrix, meta: np.ndarray | None, scale
     return sp.csr_matrix(bow), scaled
 
 
+def stacked(F):
+    """One matrix for scikit-learn: a (sparse, dense) pair of feature_matrix("both") hstacked as CSR;
+    anything else as it is."""
+    if isinstance(F, tuple):
+        return sp.hstack([sp.csr_matrix(F[0]), sp.csr_matrix(F[1])], format="csr")
+    return F
+
+
 def _n_jobs(n_tasks: int, n_jobs: int | None) -> int:
     if n_jobs is not None:
         return max(1, int(n_jobs))
     return max(1, min(n_tasks, os.cpu_count() or 1))
 
 
+def check_C(C: float, what: str = "C") -> float:
+    """C as a float in (0, MAX_C]; nan, infinities and larger values are refused (at C = 1e300 the
+    squared hinge overflows and the SVM predicts one class)."""
+    C = float(C)
+    if not 0 < C <= MAX_C:  # false for nan too
+        raise InputError(f"{what} {C:g}: expected a positive number up to {MAX_C:g}")
+    return C
+
+
 def _check_grid(C_grid) -> list:
-    grid = sorted(float(c) for c in C_grid)
-    if not grid or min(grid) <= 0:
+    grid = sorted(check_C(c, "the C grid's value") for c in C_grid)
+    if not grid:
         raise InputError(f"the C grid must hold positive numbers, got {C_grid!r}")
     return grid
 
@@ -124,12 +142,13 @@ def fit_svm(F, y: np.ndarray, C: float | None = None, C_grid=DEFAULT_C_GRID, cv_
     classes = np.unique(y)
     if classes.size < 2:
         raise InputError(f"the SVM needs at least 2 classes in the training set, got {classes.size}")
+    if C is not None:
+        C = check_C(C)
     if solver == "tron":
         return _fit_tron(F, y, C, C_grid, cv_folds, seed, device, PRIMAL_TOL if tol is None else tol)
     from sklearn.model_selection import GridSearchCV
     from sklearn.svm import LinearSVC
-    if isinstance(F, tuple):
-        F = sp.hstack([sp.csr_matrix(F[0]), sp.csr_matrix(F[1])], format="csr")
+    F = stacked(F)
     tol = svm_tol(dual) if tol is None else tol
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # ConvergenceWarning, and classes smaller than the folds
@@ -225,7 +244,7 @@ def svm_classify(train: Corpus, test: Corpus, features: str = "meta", k: int = 3
                                          dual=features == "bow")
     res.seconds["svm_train"] = time.perf_counter() - t1
     t2 = time.perf_counter()
-    res.predicted = model.predict(F_te).astype(np.int32)
+    res.predicted = model.predict(F_te if solver == "tron" else stacked(F_te)).astype(np.int32)
     res.seconds["svm_predict"] = time.perf_counter() - t2
     res.seconds["total"] = time.perf_counter() - t0
     res.info.update(model="svm", features=features, C=chosen_C, cv_accuracy=cv_scores, k=int(k),
