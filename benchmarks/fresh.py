@@ -1,0 +1,92 @@
+"""Fresh-process timing, measured outside the process: wall time from start to exit and the child's
+user + sys CPU time (os.wait4), cold (an empty kernel cache) and warm (the median of repeated runs
+after one run that filled the same cache).
+
+The kernel cache is a folder named by GPUTEXT_CACHE_DIR; numba's own cache (NUMBA_CACHE_DIR) is
+pointed at the same folder, so "cold" means nothing compiled is on disk for the command (issue 31
+makes GPUTEXT_CACHE_DIR the one knob).
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Run:
+    """One process: wall and CPU seconds, exit code and the tail of its stderr."""
+
+    wall: float
+    cpu: float
+    rc: int
+    stderr: str = ""
+
+
+@dataclass
+class ColdWarm:
+    """A command's cold run and warm runs; ``warm`` / ``warm_cpu`` are medians."""
+
+    cold: Run
+    warm_runs: list = field(default_factory=list)
+
+    @property
+    def warm(self) -> float:
+        return statistics.median(r.wall for r in self.warm_runs)
+
+    @property
+    def warm_cpu(self) -> float:
+        return statistics.median(r.cpu for r in self.warm_runs)
+
+
+def cache_env(cache_dir: str, base: dict | None = None) -> dict:
+    """The environment of a measured process: ``base`` (default os.environ) with the kernel cache
+    folders set to ``cache_dir``."""
+    env = dict(os.environ if base is None else base)
+    env["GPUTEXT_CACHE_DIR"] = cache_dir
+    env["NUMBA_CACHE_DIR"] = cache_dir
+    return env
+
+
+def run_once(argv: list[str], env: dict | None = None, cwd: str | None = None, timeout: float = 600) -> Run:
+    """Start ``argv``, wait for it, and return its wall time, user + sys CPU time and exit code (a
+    process over ``timeout`` seconds is killed and reported with rc -9)."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=cwd)
+        deadline = t0 + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                proc.kill()
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.002)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        tail = err.read().decode(errors="replace")[-2000:]
+    return Run(wall, usage.ru_utime + usage.ru_stime, proc.returncode, tail)
+
+
+def cold_and_warm(argv: list[str], repeats: int = 3, cache_root: str | None = None, cwd: str | None = None,
+                  timeout: float = 600) -> ColdWarm:
+    """The cold run of ``argv`` in a new empty cache folder (under ``cache_root``, default the
+    system's temporary folder), then ``repeats`` warm runs with that folder. Raises RuntimeError
+    with the command's stderr when a run fails."""
+    with tempfile.TemporaryDirectory(prefix="gputext-cache-", dir=cache_root) as cache:
+        env = cache_env(cache)
+        runs = []
+        for _ in range(1 + max(1, repeats)):
+            r = run_once(argv, env, cwd, timeout)
+            if r.rc != 0:
+                raise RuntimeError(f"{shlex.join(argv)} exited with {r.rc}: {r.stderr.strip()[-600:]}")
+            runs.append(r)
+    return ColdWarm(runs[0], runs[1:])
+

@@ -1,0 +1,207 @@
+"""The benchmark registry: every benchmark is an entry (family x dataset x peer), in the manner of
+ann-benchmarks' algorithm definitions and cuML's ``cuml.benchmark.algorithms``.
+
+An entry is measured one of three ways:
+
+  cli      a gputext command (``cli``: its arguments after ``gputext``, with {train}, {test}, {out}
+           and {device} filled in), timed in fresh processes from outside (benchmarks/fresh.py):
+           "cli-cold" (empty kernel cache) and "cli-warm"; the same work is also timed in process,
+           warm ("kernel"), by the library call named in ``library`` (benchmarks/library.py);
+  library  only in process ("kernel"): a peer (scikit-learn, our CPU twin) or a library call, or a
+           fresh Python process running a snippet (``snippet``: "library-cold" / "library-warm");
+  script   a family script of scripts/ (``script``: a Script below) whose JSON report an adapter
+           (benchmarks/adapters.py) turns into the figures of one or more entries.
+
+Suites pick entries: "readme" (every figure of the README's and docs' rendered tables), "cli" (the
+fresh-process timings alone), "full" (readme plus the long peers), "papers" (the paper-table
+reproductions of scripts/table_*.py; their tables go to --out, not to records), "smoke" (tiny
+synthetic sizes, CPU: what CI runs). ``devices`` says where an entry runs: an entry for "cuda"
+only is skipped with one line on a machine without a GPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Script:
+    """A family script run once per round; ``args`` may hold {out}, {datasets}, {device}."""
+
+    name: str
+    path: str  # under scripts/
+    args: tuple
+    report: str  # the JSON file it writes into --out
+    adapter: str | None  # benchmarks/adapters.py name; None: the script's own tables are the output
+    seconds: int  # rough wall time on the GPU host (the runner's budget uses it)
+    devices: tuple = ("cuda",)
+    suites: tuple = ()
+    needs_data: bool = False  # reads the real datasets
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One benchmark: ``name`` is "<family>/<dataset>/<peer>"."""
+
+    family: str
+    dataset: str
+    peer: str
+    workload: str
+    suites: tuple
+    devices: tuple = ("cpu", "cuda")
+    cli: tuple | None = None
+    library: str | None = None
+    snippet: str | None = None
+    script: str | None = None
+    device_arg: str | None = None  # the --device a cli entry passes (default: the runner's device)
+
+    @property
+    def name(self) -> str:
+        return f"{self.family}/{self.dataset}/{self.peer}"
+
+
+SCRIPTS = {s.name: s for s in (
+    Script("knn-1e6", "bench_knn.py", ("--device", "cuda", "--sizes", "1e6", "--queries", "1,10000", "--peers", "cupy_spmm",
+                                       "--repeats", "1", "--check", "5", "--out", "{out}"), "bench_knn.json", "bench_knn",
+           120, suites=("readme", "full")),
+    Script("knn-1e7", "bench_knn.py", ("--device", "cuda", "--sizes", "1e7", "--queries", "1,10000", "--peers", "",
+                                       "--repeats", "1", "--check", "2", "--out", "{out}"), "bench_knn.json", "bench_knn",
+           150, suites=("readme", "full")),
+    Script("knn-1e7-cupy", "bench_knn.py", ("--device", "cuda", "--sizes", "1e7", "--queries", "1,10000", "--peers",
+                                            "cupy_spmm", "--repeats", "1", "--check", "2", "--out", "{out}"),
+           "bench_knn.json", "bench_knn", 560, suites=("full",)),
+    Script("knn-cpu-1e5", "bench_knn.py", ("--device", "cpu", "--sizes", "1e5", "--queries", "1,1000", "--peers", "sklearn",
+                                           "--cpu-queries", "1000", "--out", "{out}"), "bench_knn.json", "bench_knn", 120,
+           devices=("cpu",), suites=("readme", "full")),
+    Script("meta-20ng", "gpu_meta.py", ("--device", "cuda", "--skip", "synthetic", "--datasets", "{datasets}", "--out",
+                                        "{out}"), "gpu_meta.json", "gpu_meta", 90, suites=("readme", "full"), needs_data=True),
+    Script("svm-20ng", "gpu_svm.py", ("--device", "cuda", "--datasets", "{datasets}", "--sections", "liblinear", "--out",
+                                      "{out}"), "gpu_svm.json", "gpu_svm", 150, suites=("readme", "full"), needs_data=True),
+    Script("star-reu70k", "gpu_star.py", ("--device", "cuda", "--presets", "reu-70k", "--peers", "cupy", "--skip-update",
+                                          "--skip-extras", "--skip-cpu", "--repeats", "3", "--out", "{out}"),
+           "gpu_star.json", "gpu_star", 150, suites=("readme", "full")),
+    Script("stream-1.6m", "gpu_stream.py", ("--device", "cuda", "--sections", "env,latency", "--latency-sizes", "1600000",
+                                            "--latency-repeats", "2", "--cpu-queries", "0", "--out", "{out}"),
+           "gpu_stream.json", "gpu_stream", 150, suites=("readme", "full")),
+    Script("rank-mslr30k", "gpu_rank.py", ("--device", "cuda", "--out", "{out}"), "rank_gpu.json", "gpu_rank", 150,
+           suites=("readme", "full")),
+    # the paper tables (the Makefile's table-* targets): markdown and PNG under --out, no records
+    Script("table-metafeatures", "table_metafeatures.py", ("--out", "{out}"), "table_metafeatures.json", None, 560,
+           devices=("cpu", "cuda"), suites=("papers",), needs_data=True),
+    Script("table-cnae", "table_cnae.py", ("--out", "{out}"), "table_cnae.json", None, 300, devices=("cpu", "cuda"),
+           suites=("papers",), needs_data=True),
+    Script("table-star", "table_star.py", ("--out", "{out}"), "table_star.json", None, 560, devices=("cpu", "cuda"),
+           suites=("papers",)),
+    Script("table-stream", "table_stream.py", ("--out", "{out}"), "table_stream.json", None, 300, devices=("cpu", "cuda"),
+           suites=("papers",)),
+    Script("table-rank", "table_rank.py", ("--out", "{out}"), "table_rank.json", None, 560, devices=("cpu", "cuda"),
+           suites=("papers",)),
+)}
+
+K = 30
+READ = ("readme", "full", "cli")
+_CLI = {  # family -> (gputext arguments, the in-process library call, workload)
+    "knn-search": (("knn", "search", "--index", "{train}", "--queries", "{test}", "-k", str(K), "-o", "{out}/nn.h5"),
+                   "knn_search", f"exact kNN, k = {K}, cosine: every test document against the training set"),
+    "knn-classify-svm": (("knn", "classify", "--train", "{train}", "--test", "{test}", "-k", str(K), "--model", "svm",
+                          "--features", "meta", "-o", "{out}/svm.h5"), "svm_classify",
+                         f"kNN meta-features (k = {K}) + linear SVM, C by 5-fold CV, test predicted"),
+    "knn-classify-vote": (("knn", "classify", "--train", "{train}", "--test", "{test}", "-k", str(K), "-o", "{out}/pred.h5"),
+                          "knn_vote", f"kNN vote, k = {K}: every test document classified"),
+    "star": (("cluster", "star", "{train}", "--beta", "0.25", "-o", "{out}/star.h5"), "star",
+             "overlapping star clustering of the training set, beta 0.25"),
+    "stream": (("cluster", "stream", "{train}", "--threshold", "0.6", "--max-terms", "35", "-o", "{out}/stream.h5"),
+               "stream", "stream clustering of the training set, T = 0.6, K = 35, one pass"),
+    "rank-train": (("rank", "train", "{train}", "-C", "1", "--eps", "1e-5", "-o", "{out}/model.h5"), "rank_train",
+                   "linear RankSVM, C = 1, to eps = 1e-5"),
+}
+
+
+def _cli_entries(dataset: str, families: tuple, suites: tuple) -> list:
+    out = []
+    for fam in families:
+        args, library, workload = _CLI[fam]
+        out.append(Entry(fam, dataset, "gputext", workload, suites, cli=args, library=library))
+    return out
+
+
+KNN_SNIPPET = ("import sys; from gputext import NearestNeighbors; from gputext.io import read_corpus; "
+               "X = read_corpus(sys.argv[1]).X; Q = read_corpus(sys.argv[2]).X; "
+               "NearestNeighbors(n_neighbors=30, device=sys.argv[3]).fit(X).kneighbors(Q)")
+
+ENTRIES = [
+    *_cli_entries("20ng", ("knn-search", "knn-classify-svm", "knn-classify-vote", "star", "stream"), READ),
+    *_cli_entries("letor-sample", ("rank-train",), READ),
+    *_cli_entries("synth-20ng", ("knn-search", "knn-classify-svm", "knn-classify-vote", "star", "stream"),
+                  READ + ("smoke",)),
+    *_cli_entries("synth-ltr", ("rank-train",), READ + ("smoke",)),
+    # the same commands on the CPU twin of the GPU host: the CLI's GPU figure must beat it
+    Entry("knn-search", "20ng", "cpu-twin", _CLI["knn-search"][2], READ, devices=("cuda",), cli=_CLI["knn-search"][0],
+          device_arg="cpu"),
+    # a fresh Python process: imports, reading the files, fit and kneighbors (issue 31's library figure)
+    Entry("library-knn", "20ng", "gputext", "fresh Python process: from gputext import NearestNeighbors; "
+          "NearestNeighbors(n_neighbors=30).fit(X).kneighbors(Q), imports and reading the files included", READ,
+          snippet=KNN_SNIPPET),
+    Entry("library-knn", "synth-20ng", "gputext", "fresh Python process: NearestNeighbors(n_neighbors=30).fit(X)"
+          ".kneighbors(Q), imports and reading the files included", READ + ("smoke",), snippet=KNN_SNIPPET),
+    # peers in process on the same files
+    Entry("knn-search", "20ng", "sklearn-brute", "scikit-learn NearestNeighbors(algorithm='brute', metric='cosine', "
+          "n_jobs=-1), k = 30", ("readme", "full"), library="sklearn_knn"),
+    Entry("knn-search", "synth-20ng", "sklearn-brute", "scikit-learn NearestNeighbors(algorithm='brute', "
+          "metric='cosine', n_jobs=-1), k = 30", ("readme", "full", "smoke"), library="sklearn_knn"),
+    # start-up: the command line's own cost (click only) and the imports of each family's library
+    Entry("startup", "none", "gputext", "gputext --help in a fresh process", READ + ("smoke",), cli=("--help",)),
+    # the README's kernel rows: figures of the family scripts (benchmarks/adapters.py)
+    Entry("knn-search", "knn-1e6", "gputext", "10^6 documents (72M nonzeros), 10,000 queries, k = 30, cosine",
+          ("readme",), devices=("cuda",), script="knn-1e6"),
+    Entry("knn-search", "knn-1e6", "cupy-spmm", "CuPy SpMM + top-k, 10^6 documents, 10,000 queries, k = 30",
+          ("readme",), devices=("cuda",), script="knn-1e6"),
+    Entry("knn-query", "knn-1e6", "gputext", "one query, 10^6 documents, k = 30 (median of 11)", ("readme",),
+          devices=("cuda",), script="knn-1e6"),
+    Entry("knn-query", "knn-1e6", "cupy-spmm", "CuPy SpMM + top-k, one query, 10^6 documents", ("readme",),
+          devices=("cuda",), script="knn-1e6"),
+    Entry("knn-search", "knn-1e7", "gputext", "10^7 documents (718M nonzeros), 10,000 queries, k = 30, cosine",
+          ("readme",), devices=("cuda",), script="knn-1e7"),
+    Entry("knn-search", "knn-1e7", "cupy-spmm", "CuPy SpMM + top-k, 10^7 documents, 10,000 queries, k = 30",
+          ("full",), devices=("cuda",), script="knn-1e7-cupy"),
+    Entry("knn-query", "knn-1e7", "gputext", "one query, 10^7 documents, k = 30 (median of 11)", ("readme",),
+          devices=("cuda",), script="knn-1e7"),
+    Entry("knn-query", "knn-1e7", "cupy-spmm", "CuPy SpMM + top-k, one query, 10^7 documents", ("full",),
+          devices=("cuda",), script="knn-1e7-cupy"),
+    Entry("knn-search", "knn-1e5", "gputext", "CPU twin, 10^5 documents (7.2M nonzeros), 1,000 queries, k = 30",
+          ("readme",), devices=("cpu",), script="knn-cpu-1e5"),
+    Entry("knn-search", "knn-1e5", "sklearn-brute", "scikit-learn brute force, 10^5 documents, 1,000 queries, k = 30",
+          ("readme",), devices=("cpu",), script="knn-cpu-1e5"),
+    Entry("metafeatures", "20ng", "gputext", "20 Newsgroups, k = 30: 11,293 training (leave-one-out) + 7,528 test "
+          "documents", ("readme",), devices=("cuda",), script="meta-20ng"),
+    Entry("metafeatures", "20ng", "cpu-twin", "our CPU twin (all host cores), same work", ("readme",), devices=("cuda",),
+          script="meta-20ng"),
+    Entry("svm", "20ng-meta", "gputext", "20 Newsgroups kNN meta-features (11,293 x 1,840), one-vs-rest L2-loss SVM, "
+          "one primal fit at C = 0.25", ("readme",), devices=("cuda",), script="svm-20ng"),
+    Entry("svm", "20ng-meta", "sklearn-linearsvc", "LinearSVC (dual=False), same fit", ("readme",), devices=("cuda",),
+          script="svm-20ng"),
+    Entry("star-graph", "reu-70k", "gputext", "Reu-70K shape (70,000 documents, beta 0.25): the similarity graph, "
+          "185.7M edges", ("readme",), devices=("cuda",), script="star-reu70k"),
+    Entry("star-graph", "reu-70k", "cupy-spgemm", "CuPy SpGEMM graph, same corpus", ("readme",), devices=("cuda",),
+          script="star-reu70k"),
+    Entry("stream-latency", "1.6m-clusters", "gputext", "1.6M clusters, K = 35, one document at a time: mean latency "
+          "per document", ("readme",), devices=("cuda",), script="stream-1.6m"),
+    Entry("stream-latency", "1.6m-clusters", "torch-spmv", "torch.sparse SpMV + argmax, same state", ("readme",),
+          devices=("cuda",), script="stream-1.6m"),
+    Entry("rank-train", "mslr-web30k", "gputext", "MSLR-WEB30K shape (2.27M x 136, 18,919 queries) to eps = 1e-5",
+          ("readme",), devices=("cuda",), script="rank-mslr30k"),
+    Entry("rank-train", "mslr-web30k", "cpu-twin", "our CPU twin (all host cores), same training", ("readme",),
+          devices=("cuda",), script="rank-mslr30k"),
+]
+ENTRY = {e.name: e for e in ENTRIES}
+assert len(ENTRY) == len(ENTRIES), "two entries with one name"
+
+
+def entries(suite: str, device: str) -> tuple[list, list]:
+    """(the entries of ``suite`` that run on ``device``, those skipped there)."""
+    chosen = [e for e in ENTRIES if suite in e.suites or (suite == "full" and "readme" in e.suites)]
+    return [e for e in chosen if device in e.devices], [e for e in chosen if device not in e.devices]
+
+
+def scripts(suite: str, device: str) -> list:
+    """The paper-table scripts of ``suite`` (entries' scripts are run through their entries)."""
+    return [s for s in SCRIPTS.values() if suite in s.suites and s.adapter is None and device in s.devices]
