@@ -55,7 +55,10 @@ def utc_now() -> str:
 
 
 def git_commit() -> str | None:
-    """The checkout's commit (12 hex digits), or None where there is no .git (the device host's copy)."""
+    """The checkout's commit (12 hex digits): $GPUTEXT_BENCH_COMMIT where set (the GPU host's copy of
+    the checkout has no .git: pass it along), else git's, else None."""
+    if os.environ.get("GPUTEXT_BENCH_COMMIT"):
+        return os.environ["GPUTEXT_BENCH_COMMIT"]
     try:
         out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True,
                              text=True, timeout=5)
@@ -108,19 +111,23 @@ def append(path: Path, records: list[dict]) -> Path:
     return path
 
 
-def load(folder: Path = RECORDS_DIR) -> list[dict]:
-    """Every record of every .jsonl file under ``folder``, checked, in file then line order."""
+def load_file(path: Path) -> list[dict]:
+    """The records of one .jsonl file, checked (an error names the file and line)."""
     out = []
-    for path in sorted(Path(folder).rglob("*.jsonl")):
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if line.strip():
-                rec = json.loads(line)
-                try:
-                    check(rec)
-                except ValueError as exc:
-                    raise ValueError(f"{path}:{n}: {exc}") from None
-                out.append(rec)
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if line.strip():
+            rec = json.loads(line)
+            try:
+                check(rec)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{n}: {exc}") from None
+            out.append(rec)
     return out
+
+
+def load(folder: Path = RECORDS_DIR) -> list[dict]:
+    """Every record of every .jsonl file under ``folder``, in file then line order."""
+    return [rec for path in sorted(Path(folder).rglob("*.jsonl")) for rec in load_file(path)]
 
 
 def is_gpu(rec: dict) -> bool:

@@ -12,6 +12,9 @@ An entry is measured one of three ways:
   script   a family script of scripts/ (``script``: a Script below) whose JSON report an adapter
            (benchmarks/adapters.py) turns into the figures of one or more entries.
 
+Entries run in the order of ENTRIES (the runner's --budget cuts the tail): the fresh-process
+timings on the real data first, then the README's kernel rows, then the synthetic corpora.
+
 Suites pick entries: "readme" (every figure of the README's and docs' rendered tables), "cli" (the
 fresh-process timings alone), "full" (readme plus the long peers), "papers" (the paper-table
 reproductions of scripts/table_*.py; their tables go to --out, not to records), "smoke" (tiny
@@ -131,9 +134,6 @@ KNN_SNIPPET = ("import sys; from gputext import NearestNeighbors; from gputext.i
 ENTRIES = [
     *_cli_entries("20ng", ("knn-search", "knn-classify-svm", "knn-classify-vote", "star", "stream"), READ),
     *_cli_entries("letor-sample", ("rank-train",), READ),
-    *_cli_entries("synth-20ng", ("knn-search", "knn-classify-svm", "knn-classify-vote", "star", "stream"),
-                  READ + ("smoke",)),
-    *_cli_entries("synth-ltr", ("rank-train",), READ + ("smoke",)),
     # the same commands on the CPU twin of the GPU host: the CLI's GPU figure must beat it
     Entry("knn-search", "20ng", "cpu-twin", _CLI["knn-search"][2], READ, devices=("cuda",), cli=_CLI["knn-search"][0],
           device_arg="cpu"),
@@ -141,13 +141,6 @@ ENTRIES = [
     Entry("library-knn", "20ng", "gputext", "fresh Python process: from gputext import NearestNeighbors; "
           "NearestNeighbors(n_neighbors=30).fit(X).kneighbors(Q), imports and reading the files included", READ,
           snippet=KNN_SNIPPET),
-    Entry("library-knn", "synth-20ng", "gputext", "fresh Python process: NearestNeighbors(n_neighbors=30).fit(X)"
-          ".kneighbors(Q), imports and reading the files included", READ + ("smoke",), snippet=KNN_SNIPPET),
-    # peers in process on the same files
-    Entry("knn-search", "20ng", "sklearn-brute", "scikit-learn NearestNeighbors(algorithm='brute', metric='cosine', "
-          "n_jobs=-1), k = 30", ("readme", "full"), library="sklearn_knn"),
-    Entry("knn-search", "synth-20ng", "sklearn-brute", "scikit-learn NearestNeighbors(algorithm='brute', "
-          "metric='cosine', n_jobs=-1), k = 30", ("readme", "full", "smoke"), library="sklearn_knn"),
     # start-up: the command line's own cost (click only) and the imports of each family's library
     Entry("startup", "none", "gputext", "gputext --help in a fresh process", READ + ("smoke",), cli=("--help",)),
     # the README's kernel rows: figures of the family scripts (benchmarks/adapters.py)
@@ -191,6 +184,17 @@ ENTRIES = [
           ("readme",), devices=("cuda",), script="rank-mslr30k"),
     Entry("rank-train", "mslr-web30k", "cpu-twin", "our CPU twin (all host cores), same training", ("readme",),
           devices=("cuda",), script="rank-mslr30k"),
+    # synthetic corpora of 20 Newsgroups' shape (the smoke suite shrinks them with --scale), and peers in process
+    *_cli_entries("synth-20ng", ("knn-search", "knn-classify-svm", "knn-classify-vote", "star", "stream"),
+                  READ + ("smoke",)),
+    *_cli_entries("synth-ltr", ("rank-train",), READ + ("smoke",)),
+    Entry("library-knn", "synth-20ng", "gputext", "fresh Python process: NearestNeighbors(n_neighbors=30).fit(X)"
+          ".kneighbors(Q), imports and reading the files included", READ + ("smoke",), snippet=KNN_SNIPPET),
+    # peers in process on the same files
+    Entry("knn-search", "20ng", "sklearn-brute", "scikit-learn NearestNeighbors(algorithm='brute', metric='cosine', "
+          "n_jobs=-1), k = 30", ("readme", "full"), library="sklearn_knn"),
+    Entry("knn-search", "synth-20ng", "sklearn-brute", "scikit-learn NearestNeighbors(algorithm='brute', "
+          "metric='cosine', n_jobs=-1), k = 30", ("readme", "full", "smoke"), library="sklearn_knn"),
 ]
 ENTRY = {e.name: e for e in ENTRIES}
 assert len(ENTRY) == len(ENTRIES), "two entries with one name"

@@ -77,6 +77,7 @@ class Round:
         self.device, self.device_name = resolve_device(args.device)
         self.work = Path(args.out)
         self.work.mkdir(parents=True, exist_ok=True)
+        self.path = Path(args.records or records.RECORDS_DIR / f"{args.suite}-{records.utc_now()[:10]}.jsonl")
         self.made: list[dict] = []
         self.failed: list[str] = []
         self.t0 = time.perf_counter()
@@ -92,6 +93,7 @@ class Round:
 
     def add(self, entry, measure, seconds, command, device=None, **fields):
         rec = records.record(entry, measure, seconds, device or self.device_name, command, **fields)
+        records.append(self.path, [rec])  # at once: a round cut off by its time limit keeps what it measured
         self.made.append(rec)
         log(f"  {entry.name} {measure}: {seconds:.4g} s")
 
@@ -134,6 +136,9 @@ class Round:
     def script(self, entry):
         spec = SCRIPTS[entry.script]
         if spec.name not in self.reports:
+            if self.left() < spec.seconds:
+                log(f"skipped {entry.name}: {spec.path} takes about {spec.seconds} s, {self.left():.0f} s of the budget left")
+                return
             self.reports[spec.name] = self.run_script(spec)
         report, command = self.reports[spec.name]
         figure = ADAPTERS[spec.adapter](report).get(entry.name)
@@ -151,7 +156,7 @@ class Round:
         argv = [sys.executable, str(ROOT / "scripts" / spec.path),
                 *[a.format(out=str(out), datasets=data, device=self.device) for a in spec.args]]
         log(f"  running {' '.join(argv[1:])}")
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=max(30.0, self.left()))
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=max(2.0 * spec.seconds, self.left()))
         (out / "log.txt").write_text(res.stdout + res.stderr)
         report = out / spec.report
         if res.returncode != 0 or not report.exists():
@@ -186,6 +191,8 @@ def main(argv=None) -> int:
     p.add_argument("--scale", type=float, default=1.0, help="synthetic corpora's size factor (1 = 20 Newsgroups' shape)")
     p.add_argument("--budget", type=float, default=0, help="seconds after which no new entry starts (0: no limit)")
     p.add_argument("--only", default="", help="comma list: run only entries whose name contains one of these")
+    p.add_argument("--resume", action="store_true", help="skip the entries that already have records in --records "
+                                                         "(a second call finishes a suite the first one's budget cut)")
     p.add_argument("--list", action="store_true", help="list the registry and exit")
     a = p.parse_args(argv)
     if a.list:
@@ -194,8 +201,14 @@ def main(argv=None) -> int:
                                                                                else "", "snippet" if e.snippet else "") if x)
             print(f"{e.name:45s} {'/'.join(e.devices):9s} {','.join(e.suites):28s} {how}")
         return 0
+    # the runner's own library calls compile into a cache folder of the round (fresh processes get their own)
+    for var in ("GPUTEXT_CACHE_DIR", "NUMBA_CACHE_DIR"):
+        os.environ.setdefault(var, str(Path(a.out) / "cache"))
     rnd = Round(a)
     chosen, other = entries(a.suite, rnd.device)
+    if a.resume and rnd.path.exists():
+        done = {r["entry"] for r in records.load_file(rnd.path)}
+        chosen = [e for e in chosen if e.name not in done]
     wanted = [w for w in a.only.split(",") if w]
     chosen = [e for e in chosen if not wanted or any(w in e.name for w in wanted)]
     for e in other:
@@ -218,9 +231,7 @@ def main(argv=None) -> int:
             rnd.failed.append(spec.name)
             log(f"FAILED {spec.name}: {exc}")
     if rnd.made:
-        path = a.records or records.RECORDS_DIR / f"{a.suite}-{records.utc_now()[:10]}.jsonl"
-        records.append(Path(path), rnd.made)
-        log(f"{len(rnd.made)} records appended to {path}")
+        log(f"{len(rnd.made)} records appended to {rnd.path}")
     if rnd.failed:
         log(f"failed: {', '.join(rnd.failed)}")
     return 1 if rnd.failed else 0

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU round on the device host: environment probe, GPU tests, then benchmarks.
 # Usage (device tool, carry .whl):  bash scripts/gpu_round.sh [STEP ...]
-#   steps: probe tests tests-only tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-tiles knn-tiles-1e7 knn-ncu-1e7 knn-issue19 knn-growth knn-latency knn-shard-sweep knn-5e7 knn-ncu stream-sanitizer pruning bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify
+#   steps: probe tests tests-only tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-tiles knn-tiles-1e7 knn-ncu-1e7 knn-issue19 knn-growth knn-latency knn-shard-sweep knn-5e7 knn-ncu stream-sanitizer pruning bench-readme bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify
 #   (knn_classify reads the real datasets from .data/, an ignored copy of ../shared/datasets carried along)
 # Logs go to $OUT (default out/gpu). Each step has its own time limit so one slow step cannot eat the round.
 set -u
@@ -74,6 +74,12 @@ for step in "${steps[@]}"; do
     bench-knn) run bench-knn 560 python3 scripts/bench_knn.py --sizes 1e5,1e6 --queries 1,100,10000 --device cuda --profile --out "$OUT" ;;
     bench-knn-1e6) run bench-knn-1e6 500 python3 scripts/bench_knn.py --sizes 1e6 --queries 1,100,10000 --peers cupy_spmm,torch_spmm,sklearn,cpu --cpu-queries 100 --profile --device cuda --out "$OUT" ;;
     bench-knn-1e7) run bench-knn-1e7 560 python3 scripts/bench_knn.py --sizes 1e7 --queries 1,100,10000 --peers cupy_spmm,cpu --device cuda --repeats 1 --out "$OUT" ;;
+    # the benchmark registry's README suite (benchmarks/run.py): the fresh-process CLI timings (cold and
+    # warm kernel cache) on 20NG and LETOR first, then the README's kernel rows, then the synthetic
+    # corpora, one record a line appended to $OUT/records.jsonl as each is measured; entries that do
+    # not fit the budget are skipped, and running the step again (--resume) measures only those
+    # (the copy has no .git: GPUTEXT_BENCH_COMMIT=$(git rev-parse --short=12 HEAD) names the commit)
+    bench-readme) run bench-readme "${LIMIT_bench_readme:-590}" python3 -m benchmarks.run --suite readme --device cuda --datasets "${GPUTEXT_DATASETS:-.data}" --repeats "${REPEATS_bench:-3}" --budget "${BUDGET_bench_readme:-450}" --resume --out /tmp/bench --records "$OUT/records.jsonl" ${ARGS_bench_readme:-} ;;
     estimators) run estimators 300 python3 scripts/bench_estimators.py --device cuda --out "$OUT" ${ARGS_estimators:-} ;;
     knn_classify) run knn_classify 560 python3 scripts/gpu_knn_classify.py --device cuda --datasets "${GPUTEXT_DATASETS:-.data}" --out "$OUT" ${ARGS_knn_classify:-} ;;
     # extra arguments for a scripts/gpu_<step>.py step: ARGS_<step>="..." (e.g. ARGS_stream="--sections env,latency")

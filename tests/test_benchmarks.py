@@ -102,9 +102,13 @@ def test_runner_measures_cpu_entries_and_skips_gpu_ones(tmp_path, capsys):
     assert rc == 0
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["entry"], r["measure"]) for r in recs] == [
-        ("knn-search/synth-20ng/sklearn-brute", "kernel"), ("startup/none/gputext", "cli-cold"),
-        ("startup/none/gputext", "cli-warm")]
-    assert recs[1]["command"].endswith("-m gputext --help") and recs[2]["cpu_seconds"] > 0
+        ("startup/none/gputext", "cli-cold"), ("startup/none/gputext", "cli-warm"),
+        ("knn-search/synth-20ng/sklearn-brute", "kernel")]
+    assert recs[0]["command"].endswith("-m gputext --help") and recs[1]["cpu_seconds"] > 0
     assert all(r["device"].startswith("CPU") for r in recs)
     err = capsys.readouterr().err
     assert "skipped knn-search/knn-1e6/gputext: runs on cuda, this machine is cpu" in err
+    # --resume: a second call skips what the file already has
+    assert run.main(["--suite", "readme", "--device", "cpu", "--only", "startup", "--resume", "--out",
+                     str(tmp_path / "work"), "--records", str(out)]) == 0
+    assert len(out.read_text().splitlines()) == 3
