@@ -36,13 +36,14 @@ geometry comes from the host, block sizes are kernel-factory parameters):
 
 =====================  =======================================================================
 dense_matvec           out = X v for dense X (rows, cols) float32, tiles staged in shared memory
-dense_rmatvec_partial  partial[c, b] = sum over the rows of block b of X[r, c] u[r]
-column_reduce          out[c] = sum_b partial[c, b]    (block per column, shared-memory tree)
+dense_rmatvec_partial  partial[c, b] = sum over the rows of chunk b of X[r, c] u[r] (chunks of at
+                       most rows_per_block rows, cut at query-block boundaries)
+segment_reduce         out[g, c] = sum of values[c, seg[g]:seg[g+1]]   (block per (g, c), tree)
 csr_matvec             out = X v, CSR, a group of ``group`` threads per row, shared-memory tree
-csc_rmatvec            out = X^T u through a CSC copy: a block per column, shared-memory tree
+csc_rmatvec_blocks     out[g, c] = X^T u of query block g through a CSC copy: block per (g, c), tree
 rank_structure         one block per query: sort, binary searches, wavelet levels, beta+/-
 wavelet_sums           one block per query: per channel, W0/W1 prefix sums, then sums over M_i, P_i
-eval_finish            z and the per-block partial sums of the loss (shared-memory tree)
+eval_rows              z and each row's loss term (segment_reduce then sums them per query block)
 hess_finish            u = (beta- + beta+) a - (alpha- + alpha+)
 =====================  =======================================================================
 
@@ -50,13 +51,19 @@ The kernels live in ranksvm_cuda.py, imported only where a CUDA path runs: this 
 per-item logic and CPU twins) does not import numba.cuda, which would cost a CPU-only process such
 as ``gputext rank train --device cpu`` ~0.3 s of start-up.
 
-X^T u is deterministic on both backends: no atomics; every output is a fixed-order sum (dense:
-per row block, then a fixed tree over blocks; sparse: per column over a CSC copy on the device, in
-row order per column over the CSR rows on the CPU, csr_rmatvec_cpu). The CPU twins
-(``*_cpu``, numba.njit(parallel=True)) take the same arrays; their prefix sums are sequential, so
-float sums can differ from the device's in the last bits, counts never. The CPU twins of the
-products X v and, through the CSC copy, X^T u are the linear learners' shared ones
-(kernels/products.py: csr_matvec_cpu, dense_matvec_cpu), also the SVM's one-column case.
+Query blocks. The loss and X^T u are sums over documents. Both backends compute them per *query
+block* (runs of whole queries fixed by the data alone: gputext.rank.geometry.query_blocks), each
+block's sum in a fixed order that depends only on the block's own rows, and the host adds the
+blocks in block order (sum_rows_in_order). A Dask run whose parts are unions of whole blocks
+(gputext.distributed.rank) therefore gets the same block sums and adds them in the same order:
+its weights equal the single process's bit for bit, for any number of parts. No atomics; every
+output is a fixed-order sum (dense: per chunk of rows, then a tree over a block's chunks; sparse:
+per column over the block's part of a CSC copy on the device, in row order per column over the
+block's CSR rows on the CPU, csr_rmatvec_cpu). The CPU twins (``*_cpu``,
+numba.njit(parallel=True)) take the same arrays; their sums are sequential, so float sums can
+differ from the device's in the last bits, counts never. The CPU twins of the products X v and,
+through the CSC copy, X^T u are the linear learners' shared ones (kernels/products.py:
+csr_matvec_cpu, dense_matvec_cpu), also the SVM's one-column case.
 """
 from __future__ import annotations
 
@@ -253,65 +260,59 @@ def n_levels_for(n_distinct: int) -> int:
 # ----------------------------------------------------------------------------- CPU twins
 
 
-@numba.njit(inline="always")
-def _sum_in_order(values):
-    """values[0] + values[1] + ... from 0.0, in index order (float64)."""
-    total = 0.0
-    for x in values:
-        total += x
-    return total
+@cpu_jit
+def sum_rows_in_order(partial, out):
+    """out[c] = ((0 + partial[0, c]) + partial[1, c]) + ...: the rows of partial (G, m) float64
+    added in row order (the fixed order of the query blocks' partial sums; the same function on
+    the host of a single process and on a Dask client, so both give the same bits)."""
+    for c in range(out.shape[0]):
+        out[c] = 0.0
+    for g in range(partial.shape[0]):
+        for c in range(out.shape[0]):
+            out[c] += partial[g, c]
 
 
 @cpu_jit(parallel=True)
-def dense_rmatvec_cpu(Xd, u, rows_per_block, partial, out):
-    """out = Xd^T u: partial (cols, n_blocks) float64 gets each block of ``rows_per_block`` rows'
-    column sums (rows in order), then out[c] = sum_b partial[c, b] in block order."""
-    n_rows, n_cols = Xd.shape
-    n_blocks = partial.shape[1]
-    for b in prange(n_blocks):
+def dense_rmatvec_cpu(Xd, u, block_rows, partial):
+    """partial[g, c] = sum over the rows r of query block g (block_rows[g] <= r < block_rows[g+1]),
+    in row order from 0.0, of float64(Xd[r, c]) * u[r]: Xd^T u per query block (sum_rows_in_order
+    adds the blocks). Xd (rows, cols) float32, u (rows,) float64, block_rows (G+1,) int64,
+    partial (G, cols) float64. One parallel iteration per block."""
+    n_cols = Xd.shape[1]
+    for g in prange(partial.shape[0]):
         acc = np.zeros(n_cols, dtype=np.float64)
-        r1 = min(n_rows, (b + 1) * rows_per_block)
-        for r in range(b * rows_per_block, r1):
+        for r in range(block_rows[g], block_rows[g + 1]):
             ur = u[r]
             for c in range(n_cols):
                 acc[c] += numba.float64(Xd[r, c]) * ur
         for c in range(n_cols):
-            partial[c, b] = acc[c]
-    for c in prange(n_cols):
-        out[c] = _sum_in_order(partial[c])
+            partial[g, c] = acc[c]
 
 
 @numba.njit
-def _scatter_columns(indptr, indices, data, u, c0, c1, check, out):
-    """out[c0:c1] = 0, then every row in order adds data * u[row] to the columns of its entries
-    (only those in [c0, c1) when ``check``; the caller passes check=False for the whole range, a
-    loop without the test)."""
-    for c in range(c0, c1):
+def _scatter_rows(indptr, indices, data, u, r0, r1, out):
+    """out[:] = 0, then the rows r0..r1-1 in order add data * u[row] to the columns of their entries."""
+    for c in range(out.shape[0]):
         out[c] = 0.0
-    for r in range(indptr.shape[0] - 1):
+    for r in range(r0, r1):
         ur = u[r]
         for p in range(indptr[r], indptr[r + 1]):
-            c = indices[p]
-            if not check or (c0 <= c < c1):
-                out[c] += numba.float64(data[p]) * ur
+            out[indices[p]] += numba.float64(data[p]) * ur
 
 
 @cpu_jit(parallel=True)
-def csr_rmatvec_cpu(indptr, indices, data, u, n_blocks, out):
-    """out = X^T u from X's CSR rows: out[c] = sum over the rows r holding column c, in row order
-    from 0.0, of data * u[r]: the sum products.csr_matvec_cpu gives over X's CSC copy, bit for bit, without
-    the copy. CSR int64/uint32 (or int32)/float32 or float64; u (rows,), out (cols,) float64.
+def csr_rmatvec_cpu(indptr, indices, data, u, block_rows, partial):
+    """partial[g, c] = sum over the rows r of query block g holding column c, in row order from
+    0.0, of data * u[r]: X^T u per query block from X's CSR rows, bit for bit the sum
+    products.csr_matvec_cpu gives over the CSC copy of the block's rows, without the copy
+    (sum_rows_in_order adds the blocks). CSR int64/uint32 (or int32)/float32 or float64; u (rows,)
+    float64, block_rows (G+1,) int64, partial (G, cols) float64.
 
-    One parallel iteration per contiguous block of columns (``n_blocks``, e.g. the threads in use):
-    it walks every row and adds the entries of its own columns, so each column's sum keeps row
-    order. On one thread this is a plain row-order scatter that reads X as X v does (~0.17 ms
-    instead of ~0.24 ms for the column walk on the LETOR sample, 2-core VM; the block is its own
-    function because the same loop written inline in the prange body ran at the column walk's
-    speed)."""
-    n_cols = out.shape[0]
-    for b in prange(n_blocks):
-        _scatter_columns(indptr, indices, data, u, b * n_cols // n_blocks, (b + 1) * n_cols // n_blocks, n_blocks > 1,
-                         out)
+    One parallel iteration per block: a row-order scatter over its own rows into its own row of
+    partial (the block is its own function because the same loop written inline in the prange
+    body ran at the speed of a column walk)."""
+    for g in prange(partial.shape[0]):
+        _scatter_rows(indptr, indices, data, u, block_rows[g], block_rows[g + 1], partial[g])
 
 
 @cpu_jit(parallel=True)
@@ -380,18 +381,16 @@ def wavelet_sums_cpu(starts, order, vsorted, lo, hi, seqrow, rank0, n_levels, we
 
 
 @cpu_jit(parallel=True)
-def eval_finish_cpu(sweights, beta_minus, beta_plus, sums_minus, sums_plus, z, loss_partial):
-    """z[i] = (b- + b+) s'_i - (g- + g+) - (b- - b+); loss_partial[k] = sum over the k-th
-    contiguous chunk of rows of b- (1 - s'_i)^2 + 2 (1 - s'_i) g- + d- (the squared margins of
-    the active pairs where i is the more relevant document)."""
-    n = z.shape[0]
-    n_parts = loss_partial.shape[0]
-    chunk = (n + n_parts - 1) // n_parts
-    for k in prange(n_parts):
+def eval_finish_cpu(sweights, beta_minus, beta_plus, sums_minus, sums_plus, z, block_rows, loss_blocks):
+    """z[i] = (b- + b+) s'_i - (g- + g+) - (b- - b+); loss_blocks[g] = sum over the rows of query
+    block g (block_rows[g] <= i < block_rows[g+1]), in row order from 0.0, of
+    b- (1 - s'_i)^2 + 2 (1 - s'_i) g- + d- (the squared margins of the active pairs where i is the
+    more relevant document). One parallel iteration per block."""
+    for g in prange(loss_blocks.shape[0]):
         acc = 0.0
-        for i in range(k * chunk, min(n, (k + 1) * chunk)):
+        for i in range(block_rows[g], block_rows[g + 1]):
             acc += _eval_row_cpu(i, sweights, beta_minus, beta_plus, sums_minus, sums_plus, z)
-        loss_partial[k] = acc
+        loss_blocks[g] = acc
 
 
 @cpu_jit(parallel=True)

@@ -15,7 +15,7 @@ from numba import cuda
 from ._factory import kernel_cache
 from .linear_svm import rows_column_sum_dev
 from .primitives import (block_inclusive_scan2_dev, block_inclusive_scan_dev, block_tree_sum_dev,
-                         sort_pairs_ascending_dev)
+                         lower_bound_dev, sort_pairs_ascending_dev)
 from .ranksvm import eval_row, make_items
 from .jit import cuda_kernel
 
@@ -23,21 +23,21 @@ _eval_row_dev = cuda.jit(device=True, inline=True)(eval_row)
 
 
 @cuda_kernel
-def dense_rmatvec_partial(Xd, u, rows_per_block, partial):
-    """partial[c, b] = sum_{r in block b's rows} float64(Xd[r, c]) * u[r].
+def dense_rmatvec_partial(Xd, u, chunk_rows, partial):
+    """partial[c, b] = sum_{r in chunk b's rows} float64(Xd[r, c]) * u[r].
 
-    Block b takes rows [b*rows_per_block, (b+1)*rows_per_block); thread tid takes columns
-    tid, tid + blockDim, ... and sums its rows in order (linear_svm.rows_column_sum_dev, the item
-    the SVM's active-pair X_I^T u shares: four loads in flight, the sum still in row order). A
-    warp reads 32 consecutive columns of one row: coalesced. No shared memory, no
-    synchronisation. Xd (rows, cols) float32, u (rows,) float64,
-    partial (cols, n_blocks) float64.
+    Block b takes rows [chunk_rows[b], chunk_rows[b+1]) (the host cuts each query block into
+    chunks of at most rows_per_block rows from the block's first row, so a chunk's rows depend on
+    its query block only); thread tid takes columns tid, tid + blockDim, ... and sums its rows in
+    order (linear_svm.rows_column_sum_dev, the item the SVM's active-pair X_I^T u shares: four loads
+    in flight, the sum still in row order). A warp reads 32 consecutive columns of one row:
+    coalesced. No shared memory, no synchronisation. Xd (rows, cols) float32, u (rows,) float64,
+    chunk_rows (n_chunks+1,) int64, partial (cols, n_chunks) float64.
     """
     b = cuda.blockIdx.x
-    n_rows = Xd.shape[0]
     n_cols = Xd.shape[1]
-    r0 = numba.int64(b) * rows_per_block
-    r1 = min(n_rows, r0 + rows_per_block)
+    r0 = chunk_rows[b]
+    r1 = chunk_rows[b + 1]
     for c in range(cuda.threadIdx.x, n_cols, cuda.blockDim.x):
         partial[c, b] = rows_column_sum_dev(Xd, u, u, r0, r1, c)
 
@@ -110,27 +110,31 @@ def dense_matvec_kernel(threads: int, tile_cols: int):
 
 
 @kernel_cache
-def column_reduce_kernel(threads: int):
-    """out[c] = sum_b partial[c, b] (partial (cols, n_blocks) float64): block c (grid-stride over
-    columns); thread tid sums b = tid, tid + threads, ... in order, then a shared-memory tree
-    (threads a power of two) with a syncthreads per round. Fixed order: deterministic."""
+def segment_reduce_kernel(threads: int):
+    """out[g, c] = sum of values[c, p] over p in [seg[g], seg[g+1]) (values (cols, items) float64,
+    seg (G+1,) int64 ascending, out (G, cols) float64): one block per pair (g, c), grid-stride over
+    the G * cols pairs; thread tid sums p = seg[g] + tid, + threads, ... in order, then a
+    shared-memory tree (threads a power of two) with a syncthreads per round. The order depends
+    only on the segment's length: a query block's sum is the same whichever rows surround it."""
 
     @cuda_kernel
-    def column_reduce(partial, out):
+    def segment_reduce(values, seg, out):
         buf = cuda.shared.array(threads, numba.float64)
         tid = cuda.threadIdx.x
-        n_cols = partial.shape[0]
-        n_blocks = partial.shape[1]
-        for c in range(cuda.blockIdx.x, n_cols, cuda.gridDim.x):
+        n_cols = values.shape[0]
+        n_pairs = out.shape[0] * n_cols
+        for pair in range(cuda.blockIdx.x, n_pairs, cuda.gridDim.x):
+            g = pair // n_cols
+            c = pair - g * n_cols
             acc = 0.0
-            for b in range(tid, n_blocks, threads):
-                acc += partial[c, b]
+            for p in range(seg[g] + tid, seg[g + 1], threads):
+                acc += values[c, p]
             block_tree_sum_dev(buf, acc, tid, tid, threads)
             if tid == 0:
-                out[c] = buf[0]
-            cuda.syncthreads()  # buf read before the next column reuses it
+                out[g, c] = buf[0]
+            cuda.syncthreads()  # buf read before the next pair reuses it
 
-    return column_reduce
+    return segment_reduce
 
 
 @kernel_cache
@@ -169,26 +173,35 @@ def csr_matvec_kernel(threads: int, group: int):
 
 
 @kernel_cache
-def csc_rmatvec_kernel(threads: int):
-    """out[c] = sum over column c of data * u[rows] (CSC colptr int64, rows int32, data float32):
-    block per column (grid-stride), thread tid takes entries tid, tid+threads, ..., then a
-    shared-memory tree (threads a power of two), a syncthreads per round. Deterministic."""
+def csc_rmatvec_blocks_kernel(threads: int):
+    """out[g, c] = sum over the entries of column c whose rows lie in query block g
+    (block_rows[g] <= row < block_rows[g+1]) of data * u[row] (CSC colptr int64, rows int32
+    ascending within a column, data float32; out (G, cols) float64): one block per pair (g, c),
+    grid-stride over the G * cols pairs; every thread finds the block's entries of the column by
+    binary search (a contiguous run: rows ascend), takes entries tid, tid+threads, ..., then a
+    shared-memory tree (threads a power of two), a syncthreads per round. The order depends only
+    on the block's own entries. Deterministic."""
 
     @cuda_kernel
-    def csc_rmatvec(colptr, rows, data, u, out):
+    def csc_rmatvec_blocks(colptr, rows, data, u, block_rows, out):
         buf = cuda.shared.array(threads, numba.float64)
         tid = cuda.threadIdx.x
         n_cols = colptr.shape[0] - 1
-        for c in range(cuda.blockIdx.x, n_cols, cuda.gridDim.x):
+        n_pairs = out.shape[0] * n_cols
+        for pair in range(cuda.blockIdx.x, n_pairs, cuda.gridDim.x):
+            g = pair // n_cols
+            c = pair - g * n_cols
+            k0 = lower_bound_dev(rows, colptr[c], colptr[c + 1], block_rows[g])
+            k1 = lower_bound_dev(rows, k0, colptr[c + 1], block_rows[g + 1])
             acc = 0.0
-            for k in range(colptr[c] + tid, colptr[c + 1], threads):
+            for k in range(k0 + tid, k1, threads):
                 acc += numba.float64(data[k]) * u[rows[k]]
             block_tree_sum_dev(buf, acc, tid, tid, threads)
             if tid == 0:
-                out[c] = buf[0]
-            cuda.syncthreads()  # buf read before reuse
+                out[g, c] = buf[0]
+            cuda.syncthreads()  # buf read before the next pair reuses it
 
-    return csc_rmatvec
+    return csc_rmatvec_blocks
 
 
 @kernel_cache
@@ -337,25 +350,12 @@ def wavelet_sums_kernel(threads: int):
     return wavelet_sums
 
 
-@kernel_cache
-def eval_finish_kernel(threads: int):
-    """Grid-stride over rows i (thread gid takes i = gid, gid + gridsize, ...): z[i] and the
-    thread's sum of loss terms (as ``eval_finish_cpu``), then a shared-memory tree (threads a
-    power of two, a syncthreads per round) into loss_partial[block]. Fixed order for a fixed
-    grid: deterministic."""
-
-    @cuda_kernel
-    def eval_finish(sweights, beta_minus, beta_plus, sums_minus, sums_plus, z, loss_partial):
-        buf = cuda.shared.array(threads, numba.float64)
-        tid = cuda.threadIdx.x
-        acc = 0.0
-        for i in range(cuda.grid(1), z.shape[0], cuda.gridsize(1)):
-            acc += _eval_row_dev(i, sweights, beta_minus, beta_plus, sums_minus, sums_plus, z)
-        block_tree_sum_dev(buf, acc, tid, tid, threads)
-        if tid == 0:
-            loss_partial[cuda.blockIdx.x] = buf[0]
-
-    return eval_finish
+@cuda_kernel
+def eval_rows(sweights, beta_minus, beta_plus, sums_minus, sums_plus, z, loss_rows):
+    """Grid-stride over rows i: z[i] and loss_rows[0, i], row i's loss term (as
+    ``eval_finish_cpu``; segment_reduce sums the terms per query block). No shared memory."""
+    for i in range(cuda.grid(1), z.shape[0], cuda.gridsize(1)):
+        loss_rows[0, i] = _eval_row_dev(i, sweights, beta_minus, beta_plus, sums_minus, sums_plus, z)
 
 
 def ptx_kernels():
@@ -365,18 +365,19 @@ def ptx_kernels():
     i64 = "int64[::1]"
     return [
         ("dense_rmatvec_partial", dense_rmatvec_partial,
-         "void(float32[:, ::1], float64[::1], int64, float64[:, ::1])"),
+         f"void(float32[:, ::1], float64[::1], {i64}, float64[:, ::1])"),
         ("hess_finish", hess_finish, f"void({i32}, {i32}, {f64}, {f64}, {f64}, {f64})"),
         ("dense_matvec", dense_matvec_kernel(128, 32), "void(float32[:, ::1], float64[::1], float64[::1])"),
-        ("column_reduce", column_reduce_kernel(256), "void(float64[:, ::1], float64[::1])"),
+        ("segment_reduce", segment_reduce_kernel(256), f"void(float64[:, ::1], {i64}, float64[:, ::1])"),
         ("csr_matvec", csr_matvec_kernel(128, 8), f"void({i64}, {i32}, float32[::1], {f64}, {f64})"),
-        ("csc_rmatvec", csc_rmatvec_kernel(256), f"void({i64}, {i32}, float32[::1], {f64}, {f64})"),
+        ("csc_rmatvec_blocks", csc_rmatvec_blocks_kernel(256),
+         f"void({i64}, {i32}, float32[::1], {f64}, {i64}, float64[:, ::1])"),
         ("rank_structure", rank_structure_kernel(128, 2048),
          f"void({i64}, {f64}, {i32}, int64, {i64}, {f64}, {i32}, {i32}, {f64}, float64[:, ::1], {i32}, "
          f"{i32}, {i32}, int32[:, ::1], int32[:, ::1], int32[:, ::1], int32[:, ::1], {i32}, {i32})"),
         ("wavelet_sums", wavelet_sums_kernel(128),
          f"void({i64}, {i32}, {i32}, {i32}, {i32}, int32[:, ::1], int32[:, ::1], int64, float64[:, ::1], "
          "int64, float64[:, ::1], float64[:, ::1], float64[:, ::1], float64[:, ::1])"),
-        ("eval_finish", eval_finish_kernel(256),
-         f"void(float64[:, ::1], {i32}, {i32}, float64[:, ::1], float64[:, ::1], {f64}, {f64})"),
+        ("eval_rows", eval_rows,
+         f"void(float64[:, ::1], {i32}, {i32}, float64[:, ::1], float64[:, ::1], {f64}, float64[:, ::1])"),
     ]

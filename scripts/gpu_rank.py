@@ -370,14 +370,8 @@ def main(argv=None):
         d_v = ops._send(v)
         timings = {}
         timings["xv_ms"] = time_ms(lambda: ops._matvec(d_v, ops.d_a[0]))
-        if ops.dense:
-            from gputext.kernels import ranksvm_cuda as KC
-            timings["xtu_ms"] = time_ms(lambda: (KC.dense_rmatvec_partial[ops.n_row_blocks, ops.rm_threads](
-                ops.d_X, ops.d_u, g.rows_per_block, ops.d_partial), ops.k_reduce[min(ops.m, 65535), g.reduce_threads](
-                ops.d_partial, ops.d_out)))
-        else:
-            timings["xtu_ms"] = time_ms(lambda: ops.k_csc[min(ops.m, 65535), g.reduce_threads](
-                ops.d_colptr, ops.d_colrows, ops.d_colvalues, ops.d_u, ops.d_out))
+        # X^T u per query block and its copy back (G x m float64), as every TRON product does
+        timings["xtu_ms"] = time_ms(lambda: ops._rmatvec_blocks(ops.d_u))
         T = ops.trial
         St = ops.slots[T]
         timings["structure_ms"] = time_ms(lambda: ops.k_structure[ops.Q, g.query_threads](

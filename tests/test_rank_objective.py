@@ -11,11 +11,13 @@ from gputext.errors import InputError
 from gputext.kernels import ranksvm as K
 from gputext.rank.data import count_pairs, group_by_query, prepare
 from gputext.rank.objective import RankObjective
-from gputext.rank.ops import RankGeometry
+from gputext.backend import resolve
+from gputext.rank.geometry import split_queries
+from gputext.rank.ops import make_ops
 from gputext.rank.tron import tron
 from test_rank_reference import as_csr, brute_force, pair_list, pairwise_fun_grad, random_problem
 
-SMALL_CPU = RankGeometry(cpu_rows_per_block=7, cpu_loss_parts=3)  # several chunks even on tiny data
+THREE_BLOCKS = 3  # query blocks of the tests below: several blocks even on tiny data
 
 
 def inverse(perm):
@@ -24,9 +26,13 @@ def inverse(perm):
     return inv
 
 
-def check_against_brute_force(X, qid, rel, w, C, backend="cpu", geometry=None, seed=0):
+def check_against_brute_force(X, qid, rel, w, C, backend="cpu", geometry=None, seed=0, n_blocks=None):
+    """n_blocks: about that many query blocks (split_queries) instead of the data's own (one on tiny data)."""
     data = prepare(X, qid, rel)
-    obj = RankObjective(data, C=C, backend=backend, geometry=geometry)
+    ops = None
+    if n_blocks is not None:
+        ops = make_ops(data, resolve(backend), geometry, split_queries(data.starts, n_blocks))
+    obj = RankObjective(data, C=C, backend=backend, geometry=geometry, ops=ops)
     v = np.random.default_rng(seed).normal(size=X.shape[1])
     ref = brute_force(X, qid, rel, w, C=C, v=v)
     f, g = obj.fun_grad(w)
@@ -49,7 +55,7 @@ def test_cpu_twin_equals_brute_force_with_ties(seed, n_levels, density):
     # integer features and half-integer weights: exact scores, many ties in scores and labels,
     # pairs exactly on the margin boundary; shuffled qids, a one-document query, an all-equal query
     X, qid, rel, w = random_problem(seed, n_queries=7, max_docs=14, n_features=5, n_levels=n_levels, density=density)
-    check_against_brute_force(X, qid, rel, w, C=0.37, geometry=SMALL_CPU, seed=seed)
+    check_against_brute_force(X, qid, rel, w, C=0.37, seed=seed, n_blocks=THREE_BLOCKS)
 
 
 def test_problem_really_has_ties_and_boundary_pairs():
@@ -185,3 +191,55 @@ def test_single_document_queries_are_fine():
     rel = np.array([0, 1, 2, 1, 0])
     data, _, ref = check_against_brute_force(X, qid, rel, np.array([0.5]), C=1.0)
     assert data.n_pairs == 1 and ref["n_pairs"] == 1
+
+
+def check_block_sums_do_not_depend_on_the_cut(backend="cpu", geometry=None, n_queries=60, max_docs=25, dense=False,
+                                              cuts=(2, 3, 7)):
+    """The loss, X^T z and X^T u per query block are the same numbers whether a block is computed
+    with the whole training set or inside a part made of whole blocks (what a Dask worker holds),
+    so the block-order sums, and TRON, are bit-identical for any number of parts."""
+    from gputext.distributed.rank import part_of
+    rng = np.random.default_rng(21)
+    sizes = rng.integers(1, max_docs, n_queries)
+    qid = np.repeat(np.arange(n_queries), sizes)
+    n = qid.size
+    X = rng.normal(size=(n, 6)).astype(np.float32)
+    X = as_csr(X, stored_zeros=True) if dense else sp.csr_matrix(np.where(rng.random((n, 6)) < 0.5, X, 0))
+    data = prepare(X, qid, rng.integers(0, 5, n).astype(np.float64))
+    w, v = rng.normal(size=6), rng.normal(size=6)
+    blocks = split_queries(data.starts, max(cuts))
+    whole = make_ops(data, resolve(backend), geometry, blocks)
+    want = (whole.evaluate_blocks(w), (whole.accept(), whole.xt_z_blocks())[1], whole.xt_hess_blocks(v))
+    for n_parts in cuts:
+        cut = split_queries(data.starts[blocks], n_parts)
+        got = [[], [], []]
+        for p in range(len(cut) - 1):
+            lo, hi = blocks[cut[p]], blocks[cut[p + 1]]
+            ops = make_ops(part_of(data, lo, hi), resolve(backend), geometry, blocks[cut[p]:cut[p + 1] + 1] - lo)
+            got[0].append(ops.evaluate_blocks(w))
+            ops.accept()
+            got[1].append(ops.xt_z_blocks())
+            got[2].append(ops.xt_hess_blocks(v))
+        for a, b in zip(want, got):
+            assert np.array_equal(a, np.concatenate(b)), n_parts
+    assert whole.evaluate(w) == values_added_in_order(want[0])
+    assert np.array_equal(whole.xt_z(), rows_added_in_order(want[1]))
+
+
+@pytest.mark.parametrize("dense", [False, True])
+def test_query_block_sums_do_not_depend_on_the_cut(dense):
+    check_block_sums_do_not_depend_on_the_cut(dense=dense)
+
+
+def values_added_in_order(values):
+    total = 0.0
+    for x in values:
+        total += x
+    return total
+
+
+def rows_added_in_order(partial):
+    out = np.zeros(partial.shape[1])
+    for row in partial:
+        out = out + row
+    return out

@@ -1,15 +1,15 @@
 """RankSVM training data-parallel by query groups on a Dask cluster (gputext.rank.train with client=).
 
-The grouped training data is cut at query boundaries into one part per worker (near-equal
+The training set's query blocks (gputext.rank.geometry.query_blocks: at most 256 runs of whole
+queries, fixed by the data alone) are cut into one part per worker (whole blocks, near-equal
 documents); each worker keeps its part's RankSVM ops (gputext.rank.ops: the CPU twin, or the
 device's on a GPU worker) for the run. TRON runs here: DistributedRankOps has the ops interface
-(evaluate, accept, xt_z, xt_hess, scores), each call goes to every part, and the parts' losses and
-vectors are summed here in float64 in part order, so a run repeats exactly for a given number of
-parts. With one part the run is the single-process one, bit for bit. With several, sums are
-regrouped by part: each loss, gradient or Hessian-vector component differs from the
-single-process sum by at most (parts - 1) ulp-sized roundings (|error| <= (n_parts - 1) * 2**-52 *
-sum |terms|), and TRON's iterates follow to about that relative accuracy (tests: weights within
-1e-9 relative, same Newton steps).
+(evaluate, accept, xt_z, xt_hess, scores), each call goes to every part, every part returns its
+blocks' partial sums (loss, X^T z, X^T u per block), and they are added here in global block
+order by the function the single-process ops use (geometry.sum_in_order). Each block's sum depends
+only on its own rows, so the loss, the gradient and every Hessian product, and so TRON's iterates
+and the weights, are the single process's bit for bit, for any number of parts (1 to 256; more
+workers than blocks stay idle). Tests: tests/test_distributed.py, 1, 2 and 3 workers.
 
 Worker state: every task carries the accepted point w (and evaluate its trial point); a worker
 that lacks the part's ops or holds another point rebuilds them (evaluate at w, accept), so a task
@@ -22,18 +22,10 @@ import uuid
 
 import numpy as np
 
+from ..rank.geometry import query_blocks, split_queries, sum_in_order
 from .run import gather, worker_addresses
 
 _OPS: dict = {}  # in each worker process: token -> [ops, accepted w, trial w]
-
-
-def split_queries(starts: np.ndarray, n_parts: int) -> np.ndarray:
-    """Query boundaries q_0 = 0 < ... < q_P = n_queries cutting the documents into near-equal parts."""
-    n_q = len(starts) - 1
-    n_parts = max(1, min(int(n_parts), n_q))
-    targets = np.arange(1, n_parts) * (starts[-1] / n_parts)
-    cuts = np.searchsorted(starts, targets, side="left")
-    return np.unique(np.concatenate([[0], np.clip(cuts, 0, n_q), [n_q]]).astype(np.int64))
 
 
 def part_of(data, q_lo: int, q_hi: int):
@@ -51,14 +43,15 @@ def part_of(data, q_lo: int, q_hi: int):
 
 
 def _state(token, part, device, geometry, w_accepted):
-    """The worker's [ops, accepted w, trial w] for the part, brought to the accepted point."""
+    """The worker's [ops, accepted w, trial w] for the part ((RankingData, its query blocks)),
+    brought to the accepted point."""
     from ..backend import resolve
     from ..rank.ops import make_ops
     from .client import limit_threads
     limit_threads()
     st = _OPS.get(token)
     if st is None:
-        st = _OPS[token] = [make_ops(part, resolve(device), geometry), None, None]
+        st = _OPS[token] = [make_ops(part[0], resolve(device), geometry, part[1]), None, None]
     ops = st[0]
     if w_accepted is not None and not _same(st[1], w_accepted):
         if not _same(st[2], w_accepted):
@@ -74,17 +67,17 @@ def _same(a, b) -> bool:
 
 def task_evaluate(token, part, device, geometry, w_accepted, w):
     st = _state(token, part, device, geometry, w_accepted)
-    loss = st[0].evaluate(w)
+    losses = st[0].evaluate_blocks(w)
     st[2] = w
-    return loss
+    return losses
 
 
 def task_xt_z(token, part, device, geometry, w_accepted):
-    return _state(token, part, device, geometry, w_accepted)[0].xt_z()
+    return _state(token, part, device, geometry, w_accepted)[0].xt_z_blocks()
 
 
 def task_xt_hess(token, part, device, geometry, w_accepted, v):
-    return _state(token, part, device, geometry, w_accepted)[0].xt_hess(v)
+    return _state(token, part, device, geometry, w_accepted)[0].xt_hess_blocks(v)
 
 
 def task_scores(token, part, device, geometry, w_accepted, w):
@@ -106,12 +99,15 @@ class DistributedRankOps:
     def __init__(self, client, data, device: str = "auto", geometry=None, n_parts: int | None = None):
         self.client = client
         workers = worker_addresses(client)
-        bounds = split_queries(data.starts, n_parts or len(workers))
+        blocks = query_blocks(data.starts, data.X.nnz, data.n_features)
+        cuts = split_queries(data.starts[blocks], n_parts or len(workers))  # whole blocks per part
+        bounds = blocks[cuts]
         self.n_parts = len(bounds) - 1
         self.workers = [workers[p % len(workers)] for p in range(self.n_parts)]
         self.token = uuid.uuid4().hex
         self.device, self.geometry = device, geometry
         parts = [data] if self.n_parts == 1 else [part_of(data, bounds[p], bounds[p + 1]) for p in range(self.n_parts)]
+        parts = [(part, blocks[cuts[p]:cuts[p + 1] + 1] - blocks[cuts[p]]) for p, part in enumerate(parts)]
         self.rows = [(int(data.starts[bounds[p]]), int(data.starts[bounds[p + 1]])) for p in range(self.n_parts)]
         self.parts = [client.scatter(part, workers=[w], hash=False) for part, w in zip(parts, self.workers)]
         self.n_docs = data.n_docs
@@ -124,27 +120,20 @@ class DistributedRankOps:
                                       pure=False) for p in range(self.n_parts)]
         return gather(self.client, futures, what)
 
-    @staticmethod
-    def _sum(values):
-        total = values[0]
-        for v in values[1:]:  # fixed order: part 0, 1, ... (float64)
-            total = total + v
-        return total
-
     def evaluate(self, w: np.ndarray) -> float:
         w = np.ascontiguousarray(w, dtype=np.float64).copy()
-        loss = float(self._sum([float(x) for x in self._each(task_evaluate, w)]))
+        losses = np.concatenate(self._each(task_evaluate, w))  # global block order
         self.w_trial = w
-        return loss
+        return float(sum_in_order(losses[:, None])[0])
 
     def accept(self) -> None:
         self.w_accepted, self.w_trial = self.w_trial, self.w_accepted
 
     def xt_z(self) -> np.ndarray:
-        return self._sum(self._each(task_xt_z))
+        return sum_in_order(np.concatenate(self._each(task_xt_z)))
 
     def xt_hess(self, v: np.ndarray) -> np.ndarray:
-        return self._sum(self._each(task_xt_hess, np.ascontiguousarray(v, dtype=np.float64)))
+        return sum_in_order(np.concatenate(self._each(task_xt_hess, np.ascontiguousarray(v, dtype=np.float64))))
 
     def scores(self, w: np.ndarray) -> np.ndarray:
         """X w (float64) in the data's grouped row order."""

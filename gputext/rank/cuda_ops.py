@@ -3,13 +3,14 @@
 Imported only when the backend is cuda (ops.make_ops). X (dense row-major float32, or CSR plus a
 CSC copy for X^T u), the grouping, label ranks, scores, the sorted order, the wavelet levels,
 beta+/-, z and all scratch stay on the device for the whole training run. Per TRON step the host
-sends w (n_features float64) and receives the loss partials (``elementwise_blocks`` float64);
-per CG step it sends v and receives X^T u (n_features float64 each way).
+sends w (n_features float64) and receives the query blocks' losses (G float64, G <= 256: see
+geometry.query_blocks); per CG step it sends v (n_features float64) and receives X^T u per query
+block (G x n_features float64), which the host adds in block order (geometry.RankOpsSizes).
 
 Memory (n = n_docs, Q = queries, B = wavelet levels, m = features): X as stored (dense: 4 n m
 bytes; sparse: 8 nnz CSR + 8 nnz CSC), two slots of 36 n + 4 B (2 n + Q) bytes, and
-8 (9 n + 2 B (n + Q)) + 16 n bytes of scratch, plus the sort scratch of queries longer than
-``sort_capacity`` (12 bytes per padded element).
+8 (10 n + 2 B (n + Q)) + 16 n bytes of scratch (with the per-row loss terms), plus the sort
+scratch of queries longer than ``sort_capacity`` (12 bytes per padded element).
 """
 from __future__ import annotations
 
@@ -23,14 +24,14 @@ from ..device.memory import Workspace
 
 from ..kernels import ranksvm_cuda as KC
 from .data import RankingData
-from .geometry import RankGeometry, RankOpsSizes, slot_arrays, solver_arrays
+from .geometry import RankGeometry, RankOpsSizes, block_chunks, slot_arrays, solver_arrays
 
 
 class CudaRankOps(RankOpsSizes):
     backend_name = "cuda"
 
-    def __init__(self, data: RankingData, geometry: RankGeometry | None = None):
-        super().__init__(data, geometry)
+    def __init__(self, data: RankingData, geometry: RankGeometry | None = None, blocks: np.ndarray | None = None):
+        super().__init__(data, geometry, blocks)
         g, L, Q, m = self.g, self.L, self.Q, self.m
         self.run = run = LaunchSet()
         self.work = Workspace()
@@ -42,24 +43,25 @@ class CudaRankOps(RankOpsSizes):
         for t in np.flatnonzero(sizes > g.sort_capacity):
             goff[t] = total
             total += next_pow2(int(sizes[t]))
-        host = [data.starts, data.label_rank, goff]
+        chunk_rows, self.chunk_of_block = block_chunks(self.block_rows, g.rows_per_block)
+        host = [data.starts, data.label_rank, goff, self.block_rows, chunk_rows, self.chunk_of_block]
         if self.dense:
             host.append(data.dense_matrix())
         else:
             host += [_nonempty(a) for a in (*data.csr(), *data.csc())]
         dev = run.res.upload_packed(host, into=self.work, name="rank_data")  # one transfer
-        self.d_starts, self.d_lrank, self.d_goff = dev[:3]
+        self.d_starts, self.d_lrank, self.d_goff, self.d_block_rows, self.d_chunk_rows, self.d_chunk_of_block = dev[:6]
+        self.k_reduce = KC.segment_reduce_kernel(g.reduce_threads)
         if self.dense:
-            self.d_X = dev[3]
+            self.d_X = dev[6]
             self.rm_threads = g.rmatvec_threads or min(1024, max(32, -(-m // 32) * 32))
-            self.n_row_blocks = grid_blocks(L, g.rows_per_block)
-            self.d_partial = self.work.get("partial", (m, self.n_row_blocks), np.float64)
+            self.n_chunks = len(chunk_rows) - 1
+            self.d_partial = self.work.get("partial", (m, self.n_chunks), np.float64)
             self.k_matvec = KC.dense_matvec_kernel(g.matvec_threads, g.tile_cols)
-            self.k_reduce = KC.column_reduce_kernel(g.reduce_threads)
         else:
-            self.d_indptr, self.d_indices, self.d_values, self.d_colptr, self.d_colrows, self.d_colvalues = dev[3:]
+            self.d_indptr, self.d_indices, self.d_values, self.d_colptr, self.d_colrows, self.d_colvalues = dev[6:]
             self.k_csr = KC.csr_matvec_kernel(g.csr_threads, g.csr_group)
-            self.k_csc = KC.csc_rmatvec_kernel(g.reduce_threads)
+            self.k_csc = KC.csc_rmatvec_blocks_kernel(g.reduce_threads)
         self.d_gkeys = self.work.get("gkeys", (max(total, 1),), np.float64)
         self.d_gidx = self.work.get("gidx", (max(total, 1),), np.int32)
         names = itertools.count()
@@ -72,11 +74,11 @@ class CudaRankOps(RankOpsSizes):
         self.d_v = self.work.get("v", (m,), np.float64)
         self.v_ref = ArrayRef(self.d_v, 0, (m,))
         self.v_host = run.pinned.get("v", (m,), np.float64)
-        self.d_out = self.work.get("out", (m,), np.float64)
-        self.d_loss_partial = self.work.get("loss_partial", (g.elementwise_blocks,), np.float64)
+        self.d_out = self.work.get("out", (self.G, m), np.float64)
+        self.d_loss_rows = self.work.get("loss_rows", (1, L), np.float64)
+        self.d_loss_blocks = self.work.get("loss_blocks", (self.G, 1), np.float64)
         self.k_structure = KC.rank_structure_kernel(g.query_threads, g.sort_capacity)
         self.k_sums = KC.wavelet_sums_kernel(g.query_threads)
-        self.k_eval = KC.eval_finish_kernel(g.reduce_threads)
 
     # X v and X^T u
     def _matvec(self, d_v, d_out) -> None:
@@ -88,15 +90,17 @@ class CudaRankOps(RankOpsSizes):
             self.run.launch(self.k_csr, grid_blocks(self.L, rows), g.csr_threads,
                             self.d_indptr, self.d_indices, self.d_values, d_v, d_out)
 
-    def _rmatvec(self, d_u) -> np.ndarray:
+    def _rmatvec_blocks(self, d_u) -> np.ndarray:
+        """X^T u per query block, (G, m) float64 on the host."""
         g, run = self.g, self.run
+        pairs = min(self.G * self.m, 65535)
         if self.dense:
-            run.launch(KC.dense_rmatvec_partial, self.n_row_blocks, self.rm_threads,
-                       self.d_X, d_u, g.rows_per_block, self.d_partial)
-            run.launch(self.k_reduce, min(self.m, 65535), g.reduce_threads, self.d_partial, self.d_out)
+            run.launch(KC.dense_rmatvec_partial, self.n_chunks, self.rm_threads,
+                       self.d_X, d_u, self.d_chunk_rows, self.d_partial)
+            run.launch(self.k_reduce, pairs, g.reduce_threads, self.d_partial, self.d_chunk_of_block, self.d_out)
         else:
-            run.launch(self.k_csc, min(self.m, 65535), g.reduce_threads,
-                       self.d_colptr, self.d_colrows, self.d_colvalues, d_u, self.d_out)
+            run.launch(self.k_csc, pairs, g.reduce_threads,
+                       self.d_colptr, self.d_colrows, self.d_colvalues, d_u, self.d_block_rows, self.d_out)
         return self.run.read(self.d_out)
 
     def _send(self, w: np.ndarray):
@@ -110,7 +114,7 @@ class CudaRankOps(RankOpsSizes):
         self._matvec(self._send(w), self.d_s)
         return self.run.read(self.d_s)
 
-    def evaluate(self, w: np.ndarray) -> float:
+    def evaluate_blocks(self, w: np.ndarray) -> np.ndarray:
         g, run = self.g, self.run
         S = self.slots[self.trial]
         self._matvec(self._send(w), self.d_s)
@@ -121,18 +125,19 @@ class CudaRankOps(RankOpsSizes):
         run.launch(self.k_sums, self.Q, g.query_threads,
                    self.d_starts, S["order"], S["vsorted"], S["lo"], S["hi"], S["seqrow"], S["rank0"], self.n_levels,
                    self.d_sweights, 1, self.d_W0, self.d_W1, self.d_sums_minus, self.d_sums_plus)
-        run.launch(self.k_eval, g.elementwise_blocks, g.reduce_threads,
+        run.launch(KC.eval_rows, g.elementwise_blocks, g.reduce_threads,
                    self.d_sweights, S["beta_minus"], S["beta_plus"], self.d_sums_minus, self.d_sums_plus, S["z"],
-                   self.d_loss_partial)
-        return float(np.sum(run.read(self.d_loss_partial)))
+                   self.d_loss_rows)
+        run.launch(self.k_reduce, self.G, g.reduce_threads, self.d_loss_rows, self.d_block_rows, self.d_loss_blocks)
+        return run.read(self.d_loss_blocks)[:, 0].copy()
 
     def accept(self) -> None:
         self.current, self.trial = self.trial, self.current
 
-    def xt_z(self) -> np.ndarray:
-        return self._rmatvec(self.slots[self.current]["z"])
+    def xt_z_blocks(self) -> np.ndarray:
+        return self._rmatvec_blocks(self.slots[self.current]["z"])
 
-    def xt_hess(self, v: np.ndarray) -> np.ndarray:
+    def xt_hess_blocks(self, v: np.ndarray) -> np.ndarray:
         g, run = self.g, self.run
         S = self.slots[self.current]
         self._matvec(self._send(v), self.d_a0)
@@ -141,7 +146,7 @@ class CudaRankOps(RankOpsSizes):
                    self.d_a, 1, self.d_W0, self.d_W1, self.d_alpha_minus, self.d_alpha_plus)
         run.launch(KC.hess_finish, g.elementwise_blocks, g.reduce_threads,
                    S["beta_minus"], S["beta_plus"], self.d_a0, self.d_alpha_minus0, self.d_alpha_plus0, self.d_u)
-        return self._rmatvec(self.d_u)
+        return self._rmatvec_blocks(self.d_u)
 
     def statistics(self) -> dict:
         S = self.slots[self.current]

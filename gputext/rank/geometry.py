@@ -19,10 +19,10 @@ class RankGeometry:
     matvec_threads   rows per block of dense X v; tile_cols: columns per shared-memory tile
     rmatvec_threads  threads per block of dense X^T u (0: the feature count rounded up to 32, at
                      most 1024); rows_per_block: rows each block sums (partials of X^T u)
-    reduce_threads   threads of column_reduce, csc_rmatvec and eval_finish
+    reduce_threads   threads of segment_reduce and csc_rmatvec_blocks
     csr_threads, csr_group   sparse X v: threads per block, threads per row
-    elementwise_blocks       grid of eval_finish / hess_finish (also the number of loss partials)
-    cpu_rows_per_block, cpu_loss_parts   chunking of the CPU twin's X^T u and loss sums
+    elementwise_blocks       grid of eval_rows / hess_finish
+    (the sums over documents are cut by query blocks, see query_blocks, not by the geometry)
     """
 
     query_threads: int = 128
@@ -35,8 +35,6 @@ class RankGeometry:
     csr_threads: int = 128
     csr_group: int = 8
     elementwise_blocks: int = 1024
-    cpu_rows_per_block: int = 4096
-    cpu_loss_parts: int = 256
 
     def __post_init__(self):
         for name in ("query_threads", "sort_capacity", "matvec_threads", "reduce_threads", "csr_threads", "csr_group"):
@@ -74,12 +72,87 @@ def solver_arrays(alloc, n_docs: int, n_queries: int, n_levels: int) -> dict:
     )
 
 
+MAX_QUERY_BLOCKS = 256
+"""At most this many query blocks (so at most this many Dask parts for RankSVM)."""
+
+ENTRIES_PER_BLOCK_COLUMN = 128
+"""At least this many stored feature entries per query block and feature: the blocks' partial sums
+(G x n_features numbers per product) stay a small fraction of a product's work."""
+
+
+def split_queries(starts: np.ndarray, n_parts: int) -> np.ndarray:
+    """Query boundaries q_0 = 0 < ... < q_P = n_queries cutting the documents into near-equal parts
+    (starts (Q+1,) int64: the first row of each query; at most n_queries parts)."""
+    n_q = len(starts) - 1
+    n_parts = max(1, min(int(n_parts), n_q))
+    targets = np.arange(1, n_parts) * (starts[-1] / n_parts)
+    cuts = np.searchsorted(starts, targets, side="left")
+    return np.unique(np.concatenate([[0], np.clip(cuts, 0, n_q), [n_q]]).astype(np.int64))
+
+
+def query_blocks(starts: np.ndarray, n_entries: int, n_features: int) -> np.ndarray:
+    """The query blocks of a training set: query boundaries (G+1,) int64 cutting its documents into
+    G near-equal runs of whole queries, G = min(queries, MAX_QUERY_BLOCKS, n_entries /
+    (ENTRIES_PER_BLOCK_COLUMN n_features)), at least 1.
+
+    A function of the data alone (never of the number of Dask parts): the loss and X^T u are summed
+    per block, each in an order fixed by the block's own rows, and the blocks are added in block
+    order, so any cut of the blocks into parts gives the same bits (kernels/ranksvm.py)."""
+    n_q = len(starts) - 1
+    if n_q < 1:
+        return np.zeros(2, np.int64)
+    per_block = ENTRIES_PER_BLOCK_COLUMN * max(1, int(n_features))
+    return split_queries(starts, min(n_q, MAX_QUERY_BLOCKS, max(1, int(n_entries) // per_block)))
+
+
+def block_chunks(block_rows: np.ndarray, rows_per_chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each query block's rows cut into chunks of at most rows_per_chunk rows from the block's first
+    row: (chunk_rows (n_chunks+1,) int64 row boundaries, chunk_of_block (G+1,) int64 the first chunk
+    of each block). A chunk's rows depend only on its own block (the device's dense X^T u)."""
+    sizes = np.diff(block_rows)
+    per_block = np.maximum(1, -(-sizes // rows_per_chunk))
+    chunk_of_block = np.concatenate([[0], np.cumsum(per_block)]).astype(np.int64)
+    local = np.arange(chunk_of_block[-1]) - np.repeat(chunk_of_block[:-1], per_block)
+    rows = np.minimum(np.repeat(block_rows[:-1], per_block) + local * rows_per_chunk, np.repeat(block_rows[1:], per_block))
+    return np.concatenate([rows, block_rows[-1:]]).astype(np.int64), chunk_of_block
+
+
 class RankOpsSizes:
     """What both backends' ops keep of the problem: ``g`` (RankGeometry), ``data`` (RankingData),
-    ``L`` documents, ``Q`` queries, ``m`` features and ``n_levels`` wavelet levels."""
+    ``L`` documents, ``Q`` queries, ``m`` features, ``n_levels`` wavelet levels, and the query
+    blocks: ``blocks`` (G+1,) query boundaries, ``block_rows`` their first rows, ``G``.
 
-    def __init__(self, data, geometry: RankGeometry | None = None):
+    blocks: the query blocks to use (a Dask part passes its slice of the whole training set's,
+    gputext.distributed.rank); None: query_blocks of ``data``."""
+
+    def __init__(self, data, geometry: RankGeometry | None = None, blocks: np.ndarray | None = None):
         self.g = geometry or RankGeometry()
         self.data = data
         self.L, self.Q, self.m = data.n_docs, data.n_queries, data.n_features
         self.n_levels = K.n_levels_for(len(data.levels))
+        if blocks is None:
+            blocks = query_blocks(data.starts, data.X.nnz, self.m)
+        self.blocks = np.asarray(blocks, np.int64)
+        self.block_rows = np.ascontiguousarray(data.starts[self.blocks], np.int64)
+        self.G = len(self.blocks) - 1
+
+    def evaluate(self, w: np.ndarray) -> float:
+        """The loss at w: the query blocks' losses (evaluate_blocks) added in block order."""
+        return float(sum_in_order(self.evaluate_blocks(w)[:, None])[0])
+
+    def xt_z(self) -> np.ndarray:
+        """X^T z at the current point: xt_z_blocks added in block order."""
+        return sum_in_order(self.xt_z_blocks())
+
+    def xt_hess(self, v: np.ndarray) -> np.ndarray:
+        """X^T u for the Hessian product with v: xt_hess_blocks added in block order."""
+        return sum_in_order(self.xt_hess_blocks(v))
+
+
+def sum_in_order(partial: np.ndarray) -> np.ndarray:
+    """The rows of a (G, m) float64 array added in row order (kernels.ranksvm.sum_rows_in_order):
+    the one way query blocks' partial sums are added, in a single process and on a Dask client."""
+    partial = np.ascontiguousarray(partial, dtype=np.float64)
+    out = np.empty(partial.shape[1], np.float64)
+    K.sum_rows_in_order(partial, out)
+    return out

@@ -11,6 +11,12 @@ only length-n_features float64 vectors and the loss:
     ops.scores(w) -> X w             float64, grouped rows
     ops.statistics() -> dict         current per-row beta-, beta+, z (host copies, for tests)
 
+evaluate, xt_z and xt_hess are the query blocks' partial sums (``evaluate_blocks`` (G,),
+``xt_z_blocks`` and ``xt_hess_blocks`` (G, n_features)) added in block order
+(geometry.RankOpsSizes, geometry.query_blocks): a Dask part returns its blocks' partial sums and
+the client adds them the same way (gputext.distributed.rank), so the bits do not depend on how
+many parts there are.
+
 Two slots (current, trial) let TRON evaluate a trial point without losing the structure at the
 current point when the step is rejected.
 """
@@ -66,9 +72,9 @@ class CpuRankOps(RankOpsSizes):
 
     backend_name = "cpu"
 
-    def __init__(self, data: RankingData, geometry: RankGeometry | None = None):
-        super().__init__(data, geometry)
-        g, L, Q, m = self.g, self.L, self.Q, self.m
+    def __init__(self, data: RankingData, geometry: RankGeometry | None = None, blocks: np.ndarray | None = None):
+        super().__init__(data, geometry, blocks)
+        L, Q, m = self.L, self.Q, self.m
         self.dense = data.dense_matrix() if data.is_dense else None
         self.work = max(data.X.nnz, 8 * L)  # entries touched per product (threads_for)
         if self.dense is None:
@@ -82,10 +88,8 @@ class CpuRankOps(RankOpsSizes):
         self.slots = [slot_arrays(alloc, L, Q, self.n_levels) for _ in range(2)]
         self.current, self.trial = 0, 1
         self.__dict__.update(solver_arrays(alloc, L, Q, self.n_levels))
-        self.loss_partial = np.zeros(max(1, g.cpu_loss_parts), np.float64)
-        n_blocks = max(1, -(-L // g.cpu_rows_per_block))
-        self.partial = np.zeros((m, n_blocks), np.float64)
-        self.out = np.zeros(m, np.float64)
+        self.loss_blocks = np.zeros(self.G, np.float64)
+        self.partial = np.zeros((self.G, m), np.float64)
 
     # X v and X^T u
     def _matvec(self, v: np.ndarray, out: np.ndarray) -> None:
@@ -95,23 +99,24 @@ class CpuRankOps(RankOpsSizes):
         else:
             P.csr_matvec_cpu(self.indptr, self.indices, self.values, v, out)
 
-    def _rmatvec(self, u: np.ndarray) -> np.ndarray:
+    def _rmatvec_blocks(self, u: np.ndarray) -> np.ndarray:
+        """X^T u per query block, (G, m) float64 (a copy)."""
         if self.dense is not None:
-            K.dense_rmatvec_cpu(self.dense, u, self.g.cpu_rows_per_block, self.partial, self.out)
+            K.dense_rmatvec_cpu(self.dense, u, self.block_rows, self.partial)
         else:
-            K.csr_rmatvec_cpu(self.indptr, self.indices, self.values, u, numba.get_num_threads(), self.out)
-        return self.out.copy()
+            K.csr_rmatvec_cpu(self.indptr, self.indices, self.values, u, self.block_rows, self.partial)
+        return self.partial.copy()
 
     def scores(self, w: np.ndarray) -> np.ndarray:
         with cpu_threads_limited(self.work):
             self._matvec(w, self.s)
         return self.s.copy()
 
-    def evaluate(self, w: np.ndarray) -> float:
+    def evaluate_blocks(self, w: np.ndarray) -> np.ndarray:
         with cpu_threads_limited(self.work):
             return self._evaluate(w)
 
-    def _evaluate(self, w: np.ndarray) -> float:
+    def _evaluate(self, w: np.ndarray) -> np.ndarray:
         S = self.slots[self.trial]
         self._matvec(w, self.s)
         K.rank_structure_cpu(self.starts, self.s, self.lrank, self.n_levels, S["order"], S["ssorted"], self.sweights,
@@ -120,17 +125,17 @@ class CpuRankOps(RankOpsSizes):
         K.wavelet_sums_cpu(self.starts, S["order"], S["vsorted"], S["lo"], S["hi"], S["seqrow"], S["rank0"],
                            self.n_levels, self.sweights, 1, self.W0, self.W1, self.sums_minus, self.sums_plus)
         K.eval_finish_cpu(self.sweights, S["beta_minus"], S["beta_plus"], self.sums_minus, self.sums_plus, S["z"],
-                          self.loss_partial)
-        return float(np.sum(self.loss_partial))
+                          self.block_rows, self.loss_blocks)
+        return self.loss_blocks.copy()
 
     def accept(self) -> None:
         self.current, self.trial = self.trial, self.current
 
-    def xt_z(self) -> np.ndarray:
+    def xt_z_blocks(self) -> np.ndarray:
         with cpu_threads_limited(self.work):
-            return self._rmatvec(self.slots[self.current]["z"])
+            return self._rmatvec_blocks(self.slots[self.current]["z"])
 
-    def xt_hess(self, v: np.ndarray) -> np.ndarray:
+    def xt_hess_blocks(self, v: np.ndarray) -> np.ndarray:
         with cpu_threads_limited(self.work):
             return self._xt_hess(v)
 
@@ -140,19 +145,21 @@ class CpuRankOps(RankOpsSizes):
         K.wavelet_sums_cpu(self.starts, S["order"], S["vsorted"], S["lo"], S["hi"], S["seqrow"], S["rank0"],
                            self.n_levels, self.a, 1, self.W0, self.W1, self.alpha_minus, self.alpha_plus)
         K.hess_finish_cpu(S["beta_minus"], S["beta_plus"], self.a[0], self.alpha_minus[0], self.alpha_plus[0], self.u)
-        return self._rmatvec(self.u)
+        return self._rmatvec_blocks(self.u)
 
     def statistics(self) -> dict:
         S = self.slots[self.current]
         return {k: S[k].copy() for k in ("beta_minus", "beta_plus", "z", "order", "lo", "hi")}
 
 
-def make_ops(data: RankingData, backend: Backend, geometry: RankGeometry | None = None):
-    """The backend's ops for ``data``: CpuRankOps, or CudaRankOps (imported only for cuda)."""
+def make_ops(data: RankingData, backend: Backend, geometry: RankGeometry | None = None,
+             blocks: np.ndarray | None = None):
+    """The backend's ops for ``data``: CpuRankOps, or CudaRankOps (imported only for cuda).
+    blocks: the query blocks (geometry.RankOpsSizes; None: those of ``data``)."""
     if backend.is_cuda:
         from .cuda_ops import CudaRankOps
-        return CudaRankOps(data, geometry)
-    return CpuRankOps(data, geometry)
+        return CudaRankOps(data, geometry, blocks)
+    return CpuRankOps(data, geometry, blocks)
 
 
 def matvec(X, w: np.ndarray, backend: Backend, geometry: RankGeometry | None = None) -> np.ndarray:
