@@ -8,15 +8,10 @@ An adapter returns only what the report has (a peer that was skipped or failed g
 """
 from __future__ import annotations
 
+from .named import registrar
+
 ADAPTERS: dict = {}
-
-
-def adapter(name: str):
-    """Decorator: register the adapter of script report ``name``."""
-    def register(fn):
-        ADAPTERS[name] = fn
-        return fn
-    return register
+adapter = registrar(ADAPTERS)  # @adapter("name"): the adapter of script report ``name``
 
 
 def _device(text: str | None) -> str:

@@ -16,18 +16,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .named import registrar
+
 ROOT = Path(__file__).resolve().parents[1]
 
-# name -> (what, how): what for the records' workload lines; how: a function (folder, scale, datasets) -> files
+# name -> how: a function (folder, scale, datasets) -> files, whose docstring says what the dataset is
 DATASETS: dict = {}
-
-
-def dataset(name: str, what: str):
-    """Decorator: register a dataset builder under ``name`` with its one-line description."""
-    def register(fn):
-        DATASETS[name] = (what, fn)
-        return fn
-    return register
+dataset = registrar(DATASETS)  # @dataset("name"): register a dataset builder
 
 
 def real_datasets(arg: str | None = None) -> Path | None:
@@ -38,6 +33,11 @@ def real_datasets(arg: str | None = None) -> Path | None:
     return None
 
 
+def real_folder(datasets: Path | None, name: str) -> Path | None:
+    """datasets/name when it is a folder here, else None."""
+    return datasets / name if datasets is not None and (datasets / name).is_dir() else None
+
+
 def gputext(*args: str) -> None:
     """Run one gputext command (quiet); raise with its stderr when it fails."""
     res = subprocess.run([sys.executable, "-m", "gputext", *args], capture_output=True, text=True)
@@ -45,33 +45,35 @@ def gputext(*args: str) -> None:
         raise RuntimeError(f"gputext {' '.join(args)} failed: {res.stderr.strip()[-600:]}")
 
 
-@dataset("20ng", "20 Newsgroups (bydate, all terms) built by `gputext corpus build`: 11,293 training x 7,528 test documents, "
-                 "tf-idf, the test set on the training vocabulary")
+@dataset("20ng")
 def _20ng(folder: Path, scale: float, datasets: Path | None):
-    if datasets is None or not (datasets / "20newsgroups").is_dir():
+    """20 Newsgroups (bydate, all terms) built by `gputext corpus build`: 11,293 training x 7,528 test
+    documents, tf-idf, the test set on the training vocabulary"""
+    src = real_folder(datasets, "20newsgroups")
+    if src is None:
         return None
-    src = datasets / "20newsgroups"
     train, test = folder / "train.h5", folder / "test.h5"
     gputext("corpus", "build", str(src / "20newsgroups-train.tab"), "-o", str(train), "-q")
     gputext("corpus", "build", str(src / "20newsgroups-test.tab"), "--vocab-from", str(train), "-o", str(test), "-q")
     return {"train": train, "test": test}
 
 
-@dataset("letor-sample", "LightGBM's lambdarank sample built by `gputext corpus build --query-groups`: 3,005 rows, "
-                         "201 queries")
+@dataset("letor-sample")
 def _letor(folder: Path, scale: float, datasets: Path | None):
-    if datasets is None or not (datasets / "letor-sample").is_dir():
+    """LightGBM's lambdarank sample built by `gputext corpus build --query-groups`: 3,005 rows, 201 queries"""
+    src = real_folder(datasets, "letor-sample")
+    if src is None:
         return None
-    src = datasets / "letor-sample"
     train = folder / "ltr.h5"
     gputext("corpus", "build", str(src / "rank.train"), "--query-groups", str(src / "rank.train.query"), "-o", str(train),
             "-q")
     return {"train": train}
 
 
-@dataset("synth-20ng", "synthetic corpus of 20 Newsgroups' shape (`gputext corpus synth`: 11,293 + 7,528 documents, "
-                       "60,000 terms, 20 classes; --scale shrinks the documents)")
+@dataset("synth-20ng")
 def _synth_20ng(folder: Path, scale: float, datasets: Path | None):
+    """synthetic corpus of 20 Newsgroups' shape (`gputext corpus synth`: 11,293 + 7,528 documents, 60,000
+    terms, 20 classes; --scale shrinks the documents)"""
     train, test = folder / "train.h5", folder / "test.h5"
     n_train, n_test = max(200, int(11293 * scale)), max(100, int(7528 * scale))
     common = ["--n-terms", str(max(2000, int(60000 * scale))), "--n-classes", "20", "--terms-per-doc", "80"]
@@ -81,9 +83,10 @@ def _synth_20ng(folder: Path, scale: float, datasets: Path | None):
     return {"train": train, "test": test}
 
 
-@dataset("synth-ltr", "synthetic learning-to-rank set (`gputext corpus synth --preset ltr-demo`: 100 queries, about "
-                      "3,000 rows, 46 features)")
+@dataset("synth-ltr")
 def _synth_ltr(folder: Path, scale: float, datasets: Path | None):
+    """synthetic learning-to-rank set (`gputext corpus synth --preset ltr-demo`: 100 queries, about 3,000
+    rows, 46 features)"""
     train = folder / "ltr.h5"
     gputext("corpus", "synth", "--preset", "ltr-demo", "-o", str(train), "-q")
     return {"train": train}
@@ -99,12 +102,12 @@ def make(name: str, work: Path, scale: float = 1.0, datasets: str | None = None)
     if done.exists():
         return {k: Path(v) for k, v in (line.split("\t") for line in done.read_text().splitlines())}
     folder.mkdir(parents=True, exist_ok=True)
-    files = DATASETS[name][1](folder, scale, real_datasets(datasets))
+    files = DATASETS[name](folder, scale, real_datasets(datasets))
     if files is not None:
         done.write_text("".join(f"{k}\t{v}\n" for k, v in files.items()))
     return files
 
 
 def describe(name: str) -> str:
-    """The one-line description of a dataset."""
-    return DATASETS[name][0]
+    """The one-line description of a dataset (its builder's docstring)."""
+    return " ".join(DATASETS[name].__doc__.split())

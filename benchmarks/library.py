@@ -9,15 +9,10 @@ from __future__ import annotations
 import statistics
 import time
 
+from .named import registrar
+
 CALLS: dict = {}
-
-
-def call(name: str):
-    """Decorator: register an in-process measurement under ``name`` (an Entry's ``library``)."""
-    def register(fn):
-        CALLS[name] = fn
-        return fn
-    return register
+call = registrar(CALLS)  # @call("name"): the in-process measurement of an Entry's ``library``
 
 
 def timed(fn, repeats: int) -> tuple[float, list]:

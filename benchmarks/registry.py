@@ -131,6 +131,39 @@ KNN_SNIPPET = ("import sys; from gputext import NearestNeighbors; from gputext.i
                "X = read_corpus(sys.argv[1]).X; Q = read_corpus(sys.argv[2]).X; "
                "NearestNeighbors(n_neighbors=30, device=sys.argv[3]).fit(X).kneighbors(Q)")
 
+# (family, dataset, peer, script, workload, suites, devices) of the entries whose figures a family script measures
+GPU, CPU, R = ("cuda",), ("cpu",), ("readme",)
+SCRIPT_FIGURES = [
+    ("knn-search", "knn-1e6", "gputext", "knn-1e6", "10^6 documents (72M nonzeros), 10,000 queries, k = 30, cosine", R, GPU),
+    ("knn-search", "knn-1e6", "cupy-spmm", "knn-1e6", "CuPy SpMM + top-k, 10^6 documents, 10,000 queries, k = 30", R, GPU),
+    ("knn-query", "knn-1e6", "gputext", "knn-1e6", "one query, 10^6 documents, k = 30 (median of 11)", R, GPU),
+    ("knn-query", "knn-1e6", "cupy-spmm", "knn-1e6", "CuPy SpMM + top-k, one query, 10^6 documents", R, GPU),
+    ("knn-search", "knn-1e7", "gputext", "knn-1e7", "10^7 documents (718M nonzeros), 10,000 queries, k = 30, cosine", R, GPU),
+    ("knn-search", "knn-1e7", "cupy-spmm", "knn-1e7-cupy", "CuPy SpMM + top-k, 10^7 documents, 10,000 queries, k = 30",
+     ("full",), GPU),
+    ("knn-query", "knn-1e7", "gputext", "knn-1e7", "one query, 10^7 documents, k = 30 (median of 11)", R, GPU),
+    ("knn-query", "knn-1e7", "cupy-spmm", "knn-1e7-cupy", "CuPy SpMM + top-k, one query, 10^7 documents", ("full",), GPU),
+    ("knn-search", "knn-1e5", "gputext", "knn-cpu-1e5", "CPU twin, 10^5 documents (7.2M nonzeros), 1,000 queries, k = 30",
+     R, CPU),
+    ("knn-search", "knn-1e5", "sklearn-brute", "knn-cpu-1e5", "scikit-learn brute force, 10^5 documents, 1,000 queries, "
+     "k = 30", R, CPU),
+    ("metafeatures", "20ng", "gputext", "meta-20ng", "20 Newsgroups, k = 30: 11,293 training (leave-one-out) + 7,528 test "
+     "documents", R, GPU),
+    ("metafeatures", "20ng", "cpu-twin", "meta-20ng", "our CPU twin (all host cores), same work", R, GPU),
+    ("svm", "20ng-meta", "gputext", "svm-20ng", "20 Newsgroups kNN meta-features (11,293 x 1,840), one-vs-rest L2-loss "
+     "SVM, one primal fit at C = 0.25", R, GPU),
+    ("svm", "20ng-meta", "sklearn-linearsvc", "svm-20ng", "LinearSVC (dual=False), same fit", R, GPU),
+    ("star-graph", "reu-70k", "gputext", "star-reu70k", "Reu-70K shape (70,000 documents, beta 0.25): the similarity "
+     "graph, 185.7M edges", R, GPU),
+    ("star-graph", "reu-70k", "cupy-spgemm", "star-reu70k", "CuPy SpGEMM graph, same corpus", R, GPU),
+    ("stream-latency", "1.6m-clusters", "gputext", "stream-1.6m", "1.6M clusters, K = 35, one document at a time: mean "
+     "latency per document", R, GPU),
+    ("stream-latency", "1.6m-clusters", "torch-spmv", "stream-1.6m", "torch.sparse SpMV + argmax, same state", R, GPU),
+    ("rank-train", "mslr-web30k", "gputext", "rank-mslr30k", "MSLR-WEB30K shape (2.27M x 136, 18,919 queries) to "
+     "eps = 1e-5", R, GPU),
+    ("rank-train", "mslr-web30k", "cpu-twin", "rank-mslr30k", "our CPU twin (all host cores), same training", R, GPU),
+]
+
 ENTRIES = [
     *_cli_entries("20ng", ("knn-search", "knn-classify-svm", "knn-classify-vote", "star", "stream"), READ),
     *_cli_entries("letor-sample", ("rank-train",), READ),
@@ -144,46 +177,8 @@ ENTRIES = [
     # start-up: the command line's own cost (click only) and the imports of each family's library
     Entry("startup", "none", "gputext", "gputext --help in a fresh process", READ + ("smoke",), cli=("--help",)),
     # the README's kernel rows: figures of the family scripts (benchmarks/adapters.py)
-    Entry("knn-search", "knn-1e6", "gputext", "10^6 documents (72M nonzeros), 10,000 queries, k = 30, cosine",
-          ("readme",), devices=("cuda",), script="knn-1e6"),
-    Entry("knn-search", "knn-1e6", "cupy-spmm", "CuPy SpMM + top-k, 10^6 documents, 10,000 queries, k = 30",
-          ("readme",), devices=("cuda",), script="knn-1e6"),
-    Entry("knn-query", "knn-1e6", "gputext", "one query, 10^6 documents, k = 30 (median of 11)", ("readme",),
-          devices=("cuda",), script="knn-1e6"),
-    Entry("knn-query", "knn-1e6", "cupy-spmm", "CuPy SpMM + top-k, one query, 10^6 documents", ("readme",),
-          devices=("cuda",), script="knn-1e6"),
-    Entry("knn-search", "knn-1e7", "gputext", "10^7 documents (718M nonzeros), 10,000 queries, k = 30, cosine",
-          ("readme",), devices=("cuda",), script="knn-1e7"),
-    Entry("knn-search", "knn-1e7", "cupy-spmm", "CuPy SpMM + top-k, 10^7 documents, 10,000 queries, k = 30",
-          ("full",), devices=("cuda",), script="knn-1e7-cupy"),
-    Entry("knn-query", "knn-1e7", "gputext", "one query, 10^7 documents, k = 30 (median of 11)", ("readme",),
-          devices=("cuda",), script="knn-1e7"),
-    Entry("knn-query", "knn-1e7", "cupy-spmm", "CuPy SpMM + top-k, one query, 10^7 documents", ("full",),
-          devices=("cuda",), script="knn-1e7-cupy"),
-    Entry("knn-search", "knn-1e5", "gputext", "CPU twin, 10^5 documents (7.2M nonzeros), 1,000 queries, k = 30",
-          ("readme",), devices=("cpu",), script="knn-cpu-1e5"),
-    Entry("knn-search", "knn-1e5", "sklearn-brute", "scikit-learn brute force, 10^5 documents, 1,000 queries, k = 30",
-          ("readme",), devices=("cpu",), script="knn-cpu-1e5"),
-    Entry("metafeatures", "20ng", "gputext", "20 Newsgroups, k = 30: 11,293 training (leave-one-out) + 7,528 test "
-          "documents", ("readme",), devices=("cuda",), script="meta-20ng"),
-    Entry("metafeatures", "20ng", "cpu-twin", "our CPU twin (all host cores), same work", ("readme",), devices=("cuda",),
-          script="meta-20ng"),
-    Entry("svm", "20ng-meta", "gputext", "20 Newsgroups kNN meta-features (11,293 x 1,840), one-vs-rest L2-loss SVM, "
-          "one primal fit at C = 0.25", ("readme",), devices=("cuda",), script="svm-20ng"),
-    Entry("svm", "20ng-meta", "sklearn-linearsvc", "LinearSVC (dual=False), same fit", ("readme",), devices=("cuda",),
-          script="svm-20ng"),
-    Entry("star-graph", "reu-70k", "gputext", "Reu-70K shape (70,000 documents, beta 0.25): the similarity graph, "
-          "185.7M edges", ("readme",), devices=("cuda",), script="star-reu70k"),
-    Entry("star-graph", "reu-70k", "cupy-spgemm", "CuPy SpGEMM graph, same corpus", ("readme",), devices=("cuda",),
-          script="star-reu70k"),
-    Entry("stream-latency", "1.6m-clusters", "gputext", "1.6M clusters, K = 35, one document at a time: mean latency "
-          "per document", ("readme",), devices=("cuda",), script="stream-1.6m"),
-    Entry("stream-latency", "1.6m-clusters", "torch-spmv", "torch.sparse SpMV + argmax, same state", ("readme",),
-          devices=("cuda",), script="stream-1.6m"),
-    Entry("rank-train", "mslr-web30k", "gputext", "MSLR-WEB30K shape (2.27M x 136, 18,919 queries) to eps = 1e-5",
-          ("readme",), devices=("cuda",), script="rank-mslr30k"),
-    Entry("rank-train", "mslr-web30k", "cpu-twin", "our CPU twin (all host cores), same training", ("readme",),
-          devices=("cuda",), script="rank-mslr30k"),
+    *[Entry(fam, data, peer, what, suites, devices=devices, script=script)
+      for fam, data, peer, script, what, suites, devices in SCRIPT_FIGURES],
     # synthetic corpora of 20 Newsgroups' shape (the smoke suite shrinks them with --scale), and peers in process
     *_cli_entries("synth-20ng", ("knn-search", "knn-classify-svm", "knn-classify-vote", "star", "stream"),
                   READ + ("smoke",)),
