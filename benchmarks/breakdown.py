@@ -6,9 +6,8 @@ and writing HDF5, and the rest (the work itself), printed and written as JSON.
 
 The profiler slows Python-heavy parts (imports by roughly a third), so the parts are for finding
 what to cut; the figures to publish are the wall times measured outside the process
-(benchmarks/fresh.py). A category's time is the cumulative time of its functions, outermost calls
-only (a function called inside another of the same category is not counted twice); categories
-can overlap (an import made while reading a file counts in both).
+(benchmarks/fresh.py). A category's time is the cumulative time of the functions it matches;
+categories can overlap (an import made while reading a file counts in both).
 """
 from __future__ import annotations
 
@@ -22,37 +21,28 @@ import sys
 import tempfile
 import time
 
-# category -> regular expressions over "file:line(function)"
+# category -> a regular expression over "file:line(function)"; a category's time is the cumulative
+# time of the functions it matches (cProfile counts a recursive function's outermost call only)
 CATEGORIES = {
-    "imports": [r"<frozen importlib._bootstrap>:\d+\(_find_and_load\)"],
-    "cuda context": [r"cudadrv/driver.py:\d+\((initialize|_activate_context|get_primary_context|_initialize_extras)\)",
-                     r"cudadrv/devices.py:\d+\(get_or_create_context\)"],
-    "compile": [r"dispatcher.py:\d+\(_compile_core\)", r"compiler.py:\d+\(compile_cuda\)",
-                r"codegen.py:\d+\(get_cubin\)", r"compiler.py:\d+\(compile_extra\)"],
-    "cache load": [r"caching.py:\d+\(load_overload\)"],
-    "cache save": [r"caching.py:\d+\(save_overload\)"],
-    "module load (cubin)": [r"driver.py:\d+\((load_module_image|load_module_image_cuda_python|create_module_image)\)",
-                            r"codegen.py:\d+\(get_cufunc\)"],
-    "hdf5 read": [r"gputext/io/corpus.py:\d+\(read_corpus\)", r"gputext/engine/index.py:\d+\(load\)"],
-    "device sync": [r"(synchronize|cuStreamSynchronize|cuCtxSynchronize)"],
-    "copy to host": [r"devicearray.py:\d+\(copy_to_host\)"],
+    "imports": r"<frozen importlib._bootstrap>:\d+\(_find_and_load\)",
+    "cuda context": r"cudadrv/devices.py:\d+\(get_or_create_context\)",
+    "compile": r"dispatcher.py:\d+\(_compile_core\)",
+    "cache load": r"caching.py:\d+\(load_overload\)",
+    "cache save": r"caching.py:\d+\(save_overload\)",
+    "module load (cubin)": r"codegen.py:\d+\(get_cufunc\)",
+    "hdf5 read": r"gputext/io/corpus.py:\d+\(read_corpus\)",
+    "index load": r"gputext/engine/index.py:\d+\(load\)",
+    "device sync": r"\((synchronize|cuStreamSynchronize|cuCtxSynchronize)\)",
+    "copy to host": r"devicearray.py:\d+\(copy_to_host\)",
 }
 
 
 def categorise(stats: pstats.Stats) -> dict:
-    """{category: seconds} of outermost calls (see the module docstring)."""
-    raw = stats.stats  # (file, line, fn) -> (cc, nc, tt, ct, callers)
-    names = {key: f"{key[0]}:{key[1]}({key[2]})" for key in raw}
+    """{category: seconds}: the summed cumulative time of the functions each category matches."""
     out = {}
-    for cat, patterns in CATEGORIES.items():
-        rx = re.compile("|".join(patterns))
-        members = {key for key, name in names.items() if rx.search(name)}
-        total = 0.0
-        for key in members:
-            cc, nc, tt, ct, callers = raw[key]
-            # outermost: time that came from callers outside the category
-            total += sum(v[3] for c, v in callers.items() if c not in members)
-        out[cat] = round(total, 4)
+    for cat, pattern in CATEGORIES.items():
+        rx = re.compile(pattern)
+        out[cat] = round(sum(v[3] for k, v in stats.stats.items() if rx.search(f"{k[0]}:{k[1]}({k[2]})")), 4)
     return out
 
 

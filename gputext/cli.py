@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import click
 
@@ -92,15 +93,28 @@ def cli():
 @cli.command()
 @click.option("--scheduler", metavar="ADDRESS|local:N",
               help="Also connect to this Dask scheduler (or start local:N) and list its workers and devices.")
-def doctor(scheduler):
-    """Print versions, the CUDA device and driver (or why there is none), and what --device auto picks.
+@click.option("--compile", "compile_", is_flag=True,
+              help="Compile the kernels of every command for this device into the kernel cache (once; "
+                   "later processes load them), with a progress bar and the time each step took.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="With --compile: the device to compile for (auto: the GPU when one is usable).")
+@click.option("--clear-cache", is_flag=True,
+              help="Remove the kernel cache's folders of other code versions (and this one's with --compile, "
+                   "before compiling afresh).")
+def doctor(scheduler, compile_, device, clear_cache):
+    """Print versions, the CUDA device and driver (or why there is none), what --device auto picks,
+    and where the kernel cache is.
 
     Also the versions of Dask, distributed and dask-cuda (the --scheduler extras), and with
     --scheduler the workers of that cluster: address, memory limit, numba threads and GPUs.
+    Compiled kernels are kept on disk in $GPUTEXT_CACHE_DIR (default ~/.cache/gputext) and reused by
+    every later process; --compile fills the cache for every command at once (`make demo` runs it
+    when there is a GPU).
 
     \b
     Example:
       gputext doctor
+      gputext doctor --compile
       gputext doctor --scheduler tcp://head:8786
     """
     import numba
@@ -137,6 +151,7 @@ def doctor(scheduler):
     from .distributed.client import versions
     dask_versions = versions()
     click.echo("dask        " + ", ".join(f"{name} {v}" for name, v in dask_versions.items()))
+    _kernel_cache(compile_, device, clear_cache)
     if scheduler:
         from .distributed.client import connect, describe_cluster
         with connect(scheduler, quiet=True) as client:
@@ -144,6 +159,39 @@ def doctor(scheduler):
             click.echo(f"scheduler   {client.scheduler.address}: {len(lines)} worker(s); dashboard {client.dashboard_link}")
             for line in lines:
                 click.echo(f"  worker    {line}")
+
+
+def _kernel_cache(compile_: bool, device: str, clear_cache: bool) -> None:
+    """doctor's kernel-cache lines: the folder and its entries; --clear-cache, --compile."""
+    from .kernels.jit import cache_folder, clear_other_versions, why_not_cached
+    from .warmup import WARMUP_STEPS, cache_entries, compile_all
+
+    folder = cache_folder()
+    if folder is None:
+        click.echo(f"cache       none: {why_not_cached()} (kernels compile in every process)")
+    if clear_cache and folder is not None:
+        removed = clear_other_versions(include_current=compile_)
+        click.echo(f"cache       removed {removed} folder(s) of compiled kernels")
+    if folder is not None:
+        click.echo(f"cache       {folder} ({cache_entries(folder)} compiled entries; $GPUTEXT_CACHE_DIR moves it)")
+    if not compile_:
+        return
+    from .backend import resolve
+    backend = resolve(device)
+    done = []
+    t0 = time.perf_counter()
+    with click.progressbar(length=len(WARMUP_STEPS), label=f"compiling for {backend.describe()}", file=sys.stderr,
+                           show_pos=True, item_show_func=lambda label: label) as bar:
+        def on_step(label):
+            if done:
+                bar.update(1, done[-1])
+            done.append(label)
+        report = compile_all(backend.name, on_step=on_step)
+        bar.update(1, done[-1])
+    for label, seconds, added in report.steps:
+        click.echo(f"  {label:<26} {seconds:7.2f} s  {added:4d} new entries")
+    click.echo(f"compiled    {report.entries_after - report.entries_before} new entries in "
+               f"{time.perf_counter() - t0:.1f} s on {backend.describe()}; cache {report.folder or 'none'}")
 
 
 add_optional_commands(cli, FAMILIES)

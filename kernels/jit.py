@@ -144,6 +144,22 @@ def why_not_cached() -> str:
     return _state["why_not"]
 
 
+def clear_other_versions(include_current: bool = False) -> int:
+    """Remove the cache root's folders of other code versions (and this one's when asked); returns
+    how many. Only folders named like ours (``code-*``) are touched."""
+    import shutil
+    current = cache_folder()
+    removed = 0
+    root = current.parent if current is not None else cache_root()
+    for folder in root.glob("code-*"):
+        if folder.is_dir() and (include_current or folder != current):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed += 1
+    if include_current and current is not None:
+        current.mkdir(parents=True, exist_ok=True)
+    return removed
+
+
 @contextlib.contextmanager
 def folder_lock(folder: str, exclusive: bool):
     """Hold the folder's lock file: exclusive for a save, shared for a load."""

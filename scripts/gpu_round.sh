@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU round on the device host: environment probe, GPU tests, then benchmarks.
 # Usage (device tool, carry .whl):  bash scripts/gpu_round.sh [STEP ...]
-#   steps: probe tests tests-only tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-tiles knn-tiles-1e7 knn-ncu-1e7 knn-issue19 knn-growth knn-latency knn-shard-sweep knn-5e7 knn-ncu stream-sanitizer pruning bench-readme bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify
+#   steps: probe tests tests-only tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-tiles knn-tiles-1e7 knn-ncu-1e7 knn-issue19 knn-growth first-answer knn-latency knn-shard-sweep knn-5e7 knn-ncu stream-sanitizer pruning bench-readme bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify
 #   (knn_classify reads the real datasets from .data/, an ignored copy of ../shared/datasets carried along)
 # Logs go to $OUT (default out/gpu). Each step has its own time limit so one slow step cannot eat the round.
 set -u
@@ -81,6 +81,9 @@ for step in "${steps[@]}"; do
     # (the copy has no .git: GPUTEXT_BENCH_COMMIT=$(git rev-parse --short=12 HEAD) names the commit)
     bench-readme) run bench-readme "${LIMIT_bench_readme:-590}" python3 -m benchmarks.run --suite readme --device cuda --datasets "${GPUTEXT_DATASETS:-.data}" --repeats "${REPEATS_bench:-3}" --budget "${BUDGET_bench_readme:-450}" --resume --out /tmp/bench --records "$OUT/records.jsonl" ${ARGS_bench_readme:-} ;;
     estimators) run estimators 300 python3 scripts/bench_estimators.py --device cuda --out "$OUT" ${ARGS_estimators:-} ;;
+    # issue 31: each command's first answer in fresh processes (cold / warm kernel cache), the
+    # profile breakdown, the CUDA context's parts, doctor --compile, the library call
+    first-answer) run first-answer "${LIMIT_first_answer:-560}" bash scripts/first_answer.sh "${GPUTEXT_DATASETS:-.data}" "$OUT" ;;
     knn_classify) run knn_classify 560 python3 scripts/gpu_knn_classify.py --device cuda --datasets "${GPUTEXT_DATASETS:-.data}" --out "$OUT" ${ARGS_knn_classify:-} ;;
     # extra arguments for a scripts/gpu_<step>.py step: ARGS_<step>="..." (e.g. ARGS_stream="--sections env,latency")
     *) extra="ARGS_$step"; if [ -f "scripts/gpu_$step.py" ]; then run "$step" 560 python3 "scripts/gpu_$step.py" --out "$OUT" ${!extra:-}; else echo "unknown step $step"; fi ;;
