@@ -56,6 +56,7 @@ class Entry:
     snippet: str | None = None
     script: str | None = None
     device_arg: str | None = None  # the --device a cli entry passes (default: the runner's device)
+    imports: str | None = None  # the library module a cli entry's command imports (its "import" record)
 
     @property
     def name(self) -> str:
@@ -102,28 +103,28 @@ SCRIPTS = {s.name: s for s in (
 
 K = 30
 READ = ("readme", "full", "cli")
-_CLI = {  # family -> (gputext arguments, the in-process library call, workload)
+_CLI = {  # family -> (gputext arguments, the in-process library call, workload, the library module it imports)
     "knn-search": (("knn", "search", "--index", "{train}", "--queries", "{test}", "-k", str(K), "-o", "{out}/nn.h5"),
-                   "knn_search", f"exact kNN, k = {K}, cosine: every test document against the training set"),
+                   "knn_search", f"exact kNN, k = {K}, cosine: every test document against the training set", "gputext.knn.search"),
     "knn-classify-svm": (("knn", "classify", "--train", "{train}", "--test", "{test}", "-k", str(K), "--model", "svm",
                           "--features", "meta", "-o", "{out}/svm.h5"), "svm_classify",
-                         f"kNN meta-features (k = {K}) + linear SVM, C by 5-fold CV, test predicted"),
+                         f"kNN meta-features (k = {K}) + linear SVM, C by 5-fold CV, test predicted", "gputext.knn.svm"),
     "knn-classify-vote": (("knn", "classify", "--train", "{train}", "--test", "{test}", "-k", str(K), "-o", "{out}/pred.h5"),
-                          "knn_vote", f"kNN vote, k = {K}: every test document classified"),
+                          "knn_vote", f"kNN vote, k = {K}: every test document classified", "gputext.knn.classify"),
     "star": (("cluster", "star", "{train}", "--beta", "0.25", "-o", "{out}/star.h5"), "star",
-             "overlapping star clustering of the training set, beta 0.25"),
+             "overlapping star clustering of the training set, beta 0.25", "gputext.cluster.star"),
     "stream": (("cluster", "stream", "{train}", "--threshold", "0.6", "--max-terms", "35", "-o", "{out}/stream.h5"),
-               "stream", "stream clustering of the training set, T = 0.6, K = 35, one pass"),
+               "stream", "stream clustering of the training set, T = 0.6, K = 35, one pass", "gputext.cluster.stream"),
     "rank-train": (("rank", "train", "{train}", "-C", "1", "--eps", "1e-5", "-o", "{out}/model.h5"), "rank_train",
-                   "linear RankSVM, C = 1, to eps = 1e-5"),
+                   "linear RankSVM, C = 1, to eps = 1e-5", "gputext.rank.api"),
 }
 
 
 def _cli_entries(dataset: str, families: tuple, suites: tuple) -> list:
     out = []
     for fam in families:
-        args, library, workload = _CLI[fam]
-        out.append(Entry(fam, dataset, "gputext", workload, suites, cli=args, library=library))
+        args, library, workload, module = _CLI[fam]
+        out.append(Entry(fam, dataset, "gputext", workload, suites, cli=args, library=library, imports=module))
     return out
 
 

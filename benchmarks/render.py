@@ -98,9 +98,9 @@ def view_cpu_knn(recs: list) -> str:
 
 def view_cli(recs: list) -> str:
     """Fresh processes of the command line, measured from outside: cold (empty kernel cache) and
-    warm wall time, warm CPU time, and the same work in process; the newest record per entry and
-    device."""
-    out = ["| command | data | device | cold | warm | warm CPU | in process | date |", "|" + " --- |" * 8]
+    warm wall time, warm CPU time, a fresh process importing the command's library, and the same
+    work in process; the newest record per entry and device."""
+    out = ["| command | data | device | cold | warm | warm CPU | imports | in process | date |", "|" + " --- |" * 9]
     seen = []
     for r in recs:
         key = (r["entry"], r["device"])
@@ -112,7 +112,8 @@ def view_cli(recs: list) -> str:
         pick = [r for r in recs if r["entry"] == name and r["device"] == device]
         warm = max((r for r in pick if r["measure"].endswith("-warm")), key=lambda r: r["date"])
         cold = [r for r in pick if r["measure"].endswith("-cold") and r["date"] <= warm["date"]]
-        kernel = [r for r in recs if r["entry"] == name and r["measure"] == "kernel"]
+        kernel = [r for r in recs if r["entry"] == name and r["measure"] == "kernel" and r["device"] == device]
+        imports = [r for r in recs if r["entry"] == name and r["measure"] == "import" and r["device"] == device]
         entry = ENTRY.get(name)
         family = entry.family if entry else name.split("/")[0]
         label = CLI_LABEL.get(family, family) + (" --device cpu" if entry and entry.peer == "cpu-twin" else "")
@@ -121,7 +122,8 @@ def view_cli(recs: list) -> str:
         data = name.split("/")[1] + (f" x {scale:g}" if scale != 1 else "")
         out.append(f"| `{label}` | {data} | {short_device(warm)} | "
                    f"{fmt(max(cold, key=lambda r: r['date'])['seconds']) if cold else ''} | {fmt(warm['seconds'])} | "
-                   f"{fmt(cpu) if cpu else ''} | {fmt(max(kernel, key=lambda r: r['date'])['seconds']) if kernel else ''} | "
+                   f"{fmt(cpu) if cpu else ''} | {fmt(max(imports, key=lambda r: r['date'])['seconds']) if imports else ''} | "
+                   f"{fmt(max(kernel, key=lambda r: r['date'])['seconds']) if kernel else ''} | "
                    f"{warm['date'][:10]} |")
     return "\n".join(out)
 
@@ -137,8 +139,31 @@ def view_records(recs: list) -> str:
     return "\n".join(out)
 
 
+def family_view(*families: str):
+    """A view of one family's figures for its docs page: the newest record of each entry, measure
+    and device, our entries first."""
+    def view(recs: list) -> str:
+        newest = {}
+        for r in recs:
+            if r["family"] in families:
+                key = (r["entry"], r["measure"], r["device"])
+                if key not in newest or r["date"] >= newest[key]["date"]:
+                    newest[key] = r
+        rows = sorted(newest.values(), key=lambda r: (families.index(r["family"]), r["dataset"], r["peer"] != "gputext",
+                                                      r["peer"], r["measure"], r["device"]))
+        out = ["| what | data | peer | measure | time | device | date |", "|" + " --- |" * 7]
+        out += [f"| {ENTRY[r['entry']].workload if r['entry'] in ENTRY else r['workload']} | {r['dataset']} | {r['peer']} | "
+                f"{r['measure']} | {fmt(r['seconds'])} | {short_device(r)} | {r['date'][:10]} |" for r in rows]
+        return "\n".join(out)
+    view.__doc__ = f"The records of {', '.join(families)}."
+    return view
+
+
 VIEWS = {"readme": view_readme, "knn-detail": view_knn_detail, "cpu-knn": view_cpu_knn, "cli": view_cli,
-         "records": view_records}
+         "records": view_records, "knn": family_view("knn-search", "knn-query", "library-knn"),
+         "classify": family_view("knn-classify-vote", "knn-classify-svm", "metafeatures", "svm"),
+         "star": family_view("star-graph", "star"), "stream": family_view("stream-latency", "stream"),
+         "rank": family_view("rank-train")}
 
 
 def render_text(text: str, recs: list) -> str:

@@ -117,6 +117,17 @@ class Round:
         self.add(entry, "cli-warm", timing.warm, shlex.join(argv), dev, cpu_seconds=timing.warm_cpu,
                  runs=[r.wall for r in timing.warm_runs], stages=stages, params={**params, "cache": "filled by the cold run"})
 
+    def imports(self, entry):
+        """The "import" record: fresh processes that import the command's library module and exit
+        (the part of a command's wall time spent before any work), the median of --repeats."""
+        argv = [sys.executable, "-c", f"import {entry.imports}"]
+        runs = [fresh.run_once(argv, timeout=120) for _ in range(max(1, self.args.repeats))]
+        if any(r.rc for r in runs):
+            raise RuntimeError(f"{shlex.join(argv)} failed: {runs[0].stderr.strip()[-400:]}")
+        walls = sorted(r.wall for r in runs)
+        self.add(entry, "import", walls[len(walls) // 2], shlex.join(argv),
+                 cpu_seconds=sorted(r.cpu for r in runs)[len(runs) // 2], runs=walls)
+
     def snippet(self, entry, files):
         argv = [sys.executable, "-c", entry.snippet, str(files["train"]), str(files["test"]), self.device]
         timing = fresh.cold_and_warm(argv, self.args.repeats, timeout=max(30.0, min(600.0, self.left())))
@@ -172,6 +183,8 @@ class Round:
             return
         if entry.cli:
             self.cli(entry, files)
+        if entry.imports:
+            self.imports(entry)
         if entry.snippet:
             self.snippet(entry, files)
         if entry.library:
