@@ -15,6 +15,11 @@ An entry is measured one of three ways:
 Entries run in the order of ENTRIES (the runner's --budget cuts the tail): the fresh-process
 timings on the real data first, then the README's kernel rows, then the synthetic corpora.
 
+Beside the entries, every family script of scripts/ is registered as a Script (SCRIPTS): the paper
+tables (suite "papers") and the scripts' other studies (suite "tools": kNN latency and geometry
+sweeps, every peer of bench_knn, pruning, DClustR, Dask, ingest, ...), each run by name with
+``python -m benchmarks.run --script NAME [--args "..."]`` (their JSON and markdown go to --out).
+
 Suites pick entries: "readme" (every figure of the README's and docs' rendered tables), "cli" (the
 fresh-process timings alone), "full" (readme plus the long peers), "papers" (the paper-table
 reproductions of scripts/table_*.py; their tables go to --out, not to records), "smoke" (tiny
@@ -24,6 +29,9 @@ only is skipped with one line on a machine without a GPU.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -99,6 +107,45 @@ SCRIPTS = {s.name: s for s in (
            suites=("papers",)),
     Script("table-rank", "table_rank.py", ("--out", "{out}"), "table_rank.json", None, 560, devices=("cpu", "cuda"),
            suites=("papers",)),
+    # the family scripts' other studies, run one at a time: python -m benchmarks.run --script NAME [--args "..."]
+    *(Script(name, path, args + ("--out", "{out}"), report, None, seconds, devices=devices, suites=("tools",),
+             needs_data=data)
+      for name, path, args, report, seconds, devices, data in (
+          ("knn-latency", "bench_knn.py", ("--latency", "--device", "{device}", "--sizes", "1e6", "--queries", "10000",
+                                           "--singles", "300", "--repeats", "3", "--check", "5"), "bench_knn.json", 200,
+           ("cuda",), False),
+          ("knn-geometries", "bench_knn.py", ("--latency", "--device", "{device}", "--sizes", "1e6", "--queries",
+                                              "1000,10000", "--geometries", "t1:tile_rows=1;t6:tile_rows=6"),
+           "bench_knn.json", 420, ("cuda",), False),
+          ("knn-peers", "bench_knn.py", ("--device", "{device}", "--sizes", "1e5,1e6", "--queries", "1,100,10000",
+                                         "--peers", "cupy_spmm,torch_spmm,sklearn,cpu"), "bench_knn.json", 560,
+           ("cpu", "cuda"), False),
+          ("knn-pruning", "knn_pruning.py", ("--device", "{device}", "--datasets", "{datasets}"), "knn_pruning.json", 400,
+           ("cpu", "cuda"), True),
+          ("knn-classify-round", "gpu_knn_classify.py", ("--device", "{device}", "--datasets", "{datasets}"),
+           "gpu_knn_classify.json", 560, ("cpu", "cuda"), True),
+          ("svm-round", "gpu_svm.py", ("--device", "{device}", "--datasets", "{datasets}"), "gpu_svm.json", 300,
+           ("cpu", "cuda"), True),
+          ("meta-round", "gpu_meta.py", ("--device", "{device}",), "gpu_meta.json", 200, ("cpu", "cuda"), False),
+          ("gemm-sweep", "gpu_gemm.py", (), "gpu_gemm.json", 300, ("cuda",), False),
+          ("matvec-grid", "gpu_matvec_grid.py", (), "matvec_grid.json", 300, ("cuda",), False),
+          ("star-round", "gpu_star.py", ("--device", "{device}",), "gpu_star.json", 400, ("cpu", "cuda"), False),
+          ("dclus-round", "gpu_dclus.py", ("--device", "{device}",), "gpu_dclus.json", 560, ("cpu", "cuda"), False),
+          ("dclus-profile", "profile_dclus.py", ("--device", "{device}",), "profile_dclus.json", 300, ("cpu", "cuda"),
+           False),
+          ("stream-round", "gpu_stream.py", ("--device", "{device}",), "gpu_stream.json", 560, ("cpu", "cuda"), False),
+          ("rank-round", "gpu_rank.py", ("--device", "{device}",), "rank_gpu.json", 300, ("cpu", "cuda"), False),
+          ("estimators", "bench_estimators.py", ("--device", "{device}",), "bench_estimators.json", 300, ("cpu", "cuda"),
+           False),
+          ("dask", "gpu_dask.py", (), "dask_gpu.json", 300, ("cuda",), False),
+          ("dask-multi", "gpu_dask_multi.py", (), "dask_multi.json", 300, ("cuda",), False),
+          ("ingest", "bench_ingest.py", ("--datasets", "{datasets}"), "ingest_bench.json", 200, ("cpu", "cuda"), True),
+          ("synth", "bench_synth.py", (), "bench_synth.json", 200, ("cpu", "cuda"), False),
+          ("svm-defaults", "svm_defaults.py", ("--device", "{device}", "--datasets", "{datasets}"), "svm_defaults.json",
+           300, ("cpu", "cuda"), True),
+          ("svm-exactness", "svm_exactness.py", ("--device", "{device}", "--datasets", "{datasets}"),
+           "svm_exactness.json", 560, ("cpu", "cuda"), True),
+      )),
 )}
 
 K = 30
@@ -193,6 +240,9 @@ ENTRIES = [
           "metric='cosine', n_jobs=-1), k = 30", ("readme", "full", "smoke"), library="sklearn_knn"),
 ]
 ENTRY = {e.name: e for e in ENTRIES}
+# scripts/*.py that are not a Script above, and why
+NOT_SCRIPTS = {"startup_times.py": "start-up of --help, corpus info and rank train: the registry's startup, import and "
+                                   "rank-train entries measure it (cold and warm) for every command"}
 assert len(ENTRY) == len(ENTRIES), "two entries with one name"
 
 

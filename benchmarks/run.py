@@ -158,16 +158,17 @@ class Round:
         self.add(entry, "kernel", figure["seconds"], command, figure.get("device") or self.device_name,
                  runs=figure.get("runs"), params=figure.get("params"))
 
-    def run_script(self, spec):
+    def run_script(self, spec, extra: tuple = ()):
         out = self.work / "scripts" / spec.name
         out.mkdir(parents=True, exist_ok=True)
         data = str(datagen.real_datasets(self.args.datasets) or "")
         if spec.needs_data and not data:
             raise RuntimeError("the real datasets are not here")
         argv = [sys.executable, str(ROOT / "scripts" / spec.path),
-                *[a.format(out=str(out), datasets=data, device=self.device) for a in spec.args]]
+                *[a.format(out=str(out), datasets=data, device=self.device) for a in spec.args], *extra]
         log(f"  running {' '.join(argv[1:])}")
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=max(2.0 * spec.seconds, self.left()))
+        limit = max(2.0 * spec.seconds, self.left()) if self.args.budget else None
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=limit)
         (out / "log.txt").write_text(res.stdout + res.stderr)
         report = out / spec.report
         if res.returncode != 0 or not report.exists():
@@ -207,12 +208,25 @@ def main(argv=None) -> int:
     p.add_argument("--resume", action="store_true", help="skip the entries that already have records in --records "
                                                          "(a second call finishes a suite the first one's budget cut)")
     p.add_argument("--list", action="store_true", help="list the registry and exit")
+    p.add_argument("--script", help="run one registered family script by name (--list shows them), its output in "
+                                    "--out/scripts/NAME")
+    p.add_argument("--args", default="", help="with --script: more arguments for the script (one shell-quoted string)")
     a = p.parse_args(argv)
+    if a.script:
+        if a.script not in SCRIPTS:
+            p.error(f"no script {a.script!r}: {', '.join(sorted(SCRIPTS))}")
+        rnd = Round(a)
+        rnd.run_script(SCRIPTS[a.script], tuple(shlex.split(a.args)))
+        log(f"{SCRIPTS[a.script].path}: output in {rnd.work / 'scripts' / a.script}")
+        return 0
     if a.list:
         for e in ENTRIES:
             how = "script " + e.script if e.script else ", ".join(x for x in ("cli" if e.cli else "", "library" if e.library
                                                                                else "", "snippet" if e.snippet else "") if x)
             print(f"{e.name:45s} {'/'.join(e.devices):9s} {','.join(e.suites):28s} {how}")
+        for spec in SCRIPTS.values():
+            print(f"script {spec.name:38s} {'/'.join(spec.devices):9s} {','.join(spec.suites):28s} scripts/{spec.path} "
+                  + " ".join(spec.args))
         return 0
     # the runner's own library calls compile into a cache folder of the round (fresh processes get their own)
     for var in ("GPUTEXT_CACHE_DIR", "NUMBA_CACHE_DIR"):
