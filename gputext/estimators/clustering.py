@@ -2,14 +2,29 @@
 `gputext cluster stream` as scikit-learn estimators.
 
     from gputext import StarClustering, StreamClustering
-    star = StarClustering(beta=0.25).fit(X)          # overlapping clusters
+    star = StarClustering().fit(X)                   # overlapping clusters (beta 0.15)
     star.membership_, star.centers_, star.labels_
     star.partial_fit(X_more)                         # DClustR: add documents, clusters of the union
-    stream = StreamClustering(threshold=0.6, max_terms=35)
+    star.predict(X_new)                              # the nearest star centre
+    stream = StreamClustering()                      # threshold 0.15, max_terms 35
     for batch in batches: stream.partial_fit(batch)  # one batch of the stream at a time
     stream.labels_                                   # every document so far, in arrival order
+    stream.predict(X_new)                            # nearest centroid above the threshold, else -1
 
 Decisions (docs/python.md repeats them):
+- Defaults chosen on real text (20 Newsgroups and Reuters R8 training sets, `corpus build`'s
+  tf-idf; gputext.estimators.sweep, figures in docs/python.md): StarClustering beta = 0.15 (the
+  CLI's 0.25 left 17.7% / 10.8% of the documents alone in a cluster; 0.15 leaves 3.6% / 3.0%
+  with higher FBcubed and the same NMI), StreamClustering threshold = 0.15 (the CLI's 0.6 left
+  68% / 66% alone; 0.15 leaves 8% / 8%). A corpus of short or few documents needs lower values:
+  gputext.estimators.sweep.sweep_clustering reports cluster count, singletons, FBcubed and NMI
+  for a grid of them. The CLI keeps its defaults (the papers' settings).
+- predict(X) assigns new documents without changing the model. Star: the cluster of the most
+  similar star centre (cosine, float64; ties -> the lower cluster index), -1 for a document
+  sharing no term with any centre. Stream: the most similar centroid when the similarity is
+  > threshold (the stream's own similarity: the document's max_terms heaviest terms, unit
+  norm, against the stored centroids; ties -> the lower cluster id), else -1 where the stream
+  would have started a new cluster (or the document has no terms).
 - StarClustering.labels_ (one cluster per document, for hard-partition users): a center's own
   cluster; any other document the cluster whose center is most similar to it (cosine, float64),
   ties -> the lower cluster index. Every document is in at least one cluster (an isolated one is a
@@ -30,8 +45,31 @@ import tempfile
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClusterMixin
+from sklearn.utils.validation import check_is_fitted
 
 from .inputs import SparseInput, backend_of, check_device, check_finite_float32, check_X
+
+
+def unit_rows(X) -> sp.csr_matrix:
+    """CSR float64 rows of X scaled to unit L2 norm (all-zero rows stay zero)."""
+    Xn = sp.csr_matrix(X, dtype=np.float64)
+    norms = np.sqrt(np.asarray(Xn.multiply(Xn).sum(axis=1)).ravel())
+    return sp.csr_matrix(sp.diags(np.where(norms > 0, 1.0 / np.where(norms > 0, norms, 1.0), 0.0)) @ Xn)
+
+
+def best_above(S: sp.csr_matrix, floor: float) -> np.ndarray:
+    """int64 (n_rows,): per row of the similarity matrix S (rows x clusters), the column of the
+    largest value when it is > floor (ties -> the lower column), else -1."""
+    S = sp.csr_matrix(S)
+    out = np.full(S.shape[0], -1, np.int64)
+    for i in range(S.shape[0]):
+        lo, hi = S.indptr[i], S.indptr[i + 1]
+        if hi > lo:
+            cols, vals = S.indices[lo:hi], S.data[lo:hi]
+            top = vals.max()
+            if top > floor:
+                out[i] = cols[vals == top].min()
+    return out
 
 
 def hard_labels(X: sp.csr_matrix, membership: sp.csr_matrix, centers: np.ndarray) -> np.ndarray:
@@ -39,9 +77,7 @@ def hard_labels(X: sp.csr_matrix, membership: sp.csr_matrix, centers: np.ndarray
     n = X.shape[0]
     M = sp.coo_matrix(membership)
     rows, cols = M.row.astype(np.int64), M.col.astype(np.int64)
-    Xn = sp.csr_matrix(X, dtype=np.float64)
-    norms = np.sqrt(np.asarray(Xn.multiply(Xn).sum(axis=1)).ravel())
-    Xn = sp.diags(np.where(norms > 0, 1.0 / np.where(norms > 0, norms, 1.0), 0.0)) @ Xn
+    Xn = unit_rows(X)
     center_of = np.asarray(centers, np.int64)[cols]
     sims = np.asarray(Xn[rows].multiply(Xn[center_of]).sum(axis=1)).ravel()
     sims = np.where(center_of == rows, np.inf, sims)  # a center's own cluster first
@@ -58,15 +94,17 @@ class StarClustering(SparseInput, ClusterMixin, BaseEstimator):
 
     Parameters
     ----------
-    beta : float in [1e-4, 1], default 0.25: cosine threshold of the similarity graph.
+    beta : float in [1e-4, 1], default 0.15
+        Cosine threshold of the similarity graph (the CLI's default is 0.25; module docstring).
     device : "auto" | "cpu" | "cuda".
     batch_size : int or None, queries per engine batch when building the graph.
 
     Fitted attributes: membership_ (CSR float32 (n_docs, n_clusters)), centers_ (int64
     (n_clusters,), ascending), labels_ (int64 (n_docs,)), n_clusters_, n_features_in_, device_.
+    predict(X): the nearest star centre's cluster (-1: no term shared with any centre).
     """
 
-    def __init__(self, beta=0.25, device="auto", batch_size=None):
+    def __init__(self, beta=0.15, device="auto", batch_size=None):
         self.beta = beta
         self.device = device
         self.batch_size = batch_size
@@ -112,22 +150,30 @@ class StarClustering(SparseInput, ClusterMixin, BaseEstimator):
         self._set(out.X, out.obsm["clusters"], out.params["star"]["centers"], graph, backend.name)
         return self
 
+    def predict(self, X):
+        """int64 (n_samples,): the cluster of each row's most similar star centre (cosine; ties ->
+        the lower cluster index), -1 for a row sharing no term with any centre."""
+        check_is_fitted(self)
+        Q = check_finite_float32(check_X(self, X, reset=False))
+        return best_above(unit_rows(Q) @ unit_rows(self._X[self.centers_]).T, 0.0)
+
 class StreamClustering(SparseInput, ClusterMixin, BaseEstimator):
     """Exact single-pass stream clustering (Szaszy & Samet) against an ELLPACK centroid matrix.
 
     Parameters
     ----------
-    threshold : float in [0, 1], default 0.6: a document joins its most similar cluster when the
-        similarity is > threshold, else starts a new one.
+    threshold : float in [0, 1], default 0.15: a document joins its most similar cluster when the
+        similarity is > threshold, else starts a new one (the CLI's default is 0.6; module docstring).
     max_terms : int, default 35: terms kept per centroid (K).
     batch_size : int or None: documents per scoring launch (results do not depend on it).
     device : "auto" | "cpu" | "cuda".
 
     Fitted attributes: labels_ (int64, every document so far; -1 without terms), n_clusters_,
     n_features_in_, device_. Weights must be >= 0 (tf-idf, tf-icf).
+    predict(X): the most similar centroid above the threshold, else -1 (the model is unchanged).
     """
 
-    def __init__(self, threshold=0.6, max_terms=35, batch_size=None, device="auto"):
+    def __init__(self, threshold=0.15, max_terms=35, batch_size=None, device="auto"):
         self.threshold = threshold
         self.max_terms = max_terms
         self.batch_size = batch_size
@@ -166,6 +212,26 @@ class StreamClustering(SparseInput, ClusterMixin, BaseEstimator):
         self.n_clusters_ = self._stream.n_clusters
         self.device_ = self._stream.backend.name
         return self
+
+    def predict(self, X):
+        """int64 (n_samples,): each row's most similar cluster when the similarity is > threshold,
+        else -1 (where the stream would start a new cluster, or the row has no terms). The
+        similarity is the stream's (gputext.cluster.stream_reference): the row's max_terms
+        heaviest terms at unit norm against the stored centroids."""
+        from ..cluster.stream_reference import prepare_document
+        check_is_fitted(self, "labels_")
+        Q = check_finite_float32(check_X(self, X, reset=False))
+        state = self._clusterer().centroids()
+        terms, weights = state["ell_terms"], state["ell_weights"].astype(np.float64)
+        cluster_of = np.broadcast_to(np.arange(terms.shape[1]), terms.shape)
+        keep = terms >= 0
+        C = sp.csr_matrix((weights[keep], (cluster_of[keep], terms[keep])), shape=(terms.shape[1], Q.shape[1]))
+        rows = [prepare_document(Q.indices[a:b], Q.data[a:b], int(self.max_terms))
+                for a, b in zip(Q.indptr[:-1], Q.indptr[1:])]
+        D = sp.csr_matrix((np.concatenate([r[1] for r in rows] + [np.zeros(0, np.float32)]).astype(np.float64),
+                           np.concatenate([r[0] for r in rows] + [np.zeros(0, np.int64)]),
+                           np.concatenate([[0], np.cumsum([len(r[0]) for r in rows])])), shape=Q.shape)
+        return best_above(D @ C.T, float(self.threshold))
 
     def __getstate__(self):
         state = dict(self.__dict__)
