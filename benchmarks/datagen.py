@@ -20,22 +20,24 @@ from .named import registrar
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# name -> how: a function (folder, scale, datasets) -> files, whose docstring says what the dataset is
+# name -> how: a function (folder, scale, the --datasets argument) -> files; its docstring says what it is
 DATASETS: dict = {}
 dataset = registrar(DATASETS)  # @dataset("name"): register a dataset builder
 
 
-def real_datasets(arg: str | None = None) -> Path | None:
-    """The folder of the real datasets, or None when there is none here."""
+def real_datasets(arg: str | None = None, name: str = "20newsgroups") -> Path | None:
+    """The first folder of real datasets that holds ``name`` (``arg``, $GPUTEXT_DATASETS, .data,
+    ../shared/datasets beside the checkout), or None."""
     for cand in (arg, os.environ.get("GPUTEXT_DATASETS"), str(ROOT / ".data"), str(ROOT.parent / "shared" / "datasets")):
-        if cand and os.path.isdir(cand):
+        if cand and (Path(cand) / name).is_dir():
             return Path(cand)
     return None
 
 
-def real_folder(datasets: Path | None, name: str) -> Path | None:
-    """datasets/name when it is a folder here, else None."""
-    return datasets / name if datasets is not None and (datasets / name).is_dir() else None
+def real_folder(datasets: str | None, name: str) -> Path | None:
+    """The folder of real dataset ``name`` (real_datasets), or None when there is none here."""
+    found = real_datasets(datasets, name)
+    return None if found is None else found / name
 
 
 def gputext(*args: str) -> None:
@@ -46,7 +48,7 @@ def gputext(*args: str) -> None:
 
 
 @dataset("20ng")
-def _20ng(folder: Path, scale: float, datasets: Path | None):
+def _20ng(folder: Path, scale: float, datasets: str | None):
     """20 Newsgroups (bydate, all terms) built by `gputext corpus build`: 11,293 training x 7,528 test
     documents, tf-idf, the test set on the training vocabulary"""
     src = real_folder(datasets, "20newsgroups")
@@ -59,7 +61,7 @@ def _20ng(folder: Path, scale: float, datasets: Path | None):
 
 
 @dataset("letor-sample")
-def _letor(folder: Path, scale: float, datasets: Path | None):
+def _letor(folder: Path, scale: float, datasets: str | None):
     """LightGBM's lambdarank sample built by `gputext corpus build --query-groups`: 3,005 rows, 201 queries"""
     src = real_folder(datasets, "letor-sample")
     if src is None:
@@ -71,7 +73,7 @@ def _letor(folder: Path, scale: float, datasets: Path | None):
 
 
 @dataset("synth-20ng")
-def _synth_20ng(folder: Path, scale: float, datasets: Path | None):
+def _synth_20ng(folder: Path, scale: float, datasets: str | None):
     """synthetic corpus of 20 Newsgroups' shape (`gputext corpus synth`: 11,293 + 7,528 documents, 60,000
     terms, 20 classes; --scale shrinks the documents)"""
     train, test = folder / "train.h5", folder / "test.h5"
@@ -84,11 +86,11 @@ def _synth_20ng(folder: Path, scale: float, datasets: Path | None):
 
 
 @dataset("synth-ltr")
-def _synth_ltr(folder: Path, scale: float, datasets: Path | None):
-    """synthetic learning-to-rank set (`gputext corpus synth --preset ltr-demo`: 100 queries, about 3,000
-    rows, 46 features)"""
+def _synth_ltr(folder: Path, scale: float, datasets: str | None):
+    """synthetic learning-to-rank set (`gputext corpus synth --preset ltr-demo`: about 3,000 rows in 100
+    queries, 46 features; --scale shrinks the rows)"""
     train = folder / "ltr.h5"
-    gputext("corpus", "synth", "--preset", "ltr-demo", "-o", str(train), "-q")
+    gputext("corpus", "synth", "--preset", "ltr-demo", "--n-docs", str(max(300, int(3000 * scale))), "-o", str(train), "-q")
     return {"train": train}
 
 
@@ -102,7 +104,7 @@ def make(name: str, work: Path, scale: float = 1.0, datasets: str | None = None)
     if done.exists():
         return {k: Path(v) for k, v in (line.split("\t") for line in done.read_text().splitlines())}
     folder.mkdir(parents=True, exist_ok=True)
-    files = DATASETS[name](folder, scale, real_datasets(datasets))
+    files = DATASETS[name](folder, scale, datasets)
     if files is not None:
         done.write_text("".join(f"{k}\t{v}\n" for k, v in files.items()))
     return files
