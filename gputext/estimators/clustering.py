@@ -2,23 +2,25 @@
 `gputext cluster stream` as scikit-learn estimators.
 
     from gputext import StarClustering, StreamClustering
-    star = StarClustering().fit(X)                   # overlapping clusters (beta 0.15)
+    star = StarClustering().fit(X)                   # overlapping clusters (beta 0.1)
     star.membership_, star.centers_, star.labels_
     star.partial_fit(X_more)                         # DClustR: add documents, clusters of the union
     star.predict(X_new)                              # the nearest star centre
-    stream = StreamClustering()                      # threshold 0.15, max_terms 35
+    stream = StreamClustering()                      # threshold 0.1, max_terms 35
     for batch in batches: stream.partial_fit(batch)  # one batch of the stream at a time
     stream.labels_                                   # every document so far, in arrival order
     stream.predict(X_new)                            # nearest centroid above the threshold, else -1
 
 Decisions (docs/python.md repeats them):
 - Defaults chosen on real text (20 Newsgroups and Reuters R8 training sets, `corpus build`'s
-  tf-idf; gputext.estimators.sweep, figures in docs/python.md): StarClustering beta = 0.15 (the
-  CLI's 0.25 left 17.7% / 10.8% of the documents alone in a cluster; 0.15 leaves 3.6% / 3.0%
-  with higher FBcubed and the same NMI), StreamClustering threshold = 0.15 (the CLI's 0.6 left
-  68% / 66% alone; 0.15 leaves 8% / 8%). A corpus of short or few documents needs lower values:
-  gputext.estimators.sweep.sweep_clustering reports cluster count, singletons, FBcubed and NMI
-  for a grid of them. The CLI keeps its defaults (the papers' settings).
+  tf-idf; gputext.estimators.sweep, figures in docs/python.md): StarClustering beta = 0.1 (the
+  CLI's 0.25 leaves 17.7% / 10.8% of the documents alone in a cluster; 0.1 leaves 0.4% / 0.7%,
+  with FBcubed F 0.217 / 0.483 against 0.031 / 0.221 and NMI 0.477 / 0.315 against 0.527 /
+  0.317), StreamClustering threshold = 0.1 (the CLI's 0.6 leaves 68% / 66% alone; 0.1 leaves
+  3.3% / 4.0%, F 0.057 / 0.299, NMI 0.498 / 0.365). Lower values than the papers' because a
+  corpus of fewer or shorter documents fragments first; gputext.estimators.sweep.sweep_clustering
+  reports cluster count, documents alone, FBcubed and NMI over a grid, to pick a value for a
+  corpus. The CLI keeps its defaults (the papers' settings).
 - predict(X) assigns new documents without changing the model. Star: the cluster of the most
   similar star centre (cosine, float64; ties -> the lower cluster index), -1 for a document
   sharing no term with any centre. Stream: the most similar centroid when the similarity is
@@ -94,7 +96,7 @@ class StarClustering(SparseInput, ClusterMixin, BaseEstimator):
 
     Parameters
     ----------
-    beta : float in [1e-4, 1], default 0.15
+    beta : float in [1e-4, 1], default 0.1
         Cosine threshold of the similarity graph (the CLI's default is 0.25; module docstring).
     device : "auto" | "cpu" | "cuda".
     batch_size : int or None, queries per engine batch when building the graph.
@@ -104,7 +106,7 @@ class StarClustering(SparseInput, ClusterMixin, BaseEstimator):
     predict(X): the nearest star centre's cluster (-1: no term shared with any centre).
     """
 
-    def __init__(self, beta=0.15, device="auto", batch_size=None):
+    def __init__(self, beta=0.1, device="auto", batch_size=None):
         self.beta = beta
         self.device = device
         self.batch_size = batch_size
@@ -162,7 +164,7 @@ class StreamClustering(SparseInput, ClusterMixin, BaseEstimator):
 
     Parameters
     ----------
-    threshold : float in [0, 1], default 0.15: a document joins its most similar cluster when the
+    threshold : float in [0, 1], default 0.1: a document joins its most similar cluster when the
         similarity is > threshold, else starts a new one (the CLI's default is 0.6; module docstring).
     max_terms : int, default 35: terms kept per centroid (K).
     batch_size : int or None: documents per scoring launch (results do not depend on it).
@@ -173,7 +175,7 @@ class StreamClustering(SparseInput, ClusterMixin, BaseEstimator):
     predict(X): the most similar centroid above the threshold, else -1 (the model is unchanged).
     """
 
-    def __init__(self, threshold=0.15, max_terms=35, batch_size=None, device="auto"):
+    def __init__(self, threshold=0.1, max_terms=35, batch_size=None, device="auto"):
         self.threshold = threshold
         self.max_terms = max_terms
         self.batch_size = batch_size
