@@ -6,6 +6,7 @@ document's one cluster), the cluster centers marked, and the sizes of the overla
     python examples/star_clustering_plot.py --docs 20000 --beta 0.3 --out star.png
 
 Then partial_fit adds more documents (DClustR's update) and the clusters of the union are reported.
+Needs matplotlib: pip install 'gputext[plot]'.
 """
 import argparse
 

@@ -136,10 +136,12 @@ def test_batched_folds_equal_separate_fits():
     assert res.C == min(c for c, a in res.mean_accuracy.items() if a == best)
 
 
-def test_estimator_binary_and_multiclass_match_sklearn():
+@pytest.mark.parametrize("solver", ["auto", "tron"])
+def test_estimator_binary_and_multiclass_match_sklearn(solver):
     Xd, Xs, y = problem(6)
     for labels in (np.array(["a", "b"])[y % 2], np.array(["w", "x", "y", "z"])[y]):
-        ours = LinearSVC(C=1.0, tol=1e-10, device="cpu").fit(Xd, labels)
+        ours = LinearSVC(C=1.0, tol=1e-10, device="cpu", solver=solver).fit(Xd, labels)
+        assert ours.solver_ == ("liblinear" if solver == "auto" else "tron")
         from sklearn.svm import LinearSVC as SkLinearSVC
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -263,3 +265,24 @@ def test_gpu_training_equals_cpu_twin(kind):
             assert abs(fa - fb) <= 1e-9 * fa
         assert a.fold_accuracy[C] == pytest.approx(b.fold_accuracy[C], abs=2 / 1000)
     assert a.C == b.C
+
+
+def test_estimator_takes_sklearns_parameters_and_refuses_what_tron_cannot_honour():
+    from sklearn.svm import LinearSVC as SkLinearSVC
+    Xd, Xs, y = problem(12)
+    for params in (dict(class_weight="balanced"), dict(penalty="l1", dual=False), dict(loss="hinge", dual=True),
+                   dict(multi_class="crammer_singer"), dict(dual=True, max_iter=50, tol=1e-3)):
+        params["random_state"] = 0  # LIBLINEAR shuffles (coordinate descent) and seeds from it
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # ConvergenceWarning at max_iter=50
+            ours = LinearSVC(device="cpu", **params).fit((Xs, Xd), y)
+            ref = SkLinearSVC(**params).fit(sp.hstack([Xs, sp.csr_matrix(Xd)], format="csr"), y)
+        assert ours.solver_ == "liblinear" and ours.device_ == "cpu"
+        np.testing.assert_array_equal(ours.coef_, ref.coef_)
+        np.testing.assert_array_equal(ours.predict((Xs, Xd)), ref.predict(sp.hstack([Xs, sp.csr_matrix(Xd)])))
+    with pytest.raises(ValueError, match="TRON .* cannot honour class_weight='balanced'"):
+        LinearSVC(class_weight="balanced", solver="tron", device="cpu").fit(Xd, y)
+    with pytest.raises(ValueError, match="combination of penalty='l1' and loss='hinge' is not supported"):
+        LinearSVC(penalty="l1", loss="hinge", device="cpu").fit(Xd, y)
+    tron = LinearSVC(dual=True, random_state=3, solver="tron", device="cpu").fit(Xd, y)  # one optimum: dual ignored
+    assert tron.solver_ == "tron" and np.array_equal(tron.coef_, LinearSVC(solver="tron", device="cpu").fit(Xd, y).coef_)

@@ -41,7 +41,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .inputs import SparseInput, check_finite_float32, check_X, obs_column, unwrap
 from .neighbor_params import check_algorithm, check_n_neighbors, cpu_threads, engine_metric, to_distance
-from .neighbors import NeighbourSearch
+from .neighbors import KNeighborsQueries, NeighbourSearch
 
 WEIGHTS = ("uniform", "distance", "similarity")
 
@@ -83,7 +83,7 @@ def labelled_rows(estimator, X, y, what: str = "y"):
     return X_csr, classes, codes.astype(np.int64).ravel()
 
 
-class KNeighborsClassifier(SparseInput, ClassifierMixin, BaseEstimator):
+class KNeighborsClassifier(KNeighborsQueries, SparseInput, ClassifierMixin, BaseEstimator):
     """kNN vote over exact neighbours, with scikit-learn's parameters and defaults.
 
     Parameters (scikit-learn's, with its defaults, then ours)
@@ -106,7 +106,8 @@ class KNeighborsClassifier(SparseInput, ClassifierMixin, BaseEstimator):
     metric="cosine", weights="similarity").
 
     Fitted attributes: classes_, n_features_in_, n_samples_fit_, effective_metric_ (engine name),
-    effective_algorithm_, device_.
+    effective_algorithm_, device_. kneighbors / kneighbors_graph as NearestNeighbors' (over the
+    labelled training rows).
     """
 
     def __init__(self, n_neighbors=5, weights="uniform", metric="minkowski", algorithm="auto", device="auto",

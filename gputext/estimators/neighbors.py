@@ -92,7 +92,48 @@ class NeighbourSearch:
                                 batch_size=self.batch_size)
 
 
-class NearestNeighbors(SparseInput, BaseEstimator):
+class KNeighborsQueries:
+    """kneighbors and kneighbors_graph over a fitted NeighbourSearch (self._search), for
+    NearestNeighbors and KNeighborsClassifier alike (scikit-learn's KNeighborsMixin): they need
+    n_neighbors, n_jobs, n_samples_fit_ and effective_metric_."""
+
+    def _queries(self, X):
+        """(Q, exclude_self) for X, or the fitted rows without themselves when X is None."""
+        check_is_fitted(self)
+        if X is None:
+            return self._search.X, True
+        return check_finite_float32(check_X(self, X, reset=False)), False
+
+    def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
+        """(distances float64, indices intp), both (n_queries, n_neighbors), nearest first.
+
+        X=None: every fitted row, itself excluded (needs n_neighbors < n_samples_fit)."""
+        k = check_n_neighbors(self.n_neighbors if n_neighbors is None else n_neighbors)
+        Q, exclude = self._queries(X)
+        n_fit = self.n_samples_fit_
+        if exclude and k >= n_fit:
+            raise ValueError(f"Expected n_neighbors < n_samples_fit, but n_neighbors = {k}, n_samples_fit = {n_fit}, "
+                             f"n_samples = {Q.shape[0]}")
+        if not exclude and k > n_fit:
+            raise ValueError(f"Expected n_neighbors <= n_samples_fit, but n_neighbors = {k}, n_samples_fit = {n_fit}, "
+                             f"n_samples = {Q.shape[0]}")
+        with cpu_threads(self.n_jobs):
+            indices, scores = self._search.topk(Q, k, self.effective_metric_, exclude)
+        indices = indices.astype(np.intp)
+        if return_distance:
+            return to_distance(scores, self.effective_metric_), indices
+        return indices
+
+    def kneighbors_graph(self, X=None, n_neighbors=None, mode="connectivity"):
+        """CSR (n_queries, n_samples_fit): ones (connectivity) or distances at each query's neighbours."""
+        if mode not in ("connectivity", "distance"):
+            raise ValueError(f'Unsupported mode, must be one of "connectivity", or "distance" but got "{mode}" instead')
+        distances, indices = self.kneighbors(X, n_neighbors, return_distance=True)
+        n_q, k = indices.shape
+        data = np.ones(n_q * k) if mode == "connectivity" else distances.ravel()
+        return sp.csr_matrix((data, indices.ravel(), np.arange(0, n_q * k + 1, k)), shape=(n_q, self.n_samples_fit_))
+
+class NearestNeighbors(KNeighborsQueries, SparseInput, BaseEstimator):
     """Exact nearest neighbours of sparse (or dense) rows, on the GPU or the parallel CPU twin.
 
     Parameters (scikit-learn's, with its defaults, then ours)
@@ -147,42 +188,6 @@ class NearestNeighbors(SparseInput, BaseEstimator):
         self.device_ = self._search.backend.name
         self.n_samples_fit_ = X.shape[0]
         return self
-
-    def _queries(self, X):
-        """(Q, exclude_self) for X, or the fitted rows without themselves when X is None."""
-        check_is_fitted(self)
-        if X is None:
-            return self._search.X, True
-        return check_finite_float32(check_X(self, X, reset=False)), False
-
-    def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
-        """(distances float64, indices intp), both (n_queries, n_neighbors), nearest first.
-
-        X=None: every fitted row, itself excluded (needs n_neighbors < n_samples_fit)."""
-        k = check_n_neighbors(self.n_neighbors if n_neighbors is None else n_neighbors)
-        Q, exclude = self._queries(X)
-        n_fit = self.n_samples_fit_
-        if exclude and k >= n_fit:
-            raise ValueError(f"Expected n_neighbors < n_samples_fit, but n_neighbors = {k}, n_samples_fit = {n_fit}, "
-                             f"n_samples = {Q.shape[0]}")
-        if not exclude and k > n_fit:
-            raise ValueError(f"Expected n_neighbors <= n_samples_fit, but n_neighbors = {k}, n_samples_fit = {n_fit}, "
-                             f"n_samples = {Q.shape[0]}")
-        with cpu_threads(self.n_jobs):
-            indices, scores = self._search.topk(Q, k, self.effective_metric_, exclude)
-        indices = indices.astype(np.intp)
-        if return_distance:
-            return to_distance(scores, self.effective_metric_), indices
-        return indices
-
-    def kneighbors_graph(self, X=None, n_neighbors=None, mode="connectivity"):
-        """CSR (n_queries, n_samples_fit): ones (connectivity) or distances at each query's neighbours."""
-        if mode not in ("connectivity", "distance"):
-            raise ValueError(f'Unsupported mode, must be one of "connectivity", or "distance" but got "{mode}" instead')
-        distances, indices = self.kneighbors(X, n_neighbors, return_distance=True)
-        n_q, k = indices.shape
-        data = np.ones(n_q * k) if mode == "connectivity" else distances.ravel()
-        return sp.csr_matrix((data, indices.ravel(), np.arange(0, n_q * k + 1, k)), shape=(n_q, self.n_samples_fit_))
 
     def _radius_csr(self, X, radius) -> sp.csr_matrix:
         """CSR of engine scores of every fitted row within the radius (columns ascending)."""

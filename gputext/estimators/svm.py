@@ -1,16 +1,33 @@
-"""``gputext.LinearSVC``: scikit-learn's LinearSVC interface (penalty l2, loss squared_hinge,
-dual=False, one-vs-rest) trained by gputext's TRON on the GPU or the CPU twin.
+"""``gputext.LinearSVC``: scikit-learn's LinearSVC, parameters and defaults included, solved by
+LIBLINEAR (through scikit-learn) on the CPU and by gputext's TRON on the GPU.
 
     from gputext import LinearSVC
-    clf = LinearSVC(C=1.0, device="auto").fit(X, y)      # X: dense, scipy sparse, or (sparse, dense)
+    clf = LinearSVC().fit(X, y)            # X: dense, scipy sparse, or (sparse, dense); defaults as scikit-learn's
     clf.predict(X_test); clf.decision_function(X_test); clf.coef_, clf.intercept_, clf.classes_
+    clf.solver_                             # "liblinear" (CPU) or "tron" (GPU)
 
-Same problem as scikit-learn's LinearSVC(dual=False): with fit_intercept the rows get a constant
-feature intercept_scaling whose weight is regularised like the others (LIBLINEAR -B), and
-intercept_ = intercept_scaling * that weight. Two classes give one weight vector (coef_ (1, m),
-positive = classes_[1]); more give one per class. ``tol`` is LIBLINEAR's -s 2 eps (relative to
-|grad f(0)| and scaled by the class balance, see gputext.linear.problem.stopping_eps); scikit-learn's
-default 1e-4 is kept.
+Decisions (docs/python.md repeats them):
+- The solver (``solver="auto"``) is chosen by the device: on the CPU, scikit-learn's LinearSVC
+  itself (LIBLINEAR: dual coordinate descent when dual resolves to True, its primal trust-region
+  Newton otherwise, ``dual="auto"`` choosing as scikit-learn does), because it is the faster
+  library there (issue 33: our TRON's CPU twin took 20-60x its fit time on tf-idf) and it makes
+  the answers scikit-learn's by construction; on the GPU, gputext's TRON (gputext.linear), every
+  class at once. ``solver="tron"`` forces TRON on either device (its CPU twin on the CPU),
+  ``solver="liblinear"`` forces LIBLINEAR (always on the CPU).
+- TRON solves penalty="l2", loss="squared_hinge", multi_class="ovr" without class weights. Any
+  other setting with device="auto" goes to LIBLINEAR on the CPU (``solver_`` says so); with
+  device="cuda" or solver="tron" it raises ValueError, scikit-learn's error for parameters it
+  cannot honour. ``dual`` does not change TRON's problem (the primal and the dual have one
+  optimum); random_state and verbose are LIBLINEAR's (dual coordinate descent shuffles).
+- Same problem as scikit-learn's: with fit_intercept the rows get a constant feature
+  intercept_scaling whose weight is regularised like the others (LIBLINEAR -B), and intercept_ =
+  intercept_scaling * that weight. Two classes give one weight vector (coef_ (1, m), positive =
+  classes_[1]); more give one per class.
+- TRON's stopping rule: LIBLINEAR's -s 2 rule |grad f_j(w)| <= eps_j |grad f_j(0)| with eps_j =
+  TRON_TOL_SCALE * tol * max(min(pos_j, neg_j), 1) / l_j (gputext.linear.problem.stopping_eps):
+  tol scaled by TRON_TOL_SCALE so that the default fit (tol 1e-4) ends within 1e-5 (relative) of
+  the optimum's primal objective per class, as scikit-learn's default fit does (figures in
+  docs/python.md).
 """
 from __future__ import annotations
 
@@ -21,7 +38,11 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from ..linear.problem import decide
-from ..linear.solver import DEFAULT_MAX_ITER, train_path
+from ..linear.solver import train_path
+from .inputs import backend_of
+
+SOLVERS = ("auto", "liblinear", "tron")
+TRON_TOL_SCALE = 0.01  # TRON's eps = 0.01 tol: the default tol 1e-4 then ends within 1e-5 of the optimum (docstring)
 
 
 def decision_scores(X, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray:
@@ -38,17 +59,102 @@ def decision_scores(X, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray:
     return out + intercept
 
 
-class LinearSVC(ClassifierMixin, BaseEstimator):
-    """One-vs-rest L2-regularised squared-hinge linear SVM in the primal, trained by TRON."""
+def tron_refusal(estimator) -> str | None:
+    """Why TRON cannot solve the estimator's problem (None when it can)."""
+    if estimator.penalty != "l2" or estimator.loss != "squared_hinge":
+        return f"penalty={estimator.penalty!r}, loss={estimator.loss!r} (TRON solves penalty='l2', loss='squared_hinge')"
+    if estimator.multi_class != "ovr":
+        return f"multi_class={estimator.multi_class!r} (TRON solves one-vs-rest)"
+    if estimator.class_weight is not None:
+        return f"class_weight={estimator.class_weight!r} (TRON weighs every row alike)"
+    return None
 
-    def __init__(self, C: float = 1.0, tol: float = 1e-4, fit_intercept: bool = True, intercept_scaling: float = 1.0,
-                 max_iter: int = DEFAULT_MAX_ITER, device: str = "auto"):
-        self.C = C
+
+def as_one_matrix(X):
+    """X for LIBLINEAR: a (sparse, dense) pair becomes one CSR matrix (their hstack); else X."""
+    if isinstance(X, tuple):
+        return sp.hstack([sp.csr_matrix(X[0]), sp.csr_matrix(X[1])], format="csr")
+    return X
+
+
+class LinearSVC(ClassifierMixin, BaseEstimator):
+    """Linear support vector classification: scikit-learn's LinearSVC, on the CPU or the GPU.
+
+    Parameters (scikit-learn's, in its order and with its defaults, then ours)
+    ----------
+    penalty : "l2" | "l1", default "l2"
+    loss : "squared_hinge" | "hinge", default "squared_hinge"
+    dual : "auto" | bool, default "auto"
+        LIBLINEAR's formulation; "auto" picks the primal when n_samples > n_features and the
+        combination allows it (scikit-learn's rule). TRON solves the primal whatever it says.
+    tol : float, default 1e-4
+        LIBLINEAR's stopping tolerance; TRON uses TRON_TOL_SCALE * tol in LIBLINEAR's -s 2 rule
+        (module docstring).
+    C : float, default 1.0
+        Weight of the (squared) hinge loss against the regulariser; > 0.
+    multi_class : "ovr" | "crammer_singer", default "ovr"
+    fit_intercept : bool, default True
+    intercept_scaling : float, default 1.0
+        The constant feature's value (its weight is regularised).
+    class_weight : dict, "balanced" or None, default None
+        C of class c's rows times class_weight[c] (LIBLINEAR only).
+    verbose : int, default 0 (LIBLINEAR only).
+    random_state : int, RandomState or None, default None
+        LIBLINEAR's dual coordinate descent shuffles with it; TRON is deterministic.
+    max_iter : int, default 1000
+        LIBLINEAR's iterations, or TRON's Newton iterations.
+    device : "auto" | "cpu" | "cuda", default "auto"
+    solver : "auto" | "liblinear" | "tron", default "auto"
+        "auto": LIBLINEAR on the CPU, TRON on the GPU (module docstring).
+
+    X is dense (n_samples, n_features), SciPy sparse, or a pair (sparse, dense) meaning their
+    horizontal concatenation (bag of words beside meta-features; TRON keeps the blocks apart,
+    LIBLINEAR gets their CSR hstack). y (n_samples,) labels of any sortable type.
+
+    Fitted attributes: classes_, coef_ float64 (1 or n_classes, n_features), intercept_ float64
+    (1 or n_classes,), n_iter_, n_features_in_, solver_ ("liblinear" or "tron"), device_,
+    info_ (TRON's work per C; LIBLINEAR: {}).
+    """
+
+    def __init__(self, penalty="l2", loss="squared_hinge", *, dual="auto", tol=1e-4, C=1.0, multi_class="ovr",
+                 fit_intercept=True, intercept_scaling=1.0, class_weight=None, verbose=0, random_state=None,
+                 max_iter=1000, device="auto", solver="auto"):
+        self.penalty = penalty
+        self.loss = loss
+        self.dual = dual
         self.tol = tol
+        self.C = C
+        self.multi_class = multi_class
         self.fit_intercept = fit_intercept
         self.intercept_scaling = intercept_scaling
+        self.class_weight = class_weight
+        self.verbose = verbose
+        self.random_state = random_state
         self.max_iter = max_iter
         self.device = device
+        self.solver = solver
+
+    def _sklearn_model(self):
+        from sklearn.svm import LinearSVC as SkLinearSVC
+        params = {name: getattr(self, name) for name in ("penalty", "loss", "dual", "tol", "C", "multi_class",
+                                                          "fit_intercept", "intercept_scaling", "class_weight",
+                                                          "verbose", "random_state", "max_iter")}
+        return SkLinearSVC(**params)
+
+    def _choose_solver(self):
+        """(solver, backend): the rule in the module docstring."""
+        if self.solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
+        backend = backend_of(self.device)
+        if self.solver == "liblinear" or (self.solver == "auto" and not backend.is_cuda):
+            return "liblinear", backend
+        refusal = tron_refusal(self)
+        if refusal is None:
+            return "tron", backend
+        if self.solver == "auto" and backend.auto:
+            return "liblinear", backend
+        raise ValueError(f"TRON (solver='tron', or device='cuda') cannot honour {refusal}; "
+                         f"use device='cpu' or solver='liblinear' (scikit-learn's LIBLINEAR)")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -83,18 +189,24 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         return X, y
 
     def fit(self, X, y):
-        """X (n_samples, n_features): dense, scipy sparse, or a (sparse, dense) pair; y (n_samples,) labels."""
+        """X (n_samples, n_features): dense, scipy sparse, or a (sparse, dense) pair; y (n_samples,)
+        labels. No sample_weight (scikit-learn's fit has one; here it is a TypeError)."""
         X, y = self._check_X(X, reset=True, y=y)
         check_classification_targets(y)
+        solver, backend = self._choose_solver()
+        if solver == "liblinear":
+            return self._fit_liblinear(as_one_matrix(X), y)
         self.classes_, codes = np.unique(y, return_inverse=True)
         if self.classes_.size < 2:
-            raise ValueError(f"LinearSVC needs samples of at least 2 classes in the data, but the data contains only one class: "
-                             f"{self.classes_[0]!r}")
+            raise ValueError(f"This solver needs samples of at least 2 classes in the data, but the data contains "
+                             f"only one class: {self.classes_[0]!r}")
         if not (self.C > 0):
             raise ValueError(f"C must be positive, got {self.C}")
+        if self.dual not in ("auto", True, False):
+            raise ValueError(f"dual must be 'auto', True or False, got {self.dual!r}")
         bias = float(self.intercept_scaling) if self.fit_intercept else 0.0
-        res = train_path(X, codes.astype(np.int32), self.classes_.size, [float(self.C)], tol=self.tol,
-                         max_iter=self.max_iter, bias=bias, device=self.device)
+        res = train_path(X, codes.astype(np.int32), self.classes_.size, [float(self.C)],
+                         tol=TRON_TOL_SCALE * float(self.tol), max_iter=self.max_iter, bias=bias, device=backend)
         W = res.weights[float(self.C)]
         if self.fit_intercept:
             self.coef_, self.intercept_ = W[:-1].T.copy(), bias * W[-1]
@@ -102,14 +214,26 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
             self.coef_, self.intercept_ = W.T.copy(), np.zeros(W.shape[1])
         self.n_iter_ = max(res.info["iterations"].values())
         self.info_ = res.info
+        self.solver_, self.device_ = "tron", backend.name
+        return self
+
+    def _fit_liblinear(self, X, y):
+        """scikit-learn's LinearSVC on the CPU; its fitted weights become ours."""
+        model = self._sklearn_model().fit(X, y)
+        self.classes_, self.coef_, self.intercept_ = model.classes_, model.coef_, model.intercept_
+        self.n_iter_ = int(model.n_iter_)
+        self.info_ = {}
+        self.solver_, self.device_ = "liblinear", "cpu"
         return self
 
     def decision_function(self, X) -> np.ndarray:
+        """float64 (n_samples,) for two classes (positive: classes_[1]), else (n_samples, n_classes)."""
         check_is_fitted(self)
         scores = decision_scores(self._check_X(X, reset=False), self.coef_, self.intercept_)
         return scores[:, 0] if self.classes_.size == 2 else scores
 
     def predict(self, X) -> np.ndarray:
+        """Labels (n_samples,): the class of largest decision value (two classes: classes_[1] where > 0)."""
         check_is_fitted(self)
         scores = decision_scores(self._check_X(X, reset=False), self.coef_, self.intercept_)
         return self.classes_[decide(scores, self.classes_.size)]

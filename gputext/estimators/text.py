@@ -1,7 +1,8 @@
 """TfidfVectorizer: raw texts -> the term vectors `gputext corpus build` makes of the same texts.
 
     from gputext import TfidfVectorizer, KNeighborsClassifier
-    pipe = Pipeline([("tfidf", TfidfVectorizer()), ("knn", KNeighborsClassifier(n_neighbors=30))])
+    pipe = Pipeline([("tfidf", TfidfVectorizer()),
+                     ("knn", KNeighborsClassifier(n_neighbors=30, metric="cosine", weights="similarity"))])
 
 ``fit_transform(texts)`` equals ``corpus build`` of those texts (the same X, bit for bit, and the
 same terms in the same order) and ``transform(texts)`` equals ``corpus build --vocab-from`` the
@@ -16,8 +17,9 @@ implementation. The parameters are the CLI's options, under their names:
 Where it differs from scikit-learn's TfidfVectorizer (decided, docs/python.md):
 - idf = ln(N / df), not scikit-learn's smoothed ln((1 + N) / (1 + df)) + 1: a term in every
   training document weighs 0. This and the tokenizer (gputext.io.tokenize: letters and digits,
-  underscores split) are why scikit-learn's vectorizer gives 0.7776 on 20 Newsgroups with
-  KNeighborsClassifier(30) where this one gives the CLI's 0.7825.
+  underscores split) are why scikit-learn's vectorizer gives 0.7776 on 20 Newsgroups with the
+  GT-kNN recipe KNeighborsClassifier(30, metric="cosine", weights="similarity") where this one
+  gives the CLI's 0.7825.
 - The output is the corpus format's CSR: float32 data, int32 indices, int64 indptr, rows of unit
   L2 norm for tfidf/tficf (all arithmetic in float64, rounded once).
 - ``transform`` of documents that share no term with the vocabulary gives all-zero rows (the CLI
@@ -57,7 +59,34 @@ def check_documents(raw_documents) -> list[str]:
 
 
 class TfidfVectorizer(TransformerMixin, BaseEstimator):
-    """Raw texts -> csr_matrix (n_docs, n_terms) float32, exactly as `gputext corpus build` weights them."""
+    """Raw texts -> csr_matrix (n_docs, n_terms) float32, exactly as `gputext corpus build` weights them.
+
+    Parameters (`corpus build`'s options, under their names; not scikit-learn's TfidfVectorizer's)
+    ----------
+    stopwords : "english" | "none" | None | str path, default "english"
+        gputext's built-in English list, no stopwords, or a file of words (one a line); as
+        --stopwords. scikit-learn's default is stop_words=None.
+    weighting : "tfidf" | "tficf" | "tf" | "binary" | "none", default "tfidf"
+        As --weighting; tfidf and tficf rows have unit L2 norm; "none" keeps raw counts.
+    min_df : int or float, default 1
+        Terms in fewer documents are dropped: an int counts documents, a float in [0, 1] is a
+        fraction of them (as --min-df and scikit-learn's min_df).
+    max_df : int or float, default 1.0
+        Terms in more documents are dropped (as --max-df and scikit-learn's max_df).
+
+    Methods: fit(texts), transform(texts) -> CSR float32 (n_texts, n_terms),
+    fit_transform(texts), get_feature_names_out(). texts: an iterable of str.
+
+    Fitted attributes: vocabulary_ (dict term -> column; columns in code point order of the
+    terms), idf_ float64 (n_terms,) ln(N / df), df_ int64 (n_terms,), n_docs_ (N),
+    stopwords_ (frozenset).
+
+    Where it differs from scikit-learn's TfidfVectorizer: idf is ln(N / df) (scikit-learn: the
+    smoothed ln((1 + N) / (1 + df)) + 1, so a term in every document weighs 0 here), tokens are
+    runs of letters and digits with "_" as a separator (scikit-learn: words of 2+ word
+    characters), English stopwords are removed by default, the output is float32, and
+    scikit-learn's other parameters (ngram_range, sublinear_tf, norm, ...) do not exist here.
+    """
 
     def __init__(self, stopwords="english", weighting="tfidf", min_df=1, max_df=1.0):
         self.stopwords = stopwords
