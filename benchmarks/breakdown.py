@@ -57,6 +57,7 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default="out/breakdown", help="folder for the JSON and the profile")
     ap.add_argument("--name", default="", help="name of the JSON file (default: from the command)")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--keep-profile", action="store_true", help="also write the cProfile file (.prof) to --out")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then the arguments after `gputext`")
     a = ap.parse_args(argv)
     args = a.command[1:] if a.command[:1] == ["--"] else a.command
@@ -71,6 +72,9 @@ def main(argv=None) -> None:
         report = {"command": "gputext " + " ".join(args), "rc": rc, "wall_s_profiled": round(wall, 3),
                   "profiled_total_s": round(stats.total_tt, 3), "categories": categorise(stats),
                   "top_cumulative": top(stats, a.top)}
+        if a.keep_profile:
+            import shutil
+            shutil.copy(prof, os.path.join(a.out, f"breakdown_{name}.prof"))
     with open(os.path.join(a.out, f"breakdown_{name}.json"), "w") as f:
         json.dump(report, f, indent=1)
     print(f"== {report['command']}  (rc {rc}, {wall:.2f} s under the profiler)")

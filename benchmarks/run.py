@@ -141,7 +141,10 @@ class Round:
         device = "cpu" if entry.peer == "cpu-twin" else self.device
         seconds, runs = library.CALLS[entry.library](files, device, self.args.repeats)
         note = f"in process: benchmarks/library.py {entry.library}, device {device}, warm, median of {len(runs)}"
-        self.add(entry, "kernel", seconds, None, command_note=note, runs=runs,
+        command = shlex.join(["python", "-m", "benchmarks.run", "--suite", self.args.suite, "--only", entry.name,
+                              "--device", self.args.device, "--scale", f"{self.args.scale:g}", "--repeats",
+                              str(self.args.repeats)])
+        self.add(entry, "kernel", seconds, command, command_note=note, runs=runs,
                  params={"scale": self.args.scale, "device_option": device})
 
     def script(self, entry):
