@@ -15,6 +15,7 @@ from ..errors import InputError
 from ..progress import info
 
 CONNECT_TIMEOUT_S = 30
+"""Seconds to reach a scheduler address and complete Dask's handshake, in total."""
 THREADS_VARIABLE = "GPUTEXT_WORKER_THREADS"  # numba threads of each worker of a local CPU cluster
 
 
@@ -89,6 +90,37 @@ def local_cluster(n_workers: int):
     return cluster, f"LocalCluster ({n_workers} processes, {threads} numba threads each)"
 
 
+def check_scheduler(address: str, timeout: float = None) -> None:
+    """Open one connection to a scheduler address and complete Dask's handshake within ``timeout``
+    seconds in total (default CONNECT_TIMEOUT_S), else a one-line InputError.
+
+    distributed's own connect timeout covers the TCP connection, not the handshake that follows
+    (distributed.comm.core.connect awaits the server's first message without a limit): a server
+    that accepts and never speaks would hang ``Client(address)`` for ever. The probe runs in a
+    thread of its own with its own event loop, so it works under a running loop (a notebook) too."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed.comm import connect as comm_connect
+    timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
+
+    async def probe():  # TCP connection (with distributed's retries) in 2/3 of the time, then the handshake
+        comm = await asyncio.wait_for(comm_connect(address, timeout=timeout * 2 / 3), timeout)
+        await comm.close()
+
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, probe()).result()
+    except TimeoutError:  # asyncio's too (3.11+); before OSError, of which it is a subclass
+        raise InputError(f"the server at {address} accepted the connection but did not complete Dask's handshake "
+                         f"within {timeout:g} s: is it a Dask scheduler (dask scheduler)?") from None
+    except OSError as exc:
+        raise InputError(f"cannot reach the Dask scheduler at {address}: {' '.join(str(exc).split())}") from None
+    except Exception as exc:  # a bad address, a server speaking something else (undecodable frames, absurd sizes)
+        raise InputError(f"cannot talk to a Dask scheduler at {address} "
+                         f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
+
+
 @contextmanager
 def connect(scheduler, quiet: bool = True):
     """A Client for ``scheduler`` (``local:N``, an address, or a Client used as given); says
@@ -108,6 +140,7 @@ def connect(scheduler, quiet: bool = True):
             client = distributed.Client(cluster)
         else:
             kind = f"scheduler {spec}"
+            check_scheduler(spec)  # bounded: the handshake too
             client = distributed.Client(spec, timeout=CONNECT_TIMEOUT_S)
     except (OSError, TimeoutError) as exc:
         if cluster is not None:
