@@ -153,7 +153,12 @@ class Round:
             if self.left() < spec.seconds:
                 log(f"skipped {entry.name}: {spec.path} takes about {spec.seconds} s, {self.left():.0f} s of the budget left")
                 return
-            self.reports[spec.name] = self.run_script(spec)
+            try:
+                self.reports[spec.name] = self.run_script(spec)
+            except Exception as exc:  # noqa: BLE001 - kept: the script's other entries fail with it, not run it again
+                self.reports[spec.name] = exc
+        if isinstance(self.reports[spec.name], Exception):
+            raise self.reports[spec.name]
         report, command = self.reports[spec.name]
         figure = ADAPTERS[spec.adapter](report).get(entry.name)
         if figure is None:
