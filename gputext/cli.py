@@ -211,6 +211,10 @@ def main() -> None:
     # its interpreter exits.
     atexit.register(gc.freeze)
     raise_on_sigterm()  # SIGTERM unwinds like Ctrl-C: temporary files are removed
+    from .backend import start_cuda_early
+    args = sys.argv[1:]
+    if args[:1] in (["knn"], ["cluster"], ["rank"]) and args[1:2] not in (["eval"], []) and "--help" not in args:
+        start_cuda_early(args)  # a command that computes: the GPU's start overlaps its imports
     try:
         cli(prog_name="gputext")
     except KeyboardInterrupt:  # outside a command (while click parses or modules load): no traceback
