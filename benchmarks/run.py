@@ -245,7 +245,7 @@ def main(argv=None) -> int:
         done = {r["entry"] for r in records.load_file(rnd.path)}
         chosen = [e for e in chosen if e.name not in done]
     wanted = [w for w in a.only.split(",") if w]
-    chosen = [e for e in chosen if not wanted or any(w in e.name for w in wanted)]
+    chosen, other = ([e for e in group if not wanted or any(w in e.name for w in wanted)] for group in (chosen, other))
     for e in other:
         log(f"skipped {e.name}: runs on {' or '.join(e.devices)}, this machine is {rnd.device}")
     log(f"suite {a.suite} on {rnd.device_name}: {len(chosen)} entries")

@@ -97,7 +97,7 @@ def test_runner_measures_cpu_entries_and_skips_gpu_ones(tmp_path, capsys):
     processes, cold and warm) and scikit-learn's peer in process on a tiny synthetic corpus;
     records appended and valid."""
     out = tmp_path / "records.jsonl"
-    rc = run.main(["--suite", "readme", "--device", "cpu", "--only", "startup,knn-search/synth-20ng/sklearn",
+    rc = run.main(["--suite", "readme", "--device", "cpu", "--only", "startup,knn-search/synth-20ng/sklearn,knn-search/knn-1e6",
                    "--scale", "0.01", "--repeats", "1", "--out", str(tmp_path / "work"), "--records", str(out)])
     assert rc == 0
     recs = [json.loads(line) for line in out.read_text().splitlines()]
