@@ -15,6 +15,8 @@ What lives where:
                     segment (sort or counting), the dense kNN's radix block selection
     metrics.py      the one table of metric names and codes (cosine, dot, l2, l1); no numba
     geometry.py     next_pow2, blocks: launch arithmetic for kernels and host; no numba
+    jit.py          cpu_jit and cuda_kernel: every twin and kernel compiled through them is kept in
+                    the on-disk kernel cache ($GPUTEXT_CACHE_DIR; docs/ARCHITECTURE.md)
     _factory.py     kernel_cache (one compilation per geometry), jit_kernel (register caps)
     scan.py         exclusive prefix sum of a device array (index build, graph offsets)
 
