@@ -76,10 +76,11 @@ def run_once(argv: list[str], env: dict | None = None, cwd: str | None = None, t
 
 
 def cold_and_warm(argv: list[str], repeats: int = 3, cache_root: str | None = None, cwd: str | None = None,
-                  timeout: float = 600) -> ColdWarm:
+                  timeout: float = 600, then=None) -> ColdWarm:
     """The cold run of ``argv`` in a new empty cache folder (under ``cache_root``, default the
-    system's temporary folder), then ``repeats`` warm runs with that folder. Raises RuntimeError
-    with the command's stderr when a run fails."""
+    system's temporary folder), then ``repeats`` warm runs with that folder; ``then(env)``, when
+    given, runs last with the warm folder's environment (a profiled run). Raises RuntimeError with
+    the command's stderr when a run fails."""
     with tempfile.TemporaryDirectory(prefix="gputext-cache-", dir=cache_root) as cache:
         env = cache_env(cache)
         runs = []
@@ -88,5 +89,7 @@ def cold_and_warm(argv: list[str], repeats: int = 3, cache_root: str | None = No
             if r.rc != 0:
                 raise RuntimeError(f"{shlex.join(argv)} exited with {r.rc}: {r.stderr.strip()[-600:]}")
             runs.append(r)
+        if then is not None:
+            then(env)
     return ColdWarm(runs[0], runs[1:])
 

@@ -139,6 +139,7 @@ SCRIPTS = {s.name: s for s in (
            False),
           ("dask", "gpu_dask.py", (), "dask_gpu.json", 300, ("cuda",), False),
           ("dask-multi", "gpu_dask_multi.py", (), "dask_multi.json", 300, ("cuda",), False),
+          ("dask-families", "gpu_dask_families.py", (), "dask_families.json", 560, ("cuda",), False),
           ("ingest", "bench_ingest.py", ("--datasets", "{datasets}"), "ingest_bench.json", 200, ("cpu", "cuda"), True),
           ("synth", "bench_synth.py", (), "bench_synth.json", 200, ("cpu", "cuda"), False),
           ("svm-defaults", "svm_defaults.py", ("--device", "{device}", "--datasets", "{datasets}"), "svm_defaults.json",

@@ -106,9 +106,11 @@ class Round:
         if entry.family != "startup":
             args += ["--device", device, "-q"]
         argv = [sys.executable, "-m", "gputext", *args]
-        timing = fresh.cold_and_warm(argv, self.args.repeats, timeout=max(30.0, min(600.0, self.left())))
+        profile = {}
+        then = (lambda env: profile.update(self.profiled(entry, args, env, out))) if self.args.breakdown else None
+        timing = fresh.cold_and_warm(argv, self.args.repeats, timeout=max(30.0, min(600.0, self.left())), then=then)
         output = next((Path(a) for a in args if a.endswith(".h5") and a.startswith(str(out))), None)
-        stages = stages_of(output) if output else None
+        stages = {**((stages_of(output) if output else None) or {}), **profile} or None
         dev = self.device_name if device == self.device else f"{records.cpu_device()} (host of the {self.device_name})"
         params = {"repeats": self.args.repeats, "scale": self.args.scale, "device_option": device,
                   "load1": round(os.getloadavg()[0], 2)}
@@ -116,6 +118,19 @@ class Round:
                  params={**params, "cache": "empty"})
         self.add(entry, "cli-warm", timing.warm, shlex.join(argv), dev, cpu_seconds=timing.warm_cpu,
                  runs=[r.wall for r in timing.warm_runs], stages=stages, params={**params, "cache": "filled by the cold run"})
+
+    def profiled(self, entry, args, env, out) -> dict:
+        """{"profile.<category>": seconds} of one more warm run under cProfile (benchmarks/breakdown.py:
+        imports, CUDA context, compiling, cache loads, HDF5 reads, ...); {} when it fails."""
+        name = entry.name.replace("/", "_")
+        res = subprocess.run([sys.executable, "-m", "benchmarks.breakdown", "--out", str(out), "--name", name, "--",
+                              *args], capture_output=True, text=True, env=env, cwd=str(ROOT))
+        report = out / f"breakdown_{name}.json"
+        if res.returncode != 0 or not report.exists():
+            log(f"  {entry.name}: no profile breakdown ({res.stderr.strip()[-200:]})")
+            return {}
+        cats = json.loads(report.read_text()).get("categories", {})
+        return {f"profile.{k}": float(v) for k, v in cats.items()}
 
     def imports(self, entry):
         """The "import" record: fresh processes that import the command's library module and exit
@@ -213,6 +228,8 @@ def main(argv=None) -> int:
     p.add_argument("--scale", type=float, default=1.0, help="synthetic corpora's size factor (1 = 20 Newsgroups' shape)")
     p.add_argument("--budget", type=float, default=0, help="seconds after which no new entry starts (0: no limit)")
     p.add_argument("--only", default="", help="comma list: run only entries whose name contains one of these")
+    p.add_argument("--breakdown", action="store_true", help="one more warm run of each command under cProfile "
+                                                            "(benchmarks/breakdown.py): its parts go to the record's stages")
     p.add_argument("--resume", action="store_true", help="skip the entries that already have records in --records "
                                                          "(a second call finishes a suite the first one's budget cut)")
     p.add_argument("--list", action="store_true", help="list the registry and exit")

@@ -78,8 +78,9 @@ for step in "${steps[@]}"; do
     # warm kernel cache) on 20NG and LETOR first, then the README's kernel rows, then the synthetic
     # corpora, one record a line appended to $OUT/records.jsonl as each is measured; entries that do
     # not fit the budget are skipped, and running the step again (--resume) measures only those
-    # (the copy has no .git: GPUTEXT_BENCH_COMMIT=$(git rev-parse --short=12 HEAD) names the commit)
-    bench-readme) run bench-readme "${LIMIT_bench_readme:-590}" python3 -m benchmarks.run --suite readme --device cuda --datasets "${GPUTEXT_DATASETS:-.data}" --repeats "${REPEATS_bench:-3}" --budget "${BUDGET_bench_readme:-450}" --resume --out /tmp/bench --records "$OUT/records.jsonl" ${ARGS_bench_readme:-} ;;
+    # (the copy has no .git: GPUTEXT_BENCH_COMMIT=$(git rev-parse --short=12 HEAD) names the commit);
+    # --breakdown: one more warm run of each command under cProfile, its parts in the record's stages
+    bench-readme) run bench-readme "${LIMIT_bench_readme:-590}" python3 -m benchmarks.run --suite readme --device cuda --datasets "${GPUTEXT_DATASETS:-.data}" --repeats "${REPEATS_bench:-3}" --budget "${BUDGET_bench_readme:-450}" --breakdown --resume --out /tmp/bench --records "$OUT/records.jsonl" ${ARGS_bench_readme:-} ;;
     estimators) run estimators 300 python3 scripts/bench_estimators.py --device cuda --out "$OUT" ${ARGS_estimators:-} ;;
     # issue 31: each command's first answer in fresh processes (cold / warm kernel cache), the
     # profile breakdown, the CUDA context's parts, doctor --compile, the library call

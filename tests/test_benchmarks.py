@@ -98,13 +98,14 @@ def test_runner_measures_cpu_entries_and_skips_gpu_ones(tmp_path, capsys):
     records appended and valid."""
     out = tmp_path / "records.jsonl"
     rc = run.main(["--suite", "readme", "--device", "cpu", "--only", "startup,knn-search/synth-20ng/sklearn,knn-search/knn-1e6",
-                   "--scale", "0.01", "--repeats", "1", "--out", str(tmp_path / "work"), "--records", str(out)])
+                   "--scale", "0.01", "--repeats", "1", "--breakdown", "--out", str(tmp_path / "work"), "--records", str(out)])
     assert rc == 0
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["entry"], r["measure"]) for r in recs] == [
         ("startup/none/gputext", "cli-cold"), ("startup/none/gputext", "cli-warm"),
         ("knn-search/synth-20ng/sklearn-brute", "kernel")]
     assert recs[0]["command"].endswith("-m gputext --help") and recs[1]["cpu_seconds"] > 0
+    assert recs[1]["stages"]["profile.imports"] > 0  # --breakdown: a profiled warm run's parts
     assert all(r["device"].startswith("CPU") for r in recs)
     err = capsys.readouterr().err
     assert "skipped knn-search/knn-1e6/gputext: runs on cuda, this machine is cpu" in err
@@ -119,7 +120,8 @@ def test_every_family_script_is_reachable_from_the_registry():
     helpers (svm_exactness's features are imported by gpu_svm) count through their callers."""
     registered = {spec.path for spec in SCRIPTS.values()}
     scripts = {p.name for p in (ROOT / "scripts").glob("*.py")}
-    assert scripts - registered - set(NOT_SCRIPTS) == set()
+    left_out = scripts - registered - set(NOT_SCRIPTS)
+    assert left_out == set(), f"register {sorted(left_out)} in benchmarks/registry.py (SCRIPTS, suite tools) or NOT_SCRIPTS"
     assert all(p.startswith("table_") for p in {s.path for s in SCRIPTS.values() if "papers" in s.suites})
 
 
