@@ -56,6 +56,7 @@ import scipy.sparse as sp
 from gputext.errors import InputError
 from gputext.io import Categorical, Corpus, CorpusWriter, atomic_output, corpus_shape
 from gputext.io import weighting as _weighting
+from gputext.io.h5file import h5_output
 from gputext.io.weighting import Reference
 from gputext.progress import progress
 
@@ -641,7 +642,7 @@ def write_synth(path: str, n_docs: int, n_terms: int, terms_per_doc: float, n_cl
 def _append_label_matrix(path: str, spec: TextSpec) -> None:
     """Write obsm/labels into a finished (still temporary) file, block by block, regenerating only
     the blocks' labels (their own random stream), so memory stays bounded."""
-    with h5py.File(path, "r+") as f:
+    with h5_output(path, "r+") as f:
         g = f["obsm"].create_group("labels")
         g.attrs["encoding-type"] = "csr_matrix"
         g.attrs["encoding-version"] = "0.1.0"

@@ -45,6 +45,7 @@ from .. import __version__
 from ..backend import Backend
 from ..errors import FormatError, InputError
 from ..io import Corpus, atomic_output, write_corpus
+from ..io.h5file import h5_output
 from ..io.readers import json_text_record
 from ..io.rows import CorpusRows
 from ..io.tokenize import load_stopwords, tokenize
@@ -148,7 +149,7 @@ def save_state(path: str, clusterer: StreamClusterer, mode: str, terms, weighter
     state = clusterer.state_arrays()
     str_dtype = h5py.string_dtype("utf-8")
     with atomic_output(path) as tmp:
-        with h5py.File(tmp, "w") as f:
+        with h5_output(tmp, "w") as f:
             f.attrs["gputext-format"] = STATE_FORMAT
             f.attrs["gputext-format-version"] = STATE_VERSION
             f.attrs["gputext-version"] = __version__
@@ -310,9 +311,10 @@ def _cluster_rows(rows: CorpusRows, path, output, doc_ids, terms, label, thresho
     if label is not None:
         obs["label"] = label
     empty = sp.csr_matrix((n_docs, n_terms), dtype=np.float32)
-    write_corpus(Corpus(empty, doc_ids, terms, obs, {}, {}, uns), output)
-    if state:
-        save_state(state, sc, "corpus", terms)
+    with atomic_output(output) as tmp:  # the state first: when its write fails, -o does not appear either
+        write_corpus(Corpus(empty, doc_ids, terms, obs, {}, {}, uns), tmp)
+        if state:
+            save_state(state, sc, "corpus", terms)
     info(summary_line(n_docs, sc.n_clusters, seconds, latency, sc.backend, sc.device_bytes()), quiet)
     return stats
 

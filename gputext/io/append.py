@@ -15,8 +15,9 @@ groups under TMP_PREFIX names.  ``commit`` flushes, writes the record (new lengt
 pending moves and attribute writes), flushes, does the steps, rewrites the record without them
 and deletes the replaced groups.  A kill before the record leaves the old file (the next open
 truncates the tails and drops the TMP groups); a kill after it leaves the new one (the next open
-redoes the steps).  An exception inside the block (in this process) undoes everything, including
-steps already done after the record, so the file's contents equal the old ones.
+redoes the steps).  An exception inside the block (in this process), a full disk or an I/O
+error included, puts the file back byte for byte from the undo log of gputext.io.h5file (the
+file is opened through its ``h5_output``), whether the record was written or not.
 
 ``step(name)`` (the constructor's argument) is called at named points (tests inject failures
 there); ``commit.checkpoint`` kills the process at the point named by $GPUTEXT_CRASH_AT.
@@ -28,9 +29,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import FormatError, InputError
-from .commit import (RECORD_ATTR, TMP_PREFIX, apply_op, checkpoint, current_lengths, read_record, settle, write_record)
+from .commit import TMP_PREFIX, apply_op, checkpoint, current_lengths, read_record, settle, write_record
 from .corpus import (TERMS_DIGEST_ATTR, index_dataset, read_str_array, uns_for_file, write_csr_group,
                      write_dataframe, write_dict)
+from .h5file import check, h5_output
 
 X_KEYS = ("/X/data", "/X/indices", "/X/indptr")
 
@@ -53,10 +55,10 @@ class CorpusAppend:
         self._user_step = step or (lambda name: None)
         self._ops: list = []  # steps done at commit: ["move", src, dst] / ["attr", key, name, value, dtype]
         self._replace: list[str] = []  # root groups replaced at commit by TMP_PREFIX + name
-        self._done_ops: list = []  # (op, undo) of steps already done (undone on an exception)
         self._ids_index = None  # all ids, when /obs/_index is rewritten instead of appended to
+        self._file = h5_output(path, "r+", journal=True)
         try:
-            self.f = h5py.File(path, "r+")
+            self.f = self._file.__enter__()
         except OSError as exc:
             raise InputError(f"{path}: cannot open for writing (is another process updating it?): "
                              f"{str(exc).splitlines()[0]}") from None
@@ -68,18 +70,18 @@ class CorpusAppend:
                 raise InputError(f"{path} holds {stored} documents, but {n_docs} were read from it: the file changed "
                                  "while it was being updated (another update of the same file?); run the update again")
             record = read_record(self.f)
-            self._record_before = record
             lengths = dict(record["lengths"]) if record else {}
             missing = {k: v for k, v in current_lengths(self.f, self.tracked).items() if k not in lengths}
             self.lengths = {**lengths, **missing}  # missing: a file never appended to, or written before
             write_record(self.f, self.lengths, writing=True)  # a kill from here on is rolled back
             self.f.flush()
-        except BaseException:
-            self.f.close()
+        except BaseException as exc:
+            self._file.__exit__(type(exc), exc, exc.__traceback__)
             raise
 
     # ------------------------------------------------------------------ before the commit
     def step(self, name: str) -> None:
+        check(self.f)  # a write failed (full disk): stop here, the file is put back on exit
         checkpoint(name)
         self._user_step(name)
 
@@ -195,44 +197,11 @@ class CorpusAppend:
         return key
 
     def _do(self, op) -> None:
-        undo = None
-        if op[0] == "move":
-            undo = ["move", op[2], op[1]]
-        elif op[0] == "attr":
-            obj = self.f[op[1]]
-            had = op[2] in obj.attrs
-            old = obj.attrs[op[2]] if had else None
-            undo = (obj, op[2], had, old)
         apply_op(self.f, op)
-        self._done_ops.append((op, undo))
-
-    def _undo(self) -> None:
-        """Undo the steps done after the record, restore the record, drop tails and TMP groups."""
-        for op, undo in reversed(self._done_ops):
-            try:
-                if op[0] == "move":
-                    apply_op(self.f, undo)
-                else:
-                    obj, name, had, old = undo
-                    if had:
-                        obj.attrs[name] = old
-                    else:
-                        del obj.attrs[name]
-            except Exception:  # keep undoing the rest
-                pass
-        write_record(self.f, self.lengths)  # the committed lengths before this append
-        settle(self.f)
-        if self._record_before is None:
-            del self.f.attrs[RECORD_ATTR]
-        else:
-            write_record(self.f, self._record_before["lengths"], self._record_before["pending"])
 
     def __enter__(self) -> "CorpusAppend":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
-        try:
-            if exc_type is not None:
-                self._undo()
-        finally:
-            self.f.close()
+    def __exit__(self, exc_type, exc, tb):
+        """Close; on an exception (or a failed write) the file is first put back byte for byte."""
+        return self._file.__exit__(exc_type, exc, tb)

@@ -1,8 +1,10 @@
 """Outputs that appear whole or not at all: temporary files, their names, stale ones, signals.
 
 Every gputext output is written to a temporary file next to it and renamed onto it at the end
-(``atomic_output``); '-' (stdout) is written to a temporary file in the system's temp folder and
-copied out at the end.
+(``atomic_output``); a symlink's target is renamed onto, the link stays. Only regular files are
+renamed over: '-' (stdout), devices (/dev/null, /dev/full), FIFOs and /dev/stdout are written to a
+temporary file in the system's temp folder and copied out at the end (``output_target``). A full
+disk or an I/O error while writing is one line (DiskError), the old output stays.
 
 Temporary names: ``.{output name}.gputext-tmp-{pid}-{random}{suffix}``, e.g.
 ``.train.h5.gputext-tmp-41822-k3j9x1.h5`` (hidden, in the output's folder).
@@ -26,6 +28,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -34,6 +37,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from ..errors import InputError, Terminated
+from .diskerror import DiskError, describe, is_disk_error
 
 TEMP_MARK = ".gputext-tmp-"
 STALE_SECONDS = 7 * 24 * 3600
@@ -146,42 +150,88 @@ def raise_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, _terminate_handler)
 
 
+def output_target(path: str) -> str | None:
+    """The regular file an output named ``path`` is renamed onto (symlinks resolved: the link
+    stays and its target gets the output), or None when the output is streamed into ``path``
+    instead: '-' (stdout), a character or block device (/dev/null, /dev/full), a FIFO, a socket,
+    or a /proc file-descriptor link such as /dev/stdout. A rename would replace those."""
+    if path == "-":
+        return None
+    try:
+        st = os.stat(path)  # follows symlinks
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write the output here: {exc.strerror}") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError(f"{path}: is a directory, expected an output file name")
+        return None
+    real = os.path.realpath(path)
+    if real.startswith("/proc/") or (st is not None and not os.path.exists(real)):
+        return None  # /dev/stdout redirected to a file: write through the descriptor, as a shell would
+    return real
+
+
+def _stream_out(tmp: str, path: str) -> None:
+    """Copy the finished temporary file into stdout or the special file ``path``."""
+    with open(tmp, "rb") as src:
+        try:
+            if path == "-":
+                shutil.copyfileobj(src, sys.stdout.buffer)
+                sys.stdout.buffer.flush()
+            else:
+                with open(path, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+        except BrokenPipeError:
+            raise InputError(f"-o {path}: the reader went away (broken pipe)") from None
+
+
+def _disk_error(path: str, exc: OSError) -> DiskError:
+    name = "standard output" if path == "-" else path
+    kept = "the old file is kept" if path != "-" and os.path.isfile(path) else "nothing was written"
+    return DiskError(exc.errno, f"{name}: {describe(exc)} while writing; {kept}")
+
+
 @contextmanager
 def atomic_output(path: str, suffix: str = ".h5") -> Iterator[str]:
     """Yield a temporary path next to ``path``; rename it onto ``path`` only if the block succeeds.
 
-    ``-`` means stdout: the temporary file's bytes are copied there at the end. On any error (a
-    signal included: module docstring) the temporary file is removed, so no half-written output
-    is ever left behind; stale temporary files of earlier runs in that folder are removed first.
+    ``-`` means stdout, and a device, a FIFO or /dev/stdout are streamed too (output_target): the
+    temporary file (in the system's temp folder) is copied there at the end. A symlink's target
+    gets the output. On any error (a signal included: module docstring) the temporary file is
+    removed, so no half-written output is ever left behind; a full disk or an I/O error is one
+    line (DiskError) and the old output stays. Stale temporary files of earlier runs in that
+    folder are removed first.
     """
-    to_stdout = path == "-"
-    directory = tempfile.gettempdir() if to_stdout else (os.path.dirname(os.path.abspath(path)) or ".")
-    if not to_stdout and not os.path.isdir(directory):
+    if not path:
+        raise InputError("-o '': the output file name is empty")
+    target = output_target(path)
+    streamed = target is None
+    directory = tempfile.gettempdir() if streamed else (os.path.dirname(target) or ".")
+    if not streamed and not os.path.isdir(directory):
         raise InputError(f"output directory {directory!r} does not exist")
-    if to_stdout and (sys.stdout is None or not hasattr(sys.stdout, "buffer")):
+    if path == "-" and (sys.stdout is None or not hasattr(sys.stdout, "buffer")):
         raise InputError("-o -: standard output is closed, nothing can be written there")
     remove_stale_temps(directory)
-    base = "stdout" if to_stdout else os.path.basename(path)
+    base = "stdout" if streamed else os.path.basename(target)
     with deferred_signals():
         fd, tmp = tempfile.mkstemp(prefix=f".{base}{TEMP_MARK}{os.getpid()}-", suffix=suffix, dir=directory)
         os.close(fd)
         try:
             yield tmp
             checkpoint()
-            if to_stdout:
-                with open(tmp, "rb") as src:
-                    try:
-                        shutil.copyfileobj(src, sys.stdout.buffer)
-                        sys.stdout.buffer.flush()
-                    except BrokenPipeError:
-                        raise InputError("-o -: the reader of standard output went away (broken pipe)") from None
+            if streamed:
+                _stream_out(tmp, path)
                 os.unlink(tmp)
             else:
                 umask = os.umask(0)  # mkstemp makes 0600 files; give the output the usual mode
                 os.umask(umask)
                 os.chmod(tmp, 0o666 & ~umask)
-                os.replace(tmp, path)
-        except BaseException:
+                os.replace(tmp, target)
+        except BaseException as exc:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+            if is_disk_error(exc):
+                raise _disk_error(path, exc) from None
             raise

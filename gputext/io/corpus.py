@@ -19,7 +19,6 @@ Every reader error names the offending HDF5 key, what was expected and what was 
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import sys
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from .. import __version__
 from ..errors import FormatError, InputError
 from .atomic import atomic_output, checkpoint
 from .categorical import Categorical
+from .h5file import check, h5_output, open_image
 from .commit import committed_length, has_pending, read_committed, settle_path
 
 FORMAT_VERSION = "1"
@@ -303,7 +303,7 @@ def write_corpus(corpus: Corpus, path: str, compression: str | None = "gzip", gr
         corpus = Corpus.from_anndata(corpus)
     kw = {"fs_strategy": "fsm", "fs_persist": True, "fs_threshold": 1} if growable else {}
     with atomic_output(path) as tmp:
-        with h5py.File(tmp, "w", **kw) as f:
+        with h5_output(tmp, "w", **kw) as f:
             _write_root(f, corpus, compression, growable)
 
 
@@ -323,7 +323,8 @@ class CorpusWriter:
         self.path, self.n_terms, self.compression = path, int(n_terms), compression
         self._ctx = atomic_output(path)
         self._tmp = self._ctx.__enter__()
-        self._f = h5py.File(self._tmp, "w")
+        self._file = h5_output(self._tmp, "w")
+        self._f = self._file.__enter__()
         self._n_docs = 0
         self._nnz = 0
         self._obs_cols: dict[str, h5py.Dataset] = {}
@@ -339,6 +340,7 @@ class CorpusWriter:
 
     def append(self, X, doc_ids, obs: dict | None = None) -> None:
         checkpoint()  # a deferred SIGINT/SIGTERM stops the write here (gputext.io.atomic)
+        check(self._f)  # a full disk stops it here too
         X = canonical_csr(X)
         if X.shape[1] != self.n_terms:
             raise InputError(f"chunk has {X.shape[1]} terms, expected {self.n_terms}")
@@ -395,22 +397,29 @@ class CorpusWriter:
         _write_dict(f, "uns", uns)
         for empty in ("varm", "layers", "obsp", "varp"):
             _write_dict(f, empty, {})
-        f.close()
-        self._ctx.__exit__(None, None, None)
-        self._done = True
+        self._close(None)
 
     @property
     def n_docs(self) -> int:
         return self._n_docs
 
     def abort(self) -> None:
-        if not self._done:
-            self._f.close()
-            try:
-                raise RuntimeError("aborted")
-            except RuntimeError as exc:
-                self._ctx.__exit__(type(exc), exc, exc.__traceback__)
-            self._done = True
+        """Close and remove the temporary file: the output never appears."""
+        self._close(RuntimeError("aborted"))
+
+    def _close(self, exc: BaseException | None) -> None:
+        """Close the HDF5 file, then rename it (exc None) or remove it. A failed write of the file
+        raises its DiskError here, naming the output (atomic_output)."""
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._file.__exit__(type(exc), exc, None) if exc else self._file.__exit__(None, None, None)
+        except BaseException as raised:
+            if raised is not exc:  # the write failed (DiskError), or closing did
+                self._ctx.__exit__(type(raised), raised, raised.__traceback__)
+                raise
+        self._ctx.__exit__(type(exc), exc, None) if exc else self._ctx.__exit__(None, None, None)
 
     def __enter__(self) -> "CorpusWriter":
         return self
@@ -433,7 +442,7 @@ def _open(path: str) -> h5py.File:
         data = sys.stdin.buffer.read()
         if not data:
             raise InputError("stdin is empty: expected a gputext corpus (HDF5) on standard input")
-        source: Any = io.BytesIO(data)
+        source: Any = data
         label = "<stdin>"
     else:
         if not os.path.exists(path):
@@ -444,7 +453,7 @@ def _open(path: str) -> h5py.File:
             raise InputError(f"{path}: file is empty, expected a gputext corpus file (.h5)")
         source, label = path, path
     try:
-        f = h5py.File(source, "r")
+        f = open_image(source, label) if path == "-" else h5py.File(source, "r")
         if source is path and has_pending(f):  # an in-place update killed while committing: complete it
             f.close()
             settle_path(path)

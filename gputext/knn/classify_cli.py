@@ -46,10 +46,11 @@ def write_result(corpus, path: str, dataset_attrs: dict | None = None) -> None:
     import numpy as np
 
     from ..io.corpus import atomic_output, write_corpus
+    from ..io.h5file import h5_output
     with atomic_output(path) as tmp:
         write_corpus(corpus, tmp)
         if dataset_attrs:
-            with h5py.File(tmp, "a") as f:
+            with h5_output(tmp, "a") as f:
                 for key, attrs in dataset_attrs.items():
                     for name, value in attrs.items():
                         if isinstance(value, (list, tuple, np.ndarray)) and len(value) and isinstance(value[0], str):

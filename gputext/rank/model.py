@@ -27,6 +27,7 @@ import numpy as np
 from .. import __version__
 from ..errors import FormatError, InputError
 from ..io.corpus import atomic_output
+from ..io.h5file import h5_output
 
 FORMAT = "rank-model"
 FORMAT_VERSION = "1"
@@ -61,7 +62,7 @@ class RankModel:
 
     def save(self, path: str) -> None:
         with atomic_output(path) as tmp:
-            with h5py.File(tmp, "w") as f:
+            with h5_output(tmp, "w") as f:
                 f.attrs["gputext-format"] = FORMAT
                 f.attrs["gputext-format-version"] = FORMAT_VERSION
                 f.create_dataset("uns/gputext/version", data=__version__, dtype=h5py.string_dtype("utf-8"))

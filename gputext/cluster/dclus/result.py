@@ -7,10 +7,10 @@ that updates append rows in place.
 """
 from __future__ import annotations
 
-import h5py
 import numpy as np
 
 from ...io.corpus import Corpus, atomic_output, write_corpus
+from ...io.h5file import h5_output
 from ..star import StarResult
 from .pccs import PCCs, build_pccs
 from .store import id_hashes, write_graph
@@ -39,6 +39,6 @@ def write_result(corpus: Corpus, result: StarResult, output: str, beta: float, b
     out = Corpus(corpus.X, corpus.doc_ids, corpus.terms, dict(corpus.obs), dict(corpus.var), obsm, uns)
     with atomic_output(output) as tmp:
         write_corpus(out, tmp, compression=compression, growable=True)  # X, ids growable: updates append rows
-        with h5py.File(tmp, "a") as f:
+        with h5_output(tmp, "a") as f:
             write_graph(f, result.graph, pccs, beta, id_hashes(out.doc_ids))
     return pccs

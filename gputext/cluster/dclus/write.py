@@ -21,6 +21,7 @@ import scipy.sparse as sp
 from ...io.append import CorpusAppend, growable
 from ...io.commit import TMP_PREFIX
 from ...io.corpus import Categorical, Corpus, atomic_output, write_corpus
+from ...io.h5file import h5_output
 from ..star import StarResult
 from .local import LocalGraph
 from .pccs import UnionPCCs
@@ -167,7 +168,7 @@ def write_new(clusters_path: str, output: str, u: Updated, compression: str | No
     with atomic_output(output) as tmp:
         write_corpus(corpus, tmp, compression=compression)
         t1 = time.perf_counter()
-        with h5py.File(clusters_path, "r") as src, h5py.File(tmp, "a") as dst:
+        with h5py.File(clusters_path, "r") as src, h5_output(tmp, "a") as dst:
             write_updated_graph(src, dst, old.meta, p.pcc_of, p.n_pcc, p.links, p.degree, p.weight_sum, u.rows.ptr,
                                 u.rows.idx, u.rows.w, u.inputs.beta, u.inputs.id_hash)
     stats["seconds_write_corpus"] = t1 - t0
