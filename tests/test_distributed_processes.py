@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -32,6 +33,25 @@ from gputext.rank.model import RankModel  # noqa: E402
 
 DASK = Path(sys.executable).with_name("dask")
 START_TIMEOUT_S = 90
+DOC = Path(__file__).resolve().parents[1] / "docs" / "distributed.md"
+
+
+def doc_recipe(name: str) -> str:
+    """The fenced block after ``<!-- recipe: NAME -->`` in docs/distributed.md."""
+    match = re.search(rf"<!-- recipe: {re.escape(name)} -->\n```\w*\n(.*?)```", DOC.read_text(), re.S)
+    assert match, f"docs/distributed.md has no recipe {name!r}"
+    return match.group(1)
+
+
+def kubernetes_worker_args() -> list[str]:
+    """The worker's arguments after the scheduler address in the documented Kubernetes manifest."""
+    import yaml
+    for doc in yaml.safe_load_all(doc_recipe("kubernetes")):
+        if doc["kind"] == "Deployment" and doc["metadata"]["name"] == "gputext-worker":
+            command = doc["spec"]["template"]["spec"]["containers"][0]["command"]
+            assert command[:2] == ["dask", "worker"] and command[2].startswith("tcp://"), command
+            return [str(x) for x in command[3:]]
+    raise AssertionError("no gputext-worker Deployment in the manifest")
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
@@ -73,9 +93,8 @@ def scheduler_address(tmp_path_factory):
         time.sleep(0.2)  # the file is written in one go; let it settle
         address = json.loads(info_file.read_text())["address"]
         assert address.startswith("tcp://127.0.0.1:")
-        for i in range(2):
-            procs.append(_start(["worker", address, "--nthreads", "1", "--nworkers", "1", "--no-dashboard",
-                                 "--memory-limit", "0", "--death-timeout", "60"], d / f"worker{i}", "worker"))
+        for i in range(2):  # the documented Kubernetes worker's command line
+            procs.append(_start(["worker", address, *kubernetes_worker_args()], d / f"worker{i}", "worker"))
         with distributed.Client(address, timeout=30) as c:
             c.wait_for_workers(2, timeout=START_TIMEOUT_S)
         yield address
@@ -162,3 +181,33 @@ def test_silent_server_is_one_line_and_exit_2(monkeypatch, tmp_path):
     assert res.exit_code == 2 and elapsed < 15, (res.exit_code, elapsed, res.output)
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and "did not complete Dask's handshake within 2 s" in lines[0], res.output
+
+
+def test_slurm_recipe_renders_its_job_script_and_the_script_starts_a_worker(files, tmp_path):
+    pytest.importorskip("dask_jobqueue")
+    import dask
+    from gputext.rank.api import train
+    recipe = doc_recipe("slurm")
+    constructor = recipe[:recipe.index("cluster.scale")]  # no sbatch here: the rest submits jobs
+    scope: dict = {}
+    with dask.config.set({"jobqueue.slurm.scheduler-options": {"host": "127.0.0.1", "dashboard_address": ":0"}}):
+        exec(constructor, scope)
+    cluster = scope["cluster"]
+    procs = []
+    try:
+        script = cluster.job_script()
+        shown = doc_recipe("slurm job script").replace("PYTHON", sys.executable)
+        assert script.strip() == shown.replace("tcp://LOGIN:PORT", cluster.scheduler_address).strip()
+        (tmp_path / "job.sh").write_text(script)
+        with open(tmp_path / "job.log", "wb") as log:  # what SLURM would run on a compute node
+            procs.append(subprocess.Popen(["bash", str(tmp_path / "job.sh")], cwd=tmp_path, stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True))
+        with distributed.Client(cluster) as client:
+            client.wait_for_workers(1, timeout=START_TIMEOUT_S)
+            corpus = read_corpus(str(files / "ltr.h5"))
+            got = train(corpus, C=1.0, eps=1e-6, max_iter=4, device="cpu", client=client)
+        want = train(corpus, C=1.0, eps=1e-6, max_iter=4, device="cpu")
+        assert np.array_equal(got.w, want.w) and got.iterations == want.iterations
+    finally:
+        _stop(procs)
+        cluster.close()
