@@ -136,12 +136,12 @@ def test_batched_folds_equal_separate_fits():
     assert res.C == min(c for c, a in res.mean_accuracy.items() if a == best)
 
 
-@pytest.mark.parametrize("solver", ["auto", "tron"])
+@pytest.mark.parametrize("solver", ["liblinear", "tron"])
 def test_estimator_binary_and_multiclass_match_sklearn(solver):
     Xd, Xs, y = problem(6)
     for labels in (np.array(["a", "b"])[y % 2], np.array(["w", "x", "y", "z"])[y]):
         ours = LinearSVC(C=1.0, tol=1e-10, device="cpu", solver=solver).fit(Xd, labels)
-        assert ours.solver_ == ("liblinear" if solver == "auto" else "tron")
+        assert ours.solver_ == solver
         from sklearn.svm import LinearSVC as SkLinearSVC
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -286,3 +286,34 @@ def test_estimator_takes_sklearns_parameters_and_refuses_what_tron_cannot_honour
         LinearSVC(penalty="l1", loss="hinge", device="cpu").fit(Xd, y)
     tron = LinearSVC(dual=True, random_state=3, solver="tron", device="cpu").fit(Xd, y)  # one optimum: dual ignored
     assert tron.solver_ == "tron" and np.array_equal(tron.coef_, LinearSVC(solver="tron", device="cpu").fit(Xd, y).coef_)
+
+
+def test_stratified_test_folds_equal_scikit_learns():
+    """gputext.linear.folds gives StratifiedKFold(shuffle=True)'s folds without importing scikit-learn
+    (the CLI's C grid search then chooses the same C)."""
+    import warnings
+
+    from sklearn.model_selection import StratifiedKFold
+
+    from gputext.linear.folds import fold_splits, stratified_test_folds
+
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        n, c, f, seed = int(rng.integers(10, 300)), int(rng.integers(2, 9)), int(rng.integers(2, 6)), int(rng.integers(1000))
+        y = rng.choice([f"c{i}" for i in range(c)], size=n, p=rng.dirichlet(np.ones(c)))
+        if np.all(np.unique(y, return_counts=True)[1] < f):
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = list(StratifiedKFold(f, shuffle=True, random_state=seed).split(np.zeros(n), y))
+        for (a_tr, a_te), (b_tr, b_te) in zip(ref, fold_splits(stratified_test_folds(y, f, seed), f)):
+            assert np.array_equal(a_tr, b_tr) and np.array_equal(a_te, b_te)
+
+
+def test_auto_solver_on_the_cpu_follows_the_problems_shape():
+    Xd, Xs, y = problem(13)
+    assert LinearSVC(device="cpu").fit(Xd, y).solver_ == "tron"  # more samples than features: the primal
+    wide = sp.hstack([Xs, sp.random(Xs.shape[0], 200, density=0.05, random_state=1, format="csr")], format="csr")
+    assert LinearSVC(device="cpu").fit(wide, y).solver_ == "liblinear"  # more features: LIBLINEAR's dual
+    assert LinearSVC(device="cpu", dual=True).fit(Xd, y).solver_ == "liblinear"
+    assert LinearSVC(device="cpu", class_weight="balanced").fit(Xd, y).solver_ == "liblinear"

@@ -1,19 +1,21 @@
 """``gputext.LinearSVC``: scikit-learn's LinearSVC, parameters and defaults included, solved by
-LIBLINEAR (through scikit-learn) on the CPU and by gputext's TRON on the GPU.
+LIBLINEAR (through scikit-learn) or gputext's TRON (on the GPU or its CPU twin).
 
     from gputext import LinearSVC
     clf = LinearSVC().fit(X, y)            # X: dense, scipy sparse, or (sparse, dense); defaults as scikit-learn's
     clf.predict(X_test); clf.decision_function(X_test); clf.coef_, clf.intercept_, clf.classes_
-    clf.solver_                             # "liblinear" (CPU) or "tron" (GPU)
+    clf.solver_                             # "liblinear" or "tron": the rule below
 
 Decisions (docs/python.md repeats them):
-- The solver (``solver="auto"``) is chosen by the device: on the CPU, scikit-learn's LinearSVC
-  itself (LIBLINEAR: dual coordinate descent when dual resolves to True, its primal trust-region
-  Newton otherwise, ``dual="auto"`` choosing as scikit-learn does), because it is the faster
-  library there (issue 33: our TRON's CPU twin took 20-60x its fit time on tf-idf) and it makes
-  the answers scikit-learn's by construction; on the GPU, gputext's TRON (gputext.linear), every
-  class at once. ``solver="tron"`` forces TRON on either device (its CPU twin on the CPU),
-  ``solver="liblinear"`` forces LIBLINEAR (always on the CPU).
+- The solver (``solver="auto"``) is chosen by the device and the problem's shape, as LIBLINEAR's
+  users choose: on the CPU, where dual resolves to True (``dual="auto"``: fewer samples than
+  features, scikit-learn's rule; tf-idf), scikit-learn's LinearSVC itself (LIBLINEAR's dual
+  coordinate descent: our TRON's CPU twin took 3-13x its time on 20NG's tf-idf), and where it
+  resolves to False (more samples than features: dense meta-features) our TRON's CPU twin (all
+  classes at once on every core, and its default stop much nearer the optimum than LIBLINEAR's
+  primal default); on the GPU, TRON. ``solver="tron"`` forces TRON on either device (its CPU
+  twin on the CPU), ``solver="liblinear"`` forces LIBLINEAR (always on the CPU). Figures in
+  docs/python.md (scripts/svm_defaults.py).
 - TRON solves penalty="l2", loss="squared_hinge", multi_class="ovr" without class weights. Any
   other setting with device="auto" goes to LIBLINEAR on the CPU (``solver_`` says so); with
   device="cuda" or solver="tron" it raises ValueError, scikit-learn's error for parameters it
@@ -26,8 +28,10 @@ Decisions (docs/python.md repeats them):
 - TRON's stopping rule: LIBLINEAR's -s 2 rule |grad f_j(w)| <= eps_j |grad f_j(0)| with eps_j =
   TRON_TOL_SCALE * tol * max(min(pos_j, neg_j), 1) / l_j (gputext.linear.problem.stopping_eps):
   tol scaled by TRON_TOL_SCALE so that the default fit (tol 1e-4) ends within 1e-5 (relative) of
-  the optimum's primal objective per class, as scikit-learn's default fit does (figures in
-  docs/python.md).
+  the optimum's primal objective per class (20NG, C = 1: 3.6e-10 on tf-idf, 2.4e-7 on the
+  meta-features, where eps = tol ended 2.7e-5 above; TRON's last Newton steps converge
+  quadratically, so the tighter stop cost one iteration of 72). LIBLINEAR's own default primal
+  stop ends 2.9e-4 above on the meta-features, which is why the CPU takes TRON there.
 """
 from __future__ import annotations
 
@@ -37,26 +41,12 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from ..linear.problem import decide
+from ..linear.problem import decide, decision_scores
 from ..linear.solver import train_path
 from .inputs import backend_of
 
 SOLVERS = ("auto", "liblinear", "tron")
 TRON_TOL_SCALE = 0.01  # TRON's eps = 0.01 tol: the default tol 1e-4 then ends within 1e-5 of the optimum (docstring)
-
-
-def decision_scores(X, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray:
-    """X coef^T + intercept (n, n_cols) float64; X dense, sparse, or a (sparse, dense) pair."""
-    parts = X if isinstance(X, (tuple, list)) else (X,)
-    out = np.zeros((parts[0].shape[0], coef.shape[0]))
-    off = 0
-    for P in parts:
-        block = coef[:, off:off + P.shape[1]].T
-        out += np.asarray(P @ block) if sp.issparse(P) else np.asarray(P, np.float64) @ block
-        off += P.shape[1]
-    if off != coef.shape[1]:
-        raise ValueError(f"X has {off} features, the model {coef.shape[1]}")
-    return out + intercept
 
 
 def tron_refusal(estimator) -> str | None:
@@ -105,7 +95,8 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         LIBLINEAR's iterations, or TRON's Newton iterations.
     device : "auto" | "cpu" | "cuda", default "auto"
     solver : "auto" | "liblinear" | "tron", default "auto"
-        "auto": LIBLINEAR on the CPU, TRON on the GPU (module docstring).
+        "auto": TRON on the GPU; on the CPU, LIBLINEAR where dual resolves to True (fewer samples
+        than features) and TRON's CPU twin where it resolves to False (module docstring).
 
     X is dense (n_samples, n_features), SciPy sparse, or a pair (sparse, dense) meaning their
     horizontal concatenation (bag of words beside meta-features; TRON keeps the blocks apart,
@@ -141,14 +132,17 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
                                                           "verbose", "random_state", "max_iter")}
         return SkLinearSVC(**params)
 
-    def _choose_solver(self):
+    def _choose_solver(self, n_samples: int, n_features: int):
         """(solver, backend): the rule in the module docstring."""
         if self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
         backend = backend_of(self.device)
-        if self.solver == "liblinear" or (self.solver == "auto" and not backend.is_cuda):
-            return "liblinear", backend
         refusal = tron_refusal(self)
+        if self.solver == "liblinear":
+            return "liblinear", backend
+        if self.solver == "auto" and not backend.is_cuda:
+            dual = n_samples < n_features if self.dual == "auto" else bool(self.dual)  # scikit-learn's "auto"
+            return ("tron" if refusal is None and not dual else "liblinear"), backend
         if refusal is None:
             return "tron", backend
         if self.solver == "auto" and backend.auto:
@@ -193,7 +187,8 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         labels. No sample_weight (scikit-learn's fit has one; here it is a TypeError)."""
         X, y = self._check_X(X, reset=True, y=y)
         check_classification_targets(y)
-        solver, backend = self._choose_solver()
+        solver, backend = self._choose_solver(X[0].shape[0] if isinstance(X, tuple) else X.shape[0],
+                                              self.n_features_in_)
         if solver == "liblinear":
             return self._fit_liblinear(as_one_matrix(X), y)
         self.classes_, codes = np.unique(y, return_inverse=True)
