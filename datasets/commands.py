@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from gputext.cli_common import FiniteFloat, check_paths, output_option, quiet_option
+from gputext.cli_common import SEED, FiniteFloat, check_paths, output_option, quiet_option
 from gputext.errors import InputError
 from gputext.progress import info
 
@@ -16,9 +16,14 @@ def _list_presets(ctx, _param, value):
     ctx.exit(0)
 
 
+MAX_DOCS = 10**8  # ten times the largest corpus the generator is tested and timed at (10^7)
+
+
 def _positive(_ctx, param, value):
     if value is not None and value < 1:
         raise InputError(f"--{param.name.replace('_', '-')} must be >= 1, got {value}")
+    if param.name == "n_docs" and value is not None and value > MAX_DOCS:
+        raise InputError(f"--n-docs {value}: at most {MAX_DOCS:,} documents (the generator is made for up to 10^7)")
     return value
 
 
@@ -30,7 +35,7 @@ def _positive(_ctx, param, value):
               help="Without --preset: a text corpus (default) or learning-to-rank data.")
 @output_option
 @click.option("--n-docs", type=int, callback=_positive, help="Documents (LTR: total rows).")
-@click.option("--seed", type=click.IntRange(min=0), help="Seed of the documents (default 0). Same seed, same file.")
+@click.option("--seed", type=SEED, help="Seed of the documents (default 0). Same seed, same file.")
 @click.option("--model-seed", type=click.IntRange(min=0),
               help="Seed of the model (vocabulary order, class topics, LTR hidden weights); default: --seed, "
                    "or the --idf-from corpus's. Query sets: same --model-seed, another --seed.")

@@ -31,6 +31,9 @@ class FiniteFloat(click.FloatRange):
         return result
 
 
+SEED = click.IntRange(min=0, max=2**63 - 1)  # --seed: stored in the output's /uns as int64
+TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json", ".parquet", ".npz", ".svm", ".svmlight", ".txt")
+
 input_argument = click.argument  # documented alias: commands use click.argument("corpus", ...)
 
 
@@ -161,6 +164,17 @@ def stdout_usable() -> bool:
     return True
 
 
+def check_hdf5_outputs(outputs) -> None:
+    """Refuse an output named like a table (.csv, .jsonl, ...) for a command that writes only HDF5
+    (it used to write HDF5 under that name): ``outputs`` are (option name, path or None) pairs."""
+    from .errors import InputError
+
+    for name, path in outputs:
+        if path and path.lower().endswith(TABLE_SUFFIXES):
+            raise InputError(f"{name} {path}: this command writes HDF5 only; give a .h5 name (`gputext corpus export` "
+                             "turns it into a table)")
+
+
 def check_paths(inputs, outputs, in_place=(), makes_folders: bool = False) -> None:
     """Refuse, before any work, every output that would destroy an input or cannot be written.
 
@@ -177,10 +191,15 @@ def check_paths(inputs, outputs, in_place=(), makes_folders: bool = False) -> No
     from .errors import InputError
 
     inputs = [(n, p) for n, p in inputs if p is not None and p != "-"]
+    to_stdout = [n for n, p in outputs if p == "-"]
+    if len(to_stdout) > 1:
+        raise InputError(f"{' and '.join(to_stdout)} both name standard output ('-'): one output at most can go there")
     seen: list[tuple[str, str]] = []
     for name, path in outputs:
         if path is None:
             continue
+        if not path:
+            raise InputError(f"{name} '': the output file name is empty")
         if path == "-":
             if not stdout_usable():
                 raise InputError(f"{name} -: standard output is closed, nothing can be written there")

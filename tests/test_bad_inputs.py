@@ -38,14 +38,15 @@ class Case:
     message: str       # a fragment of the one-line message (stderr) or of a warning for exit 0
     process: bool = False  # run as a real process (needs a closed stdout, ...)
     matrix: str = ""       # the argument pattern of a READERS x classes case (rendered as a matrix)
+    stdin: str = ""        # a workspace file given as standard input (a real process: exit 139 is caught)
 
     @property
     def id(self) -> str:
-        return f"{self.command}: {self.klass}: {' '.join(self.argv)}"
+        return f"{self.command}: {self.klass}: {' '.join(self.argv)}{' < ' + self.stdin if self.stdin else ''}"
 
 
-def C(command, klass, args, code, message, process=False):
-    return Case(command, klass, tuple(args.split()), code, message, process)
+def C(command, klass, args, code, message, process=False, stdin=""):
+    return Case(command, klass, tuple(args.split()), code, message, process or bool(stdin), stdin=stdin)
 
 
 SAME = "output = input"
@@ -130,7 +131,7 @@ CASES = [
     C("rank train", "NaN option", "{ltr.h5} --eps nan -o m.h5", 2, "'nan' is not a finite number"),
     C("rank train", "NaN option", "{ltr.h5} -C nan -o m.h5", 2, "-C must be a positive number, got nan"),
     C("rank train", "out-of-range option", "{ltr.h5} --max-iter 0 -o m.h5", 2, "0 is not in the range x>=1"),
-    C("corpus split", "out-of-range option", "{train.h5} --seed -1 -o sp2", 2, "-1 is not in the range x>=0"),
+    C("corpus split", "out-of-range option", "{train.h5} --seed -1 -o sp2", 2, "-1 is not in the range 0<=x<="),
     C("corpus synth", "NaN option", "--n-docs 10 --topic-weight nan -o o.h5", 2, "'nan' is not a finite number"),
     # 8. long work says so
     C("knn search", "slow method asked for", "--index {train.h5} --queries {test.h5} -k 2 --method dense --device cpu "
@@ -145,6 +146,28 @@ CASES = [
     C("corpus validate", "CSC-encoded /X (h5ad)", "{csc.h5ad}", 2, "not valid"),
     C("corpus validate", "newer format version", "{ver99.h5}", 2, "not valid"),
     C("corpus validate", "standard input", "-", 2, "save standard input to a file first"),
+    # issue 32: documented forms, special outputs, standard input, unbounded sizes
+    C("knn classify", "NaN option", "--train {train.h5} --test {test.h5} --model svm --C-grid nan", 2,
+      "--C-grid 'nan': expected comma-separated positive numbers"),
+    C("knn classify", "out-of-range option", "--train {train.h5} --test {test.h5} --model svm --features bow --C 1e300",
+      2, "C 1e+300: expected a positive number up to 1e+10"),
+    C("corpus synth", "out-of-range option", "--preset demo --n-docs 1000000000000 -o o.h5", 2,
+      "--n-docs 1000000000000: at most 100,000,000 documents"),
+    C("corpus split", "out-of-range option", "{train.h5} --seed 99999999999999999999 -o sp2", 2,
+      "99999999999999999999 is not in the range 0<=x<=9223372036854775807"),
+    C("knn metafeatures", "two outputs to stdout", "--train {train.h5} --test {test.h5} -o - --train-output -", 2,
+      "-o and --train-output both name standard output ('-')"),
+    C("knn metafeatures", "a table name for an HDF5 output", "--train {train.h5} --test {test.h5} -o m.csv", 2,
+      "-o m.csv: this command writes HDF5 only"),
+    C("corpus synth", "output a full device", "--preset demo --n-docs 10 -o /dev/full --quiet", 2,
+      "/dev/full: no space left on the device (ENOSPC) while writing; nothing was written"),
+    C("corpus synth", "output a device (streamed)", "--preset demo --n-docs 10 -o /dev/null --quiet", 0, ""),
+    C("corpus info", "not HDF5 on stdin", "-", 2, "<stdin>: not a readable HDF5 file", stdin="text.h5"),
+    C("corpus info", "truncated HDF5 on stdin", "-", 2, "<stdin>: not a readable HDF5 file", stdin="trunc.h5"),
+    C("corpus export", "truncated HDF5 on stdin", "- --to csv -o o.csv", 2, "<stdin>: not a readable HDF5 file",
+      stdin="trunc.h5"),
+    C("knn search", "truncated HDF5 on stdin", "--index {train.h5} --queries - -k 2 -o o.h5 --device cpu", 2,
+      "<stdin>: not a readable HDF5 file", stdin="trunc.h5"),
 ]
 
 
@@ -306,7 +329,7 @@ def run_case(case: Case, root: Path):
     """(exit code, stdout, stderr) of the case, run in ``root``."""
     argv = case.command.split() + [fill(a, root) for a in case.argv]
     if case.process:
-        return _closed_stdout(argv, root)
+        return _process(argv, root, case.stdin)
     old = os.getcwd()
     os.chdir(root)
     try:
@@ -316,9 +339,12 @@ def run_case(case: Case, root: Path):
     return result.exit_code, result.stdout, result.stderr
 
 
-def _closed_stdout(argv, root: Path):
-    proc = subprocess.run(f'{sys.executable} -m gputext {" ".join(argv)} >&-', shell=True, cwd=root,
-                          stderr=subprocess.PIPE, text=True, timeout=120)
+def _process(argv, root: Path, stdin: str = ""):
+    """A real `python -m gputext` (exit 139, a segfault, is then an exit code like any other):
+    standard input from the workspace file ``stdin``, else standard output closed."""
+    redirect = f"< {stdin}" if stdin else ">&-"
+    proc = subprocess.run(f'{sys.executable} -m gputext {" ".join(argv)} {redirect}', shell=True, cwd=root,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
     return proc.returncode, "", proc.stderr
 
 
@@ -384,6 +410,7 @@ def render_table(cases=ALL_CASES) -> str:
     cases = [c for c in cases if not c.matrix]
     for case in sorted(cases, key=lambda c: (c.command, c.klass)):
         args = " ".join(fill(a, None) for a in case.argv).replace("|", "\\|")
+        args += f" < {case.stdin}" if case.stdin else ""
         message = fill(case.message, None).replace("|", "\\|")
         lines.append(f"| `{case.command}` | {case.klass} | `{args}` | {case.code} | {message} |")
     return "\n".join(lines) + "\n"

@@ -5,7 +5,7 @@ import json
 
 import click
 
-from ..cli_common import check_paths, corpus_path, output_option, quiet_option
+from ..cli_common import SEED, check_paths, corpus_path, output_option, quiet_option
 from ..errors import InputError
 from ..progress import info as status
 from .choices import FORMATS, WEIGHTINGS
@@ -95,7 +95,7 @@ def info(corpus, as_json):
               help="Share of documents (queries for learning-to-rank) in the test part: a fraction in (0, 1) "
                    "or a count.  [default: 0.2]")
 @click.option("--folds", type=int, default=None, help="K stratified folds instead of one hold-out split.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the shuffles.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the shuffles.")
 @quiet_option
 def split(corpus, out_dir, test_size, folds, seed, quiet):
     """Split a corpus into train and test parts (or K folds), stratified by label and seeded.

@@ -5,7 +5,7 @@ import json
 
 import click
 
-from ..cli_common import FiniteFloat, check_paths, warn_slow_method, corpus_path, device_option, quiet_option
+from ..cli_common import SEED, FiniteFloat, check_hdf5_outputs, check_paths, warn_slow_method, corpus_path, device_option, quiet_option
 from ..distributed.options import device_for, scheduler_client, scheduler_option
 from ..errors import InputError
 from ..progress import heartbeat, info
@@ -114,7 +114,7 @@ def _flat(d: dict) -> dict:
 @click.option("--C", "C", type=FiniteFloat(min=0, min_open=True), help="SVM C (skips the cross-validation).")
 @click.option("--C-grid", "C_grid", default="0.0625,0.25,1,4,16", show_default=True,
               help="SVM C values tried by 5-fold cross-validation on the training set.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the cross-validation folds.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the cross-validation folds.")
 @click.option("--solver", type=click.Choice(["tron", "liblinear"]), default="tron", show_default=True,
               help="SVM trainer: tron (ours: every class, fold and C on --device) or liblinear (scikit-learn's "
                    "LinearSVC on the CPU).")
@@ -164,6 +164,7 @@ def classify(train_path, test_path, k, model, features, multilabel, top_r, thres
         raise click.UsageError("--scheduler runs the vote model's search; --model svm and --folds run in one process")
     grid = _parse_grid(C_grid)
     check_paths([("--train", train_path), ("--test", test_path)], [("-o", output)])
+    check_hdf5_outputs([("-o", output)])
     backend = device_for(device, scheduler, quiet)
     if scheduler is None:
         warn_slow_method(method, backend)
@@ -262,6 +263,7 @@ def metafeatures(train_path, test_path, k, output, train_output, method, device,
     from .metafeatures import compute_metafeatures
 
     check_paths([("--train", train_path), ("--test", test_path)], [("-o", output), ("--train-output", train_output)])
+    check_hdf5_outputs([("-o", output), ("--train-output", train_output)])
     backend = device_for(device, scheduler, quiet)
     if scheduler is None:
         warn_slow_method(method, backend)
