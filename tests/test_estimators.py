@@ -352,6 +352,10 @@ def test_distance_weights_and_callables_follow_sklearn_with_zero_distances(files
         ref = SkKNN(n_neighbors=5, weights=weights).fit(X2.astype(np.float64), y2)
         np.testing.assert_array_equal(ours.predict(Qz), ref.predict(Qz.astype(np.float64)))
         np.testing.assert_allclose(ours.predict_proba(Qz), ref.predict_proba(Qz.astype(np.float64)), atol=1e-6)
+    d1, i1 = ours.kneighbors(Qz)  # the classifier's kneighbors is NearestNeighbors' (scikit-learn's KNeighborsMixin)
+    d2, i2 = SkKNN(n_neighbors=5).fit(X2.astype(np.float64), y2).kneighbors(Qz.astype(np.float64))
+    np.testing.assert_allclose(d1, d2, atol=1e-6)
+    assert same_neighbours_up_to_ties(i1, d1, i2, d2)
 
 
 def test_n_jobs_sets_numba_threads_for_the_call_only(files, monkeypatch):
