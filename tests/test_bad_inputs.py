@@ -147,6 +147,10 @@ CASES = [
     C("corpus validate", "newer format version", "{ver99.h5}", 2, "not valid"),
     C("corpus validate", "standard input", "-", 2, "save standard input to a file first"),
     # issue 32: documented forms, special outputs, standard input, unbounded sizes
+    C("knn classify", "the documented SVM form with -o", "--train {train.h5} --test {test.h5} -k 3 --model svm "
+      "--features both --C 1 -o p.h5 --device cpu", 0, "micro-F1"),
+    C("knn classify", "the documented SVM form with -o", "--train {train.h5} --test {test.h5} -k 3 --model svm "
+      "--features both --solver liblinear --C 1 -o p.h5 --device cpu", 0, "micro-F1"),
     C("knn classify", "NaN option", "--train {train.h5} --test {test.h5} --model svm --C-grid nan", 2,
       "--C-grid 'nan': expected comma-separated positive numbers"),
     C("knn classify", "out-of-range option", "--train {train.h5} --test {test.h5} --model svm --features bow --C 1e300",
