@@ -186,7 +186,7 @@ def _kernel_cache(compile_: bool, device: str, clear_cache: bool) -> None:
             if done:
                 bar.update(1, done[-1])
             done.append(label)
-        report = compile_all(backend.name, on_step=on_step)
+        report = compile_all(cli, backend.name, on_step=on_step)
         bar.update(1, done[-1])
     for label, seconds, added in report.steps:
         click.echo(f"  {label:<26} {seconds:7.2f} s  {added:4d} new entries")

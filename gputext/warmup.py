@@ -65,9 +65,9 @@ def step_args(template: str, folder: str, device: str) -> list[str]:
     return args + ["--quiet"]
 
 
-def compile_all(device: str, on_step=None) -> WarmupReport:
-    """Run WARMUP_STEPS on ``device`` ("cpu" or "cuda"); ``on_step(label)`` before each step."""
-    from .cli import cli
+def compile_all(cli, device: str, on_step=None) -> WarmupReport:
+    """Run WARMUP_STEPS through the click group ``cli`` (gputext's, passed in by the doctor command
+    that lives in it) on ``device`` ("cpu" or "cuda"); ``on_step(label)`` before each step."""
     from .kernels.jit import cache_folder
 
     folder = cache_folder()

@@ -51,6 +51,7 @@ import scipy.sparse as sp
 from ..backend import Backend, resolve
 from ..errors import InputError
 from ..io.corpus import Corpus, check_same_vocabulary
+from ..linear.problem import decide, decision_scores
 from .classify import ClassifyResult, align_codes, single_labels
 from .metafeatures import compute_metafeatures
 from .multilabel import single_label_f1
@@ -131,7 +132,7 @@ def fit_svm(F, y: np.ndarray, C: float | None = None, C_grid=DEFAULT_C_GRID, cv_
             dual: bool = False):
     """(fitted model, chosen C, {C: mean CV accuracy}). With ``C`` given, no CV.
 
-    solver "tron": gputext.linear.LinearSVC (our TRON, on ``device``; all folds and the final fit
+    solver "tron": a TronModel (our TRON, on ``device``; all folds and the final fit
     trained together along the C grid, warm starts), tolerance ``tol`` (default PRIMAL_TOL);
     F may be a (sparse, dense) pair meaning hstack. solver "liblinear": scikit-learn's LinearSVC
     with GridSearchCV on the CPU (``dual`` as chosen by the caller, ``n_jobs`` processes).
@@ -169,9 +170,33 @@ def _folds(cv_folds: int, seed: int):
     return StratifiedKFold(n_splits=cv_folds, shuffle=True, random_state=seed)
 
 
+@dataclass
+class TronModel:
+    """The TRON solver's one-vs-rest model (scikit-learn's LinearSVC attributes, without importing
+    scikit-learn: a command line process saves its import). coef_ (n_cols, n_features) and
+    intercept_ (n_cols,) float64, classes_ (n_classes,); info_: TRON's work."""
+
+    classes_: np.ndarray
+    coef_: np.ndarray
+    intercept_: np.ndarray
+    info_: dict
+
+    @property
+    def n_features_in_(self) -> int:
+        return self.coef_.shape[1]
+
+    def decision_function(self, X) -> np.ndarray:
+        """As LinearSVC: (n,) for two classes (positive: classes_[1]), else (n, n_classes)."""
+        scores = decision_scores(X, self.coef_, self.intercept_)
+        return scores[:, 0] if self.classes_.size == 2 else scores
+
+    def predict(self, X) -> np.ndarray:
+        return self.classes_[decide(decision_scores(X, self.coef_, self.intercept_), self.classes_.size)]
+
+
 def _fit_tron(F, y, C, C_grid, cv_folds: int, seed: int, device, tol: float):
     """fit_svm's tron solver: one train_path over the grid (or the given C) with every CV fold."""
-    from ..estimators.svm import LinearSVC
+    from ..linear.folds import stratified_test_folds
     from ..linear.solver import train_path
 
     classes, codes = np.unique(y, return_inverse=True)
@@ -181,19 +206,12 @@ def _fit_tron(F, y, C, C_grid, cv_folds: int, seed: int, device, tol: float):
         grid, folds, n_folds = [float(C)], None, 0
     else:
         grid = _check_grid(C_grid)
-        folds = np.empty(codes.size, np.int32)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # classes smaller than the folds
-            for f, (_tr, te) in enumerate(_folds(cv_folds, seed).split(np.zeros(codes.size), codes)):
-                folds[te] = f
+        folds = stratified_test_folds(codes, cv_folds, seed)  # StratifiedKFold's folds, without scikit-learn
         n_folds = cv_folds
     res = train_path(F, codes, classes.size, grid, folds, n_folds, tol=tol, device=backend)
     chosen = float(C) if C is not None else res.C
-    model = LinearSVC(C=chosen, tol=tol, device=backend)
     W = res.weights[chosen]
-    model.classes_, model.coef_, model.intercept_ = classes, W[:-1].T.copy(), W[-1].copy()
-    model.n_features_in_ = model.coef_.shape[1]
-    model.info_ = res.info
+    model = TronModel(classes, W[:-1].T.copy(), W[-1].copy(), res.info)
     return model, chosen, dict(res.mean_accuracy)
 
 
@@ -278,8 +296,7 @@ def cross_validation_protocol(train: Corpus, test: Corpus | None = None, n_folds
                               n_jobs: int | None = None, quiet: bool = True, solver: str = "tron") -> dict:
     """The GT-kNN paper's protocol: n_folds stratified folds over the pooled corpora; per fold the
     model is trained on the other folds and tested on it. Returns per-fold and summary figures."""
-    from sklearn.model_selection import StratifiedKFold
-
+    from ..linear.folds import fold_splits, stratified_test_folds
     from .classify import find_neighbours, weighted_vote
 
     if n_folds < 2:
@@ -289,9 +306,7 @@ def cross_validation_protocol(train: Corpus, test: Corpus | None = None, n_folds
     X, y_all = X[keep], y_all[keep]
     backend = device if isinstance(device, Backend) else resolve(device)
     folds = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        splits = list(StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed).split(np.zeros(len(y_all)), y_all))
+    splits = fold_splits(stratified_test_folds(y_all, n_folds, seed), n_folds)  # StratifiedKFold's
     for f, (tr, te) in enumerate(splits):
         t0 = time.perf_counter()
         y_tr = y_all[tr]

@@ -127,3 +127,17 @@ def decide(scores: np.ndarray, n_classes: int) -> np.ndarray:
     if n_classes == 2:
         return (scores[:, 0] > 0).astype(np.int32)
     return np.argmax(scores, axis=1).astype(np.int32)
+
+
+def decision_scores(X, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray:
+    """X coef^T + intercept (n, n_cols) float64; X dense, sparse, or a (sparse, dense) pair."""
+    parts = X if isinstance(X, (tuple, list)) else (X,)
+    out = np.zeros((parts[0].shape[0], coef.shape[0]))
+    off = 0
+    for P in parts:
+        block = coef[:, off:off + P.shape[1]].T
+        out += np.asarray(P @ block) if sp.issparse(P) else np.asarray(P, np.float64) @ block
+        off += P.shape[1]
+    if off != coef.shape[1]:
+        raise ValueError(f"X has {off} features, the model {coef.shape[1]}")
+    return out + intercept
