@@ -2,7 +2,7 @@
 default arguments, with weights="distance", and with every metric alias, against scikit-learn's
 brute force on 20 Newsgroups and Reuters R8 (../shared/datasets; realdata, skipped when absent).
 
-Subsampled for time (each corpus: 2,000 training documents, 250 queries from its test file, the
+Subsampled for time (each corpus: 1,500 training documents, 200 queries from its test file, the
 features `corpus build` makes): the same neighbours up to ties (distances within 1e-6), and the
 same predictions except where scikit-learn's own answer is a tie (the k-th and (k+1)-th distances
 within 1e-6, or the two best classes' summed weights within 1e-9 relative).
@@ -27,12 +27,12 @@ def subsample_tab(source, target, n: int) -> None:
 
 @pytest.fixture(scope="module", params=sorted(CORPORA))
 def corpus(request, shared_datasets, tmp_path_factory):
-    """(X train CSR float32 (2000, n_terms), labels str (2000,), Q CSR (250, n_terms)): `corpus build`'s features."""
+    """(X train CSR float32 (1500, n_terms), labels str (1500,), Q CSR (200, n_terms)): `corpus build`'s features."""
     from gputext.io import build_corpus, write_corpus
     folder, stem = CORPORA[request.param]
     d = tmp_path_factory.mktemp(request.param)
-    subsample_tab(shared_datasets / folder / f"{stem}-train.tab", d / "train.tab", 2000)
-    subsample_tab(shared_datasets / folder / f"{stem}-test.tab", d / "test.tab", 250)
+    subsample_tab(shared_datasets / folder / f"{stem}-train.tab", d / "train.tab", 1500)
+    subsample_tab(shared_datasets / folder / f"{stem}-test.tab", d / "test.tab", 200)
     train = build_corpus(str(d / "train.tab"))
     write_corpus(train, str(d / "train.h5"))
     test = build_corpus(str(d / "test.tab"), vocab_from=str(d / "train.h5"))
@@ -84,7 +84,7 @@ def test_each_metric_alias_gives_sklearns_answers(corpus, metric, p):
     from sklearn.neighbors import NearestNeighbors as SkNN
     from gputext import NearestNeighbors
     X, y, Q = corpus
-    Q = Q[:100]
+    Q = Q[:60]
     dist, ind = NearestNeighbors(metric=metric, p=p, device="cpu").fit(X).kneighbors(Q)
     ref_dist, ref_ind = SkNN(metric=metric, p=p).fit(X.astype(np.float64)).kneighbors(Q.astype(np.float64))
     same_neighbours_up_to_ties(ind, dist, ref_ind, ref_dist)
