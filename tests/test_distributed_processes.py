@@ -145,8 +145,11 @@ def test_rank_train_same_weights_bit_for_bit(scheduler_address, files):
     assert np.array_equal(one.w, two.w) and one.iterations == two.iterations and one.objective == two.objective
 
 
-def test_silent_server_is_one_line_and_exit_2(monkeypatch, tmp_path):
-    # issue 32 item 8: a server that accepts and never speaks hung Client() for 240 s and more
+@pytest.mark.parametrize("answer,message", [(None, "did not complete Dask's handshake within 2 s"),
+                                            (b"HTTP/1.1 200 OK\r\n\r\n" + bytes(range(256)), "cannot talk to a Dask scheduler at")])
+def test_server_that_is_not_dask_is_one_line_and_exit_2(monkeypatch, tmp_path, answer, message):
+    # issue 32: a server that accepts and never speaks hung Client() for 240 s and more (item 8); one
+    # that answers something else gave "Unable to allocate 3.07 EiB" and exit 1 (item 11)
     from gputext.distributed import client as dask_client
     monkeypatch.setattr(dask_client, "CONNECT_TIMEOUT_S", 2)
     server = socket.socket()
@@ -159,9 +162,12 @@ def test_silent_server_is_one_line_and_exit_2(monkeypatch, tmp_path):
         server.settimeout(0.2)
         while not stop.is_set():
             try:
-                accepted.append(server.accept()[0])  # and say nothing
+                conn = server.accept()[0]
             except OSError:
-                pass
+                continue
+            accepted.append(conn)
+            if answer is not None:
+                conn.sendall(answer)
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
@@ -180,7 +186,7 @@ def test_silent_server_is_one_line_and_exit_2(monkeypatch, tmp_path):
     assert accepted, "the server was never contacted"
     assert res.exit_code == 2 and elapsed < 15, (res.exit_code, elapsed, res.output)
     lines = res.output.strip().splitlines()
-    assert len(lines) == 1 and "did not complete Dask's handshake within 2 s" in lines[0], res.output
+    assert len(lines) == 1 and message in lines[0], res.output
 
 
 def test_slurm_recipe_renders_its_job_script_and_the_script_starts_a_worker(files, tmp_path):
