@@ -41,7 +41,7 @@ def train_data(data: RankingData, C: float = 1.0, eps: float = 1e-5, max_iter: i
     """Train on prepared data (gputext.rank.data.prepare) with TRON; returns a RankModel.
     client: a dask.distributed Client: f, gradient and Hessian-vector products are computed on
     its workers, each holding whole queries, and summed here in a fixed order; TRON runs here
-    (gputext.distributed.rank: identical with one worker, within a documented bound with more)."""
+    (gputext.distributed.rank: the single process's weights bit for bit, for any number of workers)."""
     if not (eps > 0):
         raise InputError(f"eps must be positive, got {eps}")
     if max_iter < 1:
