@@ -264,3 +264,30 @@ def test_gpu_worker_identical_to_the_direct_engine():
     direct = search_topk_grouped(Index.from_csr(X), Q, 5, np.array([0, 1000, 3000]), ("cosine", "l2"), "cuda",
                                  pad="last")
     assert np.array_equal(direct[0], grouped[0])
+
+
+@pytest.mark.gpu
+def test_ranksvm_gpu_parts_bit_identical_to_one_gpu():
+    """RankSVM's device ops cut into 3 parts (on one GPU worker: local:1) give the single process's
+    weights on the GPU bit for bit (dense and sparse X: the two X^T u kernels)."""
+    from gputext.distributed import connect
+    from gputext.distributed.rank import DistributedRankOps
+    from gputext.rank.api import train_data
+    from gputext.rank.data import prepare
+    from gputext.rank.objective import RankObjective
+    from gputext.rank.tron import tron
+    rng = np.random.default_rng(5)
+    qid = np.repeat(np.arange(300), rng.integers(5, 60, 300))
+    rel = rng.integers(0, 5, qid.size).astype(np.float64)
+    dense = sp.csr_matrix(rng.normal(size=(qid.size, 20)).astype(np.float32))
+    sparse = sp.random(qid.size, 20, density=0.4, format="csr", dtype=np.float32, random_state=5)
+    with connect("local:1") as c:
+        for X in (dense, sparse):
+            data = prepare(X, qid, rel)
+            want = train_data(data, C=1.0, eps=1e-6, device="cuda")
+            ops = DistributedRankOps(c, data, "cuda", n_parts=3)
+            try:
+                got = tron(RankObjective(data, 1.0, ops=ops), data.n_features, eps=1e-6)
+            finally:
+                ops.close()
+            assert ops.n_parts == 3 and np.array_equal(got.w, want.w) and got.iterations == want.iterations
