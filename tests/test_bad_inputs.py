@@ -172,7 +172,30 @@ CASES = [
       stdin="trunc.h5"),
     C("knn search", "truncated HDF5 on stdin", "--index {train.h5} --queries - -k 2 -o o.h5 --device cpu", 2,
       "<stdin>: not a readable HDF5 file", stdin="trunc.h5"),
+    C("corpus build", "standard input closed", "- -o o.h5", 2, "-: standard input is closed", stdin="&-"),
+    C("corpus build", "a declared size far beyond the data", "{big.svm} -o o.h5", 2,
+      "big.svm: declares 50,000,000 terms (columns) for 2 nonzeros"),
+    C("corpus build", "a declared size far beyond the data", "{huge.npz} -o o.h5", 2,
+      "huge.npz: declares 1,000,000,000 terms (columns) for 0 nonzeros"),
+    C("corpus build", "a value beyond float32", "{e39.svm} -o o.h5", 2, "e39.svm: the value 1e+39 does not fit float32"),
+    C("corpus build", "damaged npz", "{trunc.npz} -o o.h5", 2, "trunc.npz: not a SciPy sparse .npz file"),
+    C("corpus build", "damaged npz", "{negidx.npz} -o o.h5", 2, "negidx.npz: not a SciPy sparse .npz file"),
+    C("corpus build", "JSON nested 100,000 deep", "{deep.jsonl} -o o.h5", 2, "deep.jsonl:1: JSON nested too deeply"),
+    C("corpus build", "a UCI vocabulary naming a term twice", "{uci/docword.t.txt} -o o.h5", 2,
+      "vocab.t.txt:3: the word 'a' is also on line 1"),
+    C("corpus export", "a label with a comma (npz labels file)", "{comma.h5} --to npz -o o.npz", 2,
+      "the label 'a,b' holds a comma"),
+    C("cluster eval", "truth codes outside the categories", "{clusters.h5} --truth {badcode.h5}", 2,
+      "has codes outside the categories"),
 ]
+for _name, _klass, _message in (("dupids.h5", "duplicate document ids", "/obs/_index has 1 duplicate document ids"),
+                                ("intids.h5", "integer document ids", "/obs/_index has dtype int64, expected strings"),
+                                ("floatshape.h5", "a float shape attribute", "/X attribute shape has dtype float64"),
+                                ("rankfmt.h5", "a rank model given as a corpus", "has gputext-format 'rank-model'")):
+    CASES += [C("knn search", _klass, f"--index {{train.h5}} --queries {{{_name}}} -k 2 -o o.h5 --device cpu", 2,
+                _message),
+              C("cluster stream", _klass, f"{{{_name}}} -o o.h5 --device cpu", 2, _message),
+              C("knn classify", _klass, f"--train {{{_name}}} --test {{test.h5}} -k 2 --device cpu", 2, _message)]
 
 
 # Every command that reads a corpus file x every class of damaged corpus file: {IN} is the file.
@@ -305,6 +328,37 @@ def build_workspace(root: Path) -> None:
     (root / "text.h5").write_text("this is not an HDF5 file\n")
     raw = (root / "train.h5").read_bytes()
     (root / "trunc.h5").write_bytes(raw[:len(raw) // 2])
+    issue_32_files(root, src)
+
+
+def _int_ids(f):
+    n = f["obs/_index"].shape[0]
+    del f["obs/_index"]
+    f["obs/_index"] = np.arange(n)
+
+
+def issue_32_files(root: Path, src: Path) -> None:
+    """Inputs that every command used to accept (or crash on) until issue 32."""
+    (root / "big.svm").write_text("1 50000000:1\n2 3:1\n")
+    (root / "e39.svm").write_text("1 1:1e39\n2 2:1\n")
+    X = sp.random(5, 5, density=0.5, format="csr", random_state=0, dtype=np.float32)
+    sp.save_npz(root / "huge.npz", sp.csr_matrix((2, 10**9), dtype=np.float32))
+    sp.save_npz(root / "ok.npz", X)
+    (root / "trunc.npz").write_bytes((root / "ok.npz").read_bytes()[:100])
+    os.unlink(root / "ok.npz")
+    np.savez(root / "negidx.npz", data=X.data, indices=-X.indices - 1, indptr=X.indptr, format=b"csr", shape=X.shape)
+    (root / "deep.jsonl").write_text('{"text": ' + "[" * 100000 + "]" * 100000 + "}\n")
+    (root / "uci").mkdir()
+    (root / "uci" / "vocab.t.txt").write_text("a\nb\na\n")
+    (root / "uci" / "docword.t.txt").write_text("1\n3\n2\n1 1 2\n1 2 1\n")
+    comma = _corpus(seed=3)
+    comma.obs["label"] = Categorical(comma.obs["label"].codes, np.array(["a,b", "c", "d"], dtype=object))
+    write_corpus(comma, str(root / "comma.h5"))
+    _corrupt(src, root / "badcode.h5", lambda f: f["obs/label/codes"].__setitem__(0, 9))
+    _corrupt(src, root / "dupids.h5", lambda f: f["obs/_index"].__setitem__(1, f["obs/_index"][0]))
+    _corrupt(src, root / "intids.h5", _int_ids)
+    _corrupt(src, root / "floatshape.h5", lambda f: f["X"].attrs.__setitem__("shape", f["X"].attrs["shape"].astype(float)))
+    _corrupt(src, root / "rankfmt.h5", lambda f: f.attrs.__setitem__("gputext-format", "rank-model"))
 
 
 @pytest.fixture(scope="module")
@@ -346,7 +400,7 @@ def run_case(case: Case, root: Path):
 def _process(argv, root: Path, stdin: str = ""):
     """A real `python -m gputext` (exit 139, a segfault, is then an exit code like any other):
     standard input from the workspace file ``stdin``, else standard output closed."""
-    redirect = f"< {stdin}" if stdin else ">&-"
+    redirect = f"<{stdin}" if stdin == "&-" else f"< {stdin}" if stdin else ">&-"
     proc = subprocess.run(f'{sys.executable} -m gputext {" ".join(argv)} {redirect}', shell=True, cwd=root,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
     return proc.returncode, "", proc.stderr
@@ -464,3 +518,41 @@ def test_heartbeat_reports_a_long_stage(capsys):
     with heartbeat("quiet stage", quiet=True, every=0.01):
         time.sleep(0.05)
     assert capsys.readouterr().err == ""
+
+
+def test_svmlight_export_of_text_labels_builds_back(workspace: Path, tmp_path: Path):
+    """Text labels (one with '#', one with a space) survive export --to svmlight and build (issue 32
+    item 10: targets like 'c3' were refused, '#' started a comment)."""
+    corpus = _corpus(seed=4)
+    corpus.obs["label"] = Categorical(corpus.obs["label"].codes, np.array(["c3", "a#b", "x y"], dtype=object))
+    write_corpus(corpus, str(tmp_path / "t.h5"))
+    run = CliRunner().invoke
+    for argv in (["corpus", "export", str(tmp_path / "t.h5"), "--to", "svmlight", "-o", str(tmp_path / "t.svm")],
+                 ["corpus", "build", str(tmp_path / "t.svm"), "-o", str(tmp_path / "back.h5"), "--quiet"]):
+        result = run(cli, argv)
+        assert result.exit_code == 0, result.output
+    from gputext.io import read_corpus
+    assert read_corpus(str(tmp_path / "back.h5")).labels.values().tolist() == corpus.obs["label"].values().tolist()
+
+
+def test_npz_export_of_an_unlabelled_corpus_removes_old_labels(tmp_path: Path):
+    """An earlier export's o.labels.txt would be rebuilt with the new matrix (issue 32 item 6)."""
+    run = CliRunner().invoke
+    write_corpus(_corpus(seed=5), str(tmp_path / "a.h5"))
+    write_corpus(_corpus(seed=6, labels=False), str(tmp_path / "b.h5"))
+    out = str(tmp_path / "o.npz")
+    assert run(cli, ["corpus", "export", str(tmp_path / "a.h5"), "--to", "npz", "-o", out]).exit_code == 0
+    assert (tmp_path / "o.labels.txt").exists()
+    result = run(cli, ["corpus", "export", str(tmp_path / "b.h5"), "--to", "npz", "-o", out])
+    assert result.exit_code == 0 and "removed" in result.stderr
+    assert not (tmp_path / "o.labels.txt").exists()
+
+
+def test_dir_input_with_a_fifo_is_refused_not_read(tmp_path: Path):
+    """A FIFO in a --format dir folder used to block the build for ever (issue 32 item 8)."""
+    (tmp_path / "news" / "a").mkdir(parents=True)
+    (tmp_path / "news" / "a" / "1").write_text("a document")
+    os.mkfifo(tmp_path / "news" / "a" / "pipe")
+    result = CliRunner().invoke(cli, ["corpus", "build", str(tmp_path / "news"), "--format", "dir", "-o",
+                                      str(tmp_path / "o.h5")])
+    assert result.exit_code == 2 and "pipe: not a regular file (a FIFO, socket or device)" in result.stderr

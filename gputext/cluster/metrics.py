@@ -336,6 +336,10 @@ def load_clustering(path: str, key: str = "auto", prefer=("clusters", "cluster",
         codes = value.codes if isinstance(value, Categorical) else np.asarray(value)
         if codes.ndim != 1 or codes.dtype.kind not in "iu":
             raise FormatError(f"{path}: /{KEY_PATHS[chosen]} should hold integer codes, got {codes.dtype}")
+        n_categories = len(value.categories) if isinstance(value, Categorical) else None
+        if n_categories is not None and len(codes) and not (-1 <= codes.min() and codes.max() < n_categories):
+            raise FormatError(f"{path}: /{KEY_PATHS[chosen]}/codes has codes outside the categories "
+                              f"(expected -1 .. {n_categories - 1}, found {int(codes.min())} .. {int(codes.max())})")
         labels = codes.astype(np.int64)
         M = as_membership(labels)
     if M.shape[0] != n:

@@ -34,6 +34,7 @@ from ..errors import FormatError, InputError
 from .atomic import atomic_output, checkpoint
 from .categorical import Categorical
 from .h5file import check, h5_output, open_image
+from .readers import stdin_bytes
 from .commit import committed_length, has_pending, read_committed, settle_path
 
 FORMAT_VERSION = "1"
@@ -439,7 +440,7 @@ def chunk_len(values: np.ndarray) -> int:
 def _open(path: str) -> h5py.File:
     """Open a corpus file (``-`` reads stdin), turning every failure into one clear line."""
     if path == "-":
-        data = sys.stdin.buffer.read()
+        data = stdin_bytes()
         if not data:
             raise InputError("stdin is empty: expected a gputext corpus (HDF5) on standard input")
         source: Any = data
@@ -552,6 +553,9 @@ def _read_csr(f, key: str, n_rows: int | None = None, n_cols: int | None = None,
         _need(f, f"{key}/{part}", h5py.Dataset)
     if "shape" not in g.attrs:
         raise FormatError(f"{_where(f, key)} has no 'shape' attribute")
+    if np.asarray(g.attrs["shape"]).dtype.kind not in "iu":
+        raise FormatError(f"{_where(f, key)} attribute shape has dtype {np.asarray(g.attrs['shape']).dtype}, "
+                          "expected integers")
     shape = tuple(int(s) for s in g.attrs["shape"])
     if len(shape) != 2 or min(shape) < 0:
         raise FormatError(f"{_where(f, key)} attribute shape={shape} is not a 2-d shape")
@@ -671,6 +675,8 @@ def _read_dataframe(f, key: str, n_rows: int, index: bool = True) -> tuple[np.nd
     """(index strings, columns); ``index`` False: the index is not decoded (None; its length is
     still checked)."""
     ds = _index_dataset(f, key, n_rows)
+    if ds.dtype.kind not in "SOU":
+        raise FormatError(f"{_where(f, ds.name.lstrip('/'))} has dtype {ds.dtype}, expected strings (ids or terms)")
     index = _read_str_array(ds) if index else None
     g = f[key]
     index_key = ds.name.rsplit("/", 1)[-1]
@@ -701,8 +707,14 @@ def read_corpus(path: str, validate: bool = True, require_docs: bool = True, as_
         enc = f.attrs.get("encoding-type")
         if fmt is None and enc is None:
             raise FormatError(f"{_where(f, '')} has neither gputext-format nor anndata encoding-type attributes: not a gputext corpus")
+        fmt = fmt.decode() if isinstance(fmt, bytes) else fmt
+        if fmt is not None and fmt != "corpus":
+            raise FormatError(f"{_where(f, '')} has gputext-format {fmt!r}, expected 'corpus'")
         X = _read_csr(f, "X", validate=validate)
         doc_ids, obs = _read_dataframe(f, "obs", X.shape[0])
+        problem = unique_problem(f, "obs/_index", doc_ids, "document ids") if validate else None
+        if problem:
+            raise FormatError(problem)
         terms, var = _read_dataframe(f, "var", X.shape[1])
         obsm = {}
         if "obsm" in f:
@@ -737,6 +749,18 @@ def read_rows(path: str, start: int, stop: int) -> sp.csr_matrix:
                           shape=(stop - start, shape[1]))
         X.has_sorted_indices = True
         return X
+
+
+def unique_problem(f, key: str, values: np.ndarray, what: str) -> str | None:
+    """The problem line of repeated ``what`` (ids, terms) in the dataset ``key``; None when unique
+    (a set first: the usual all-unique case costs no sort)."""
+    if len(set(np.asarray(values, dtype=object).tolist())) == len(values):
+        return None
+    found = duplicates(values)
+    if found is None:
+        return None
+    n, value, (a, b) = found
+    return f"{_where(f, key)} has {n} duplicate {what} (e.g. {value!r} at rows {a} and {b})"
 
 
 def duplicates(values) -> tuple[int, str, tuple[int, int]] | None:

@@ -7,12 +7,16 @@
 
 Decisions:
 - svmlight: one line per document, "<target> [qid:<q>] <j+1>:<w> ..." (1-based feature numbers,
-  as `corpus build` reads them back). The target is obs/relevance when present, else the label
-  names (multi-label: comma-separated; spaces become _; an unlabelled document gets 0), else 0.
+  as `corpus build` reads them back). The target is obs/relevance when present, else the labels
+  (multi-label: comma-separated; an unlabelled document gets 0), else 0. Numeric labels are
+  written as they are; other names are numbered 1, 2, ... in sorted order and listed on a first
+  line "# gputext-labels: [names as JSON]", which `corpus build` reads to restore them (targets
+  like "c3" or with a "#" would not read back).
 - npz: the matrix by scipy.sparse.save_npz (CSR float32); when the corpus is labelled, the
   labels go to a text file beside it, one line per document (multi-label: comma-separated; empty
   line: no label), named OUTPUT with ".labels.txt" in place of ".npz": what
-  `corpus build OUTPUT --labels OUTPUT.labels.txt` reads back. Terms are not stored (columns are
+  `corpus build OUTPUT --labels OUTPUT.labels.txt` reads back (a label name with a comma is
+  refused; an unlabelled corpus removes an earlier export's labels file). Terms are not stored (columns are
   positions).
 - csv (corpus export) and the tables: one row per document: its id, every obs column (category
   names for categoricals), and every 1- or 2-D dense obsm array as columns name_1 .. name_m.
@@ -29,15 +33,19 @@ import csv
 import io
 import json
 import os
+import re
 import sys
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InputError
+from ..progress import warn
 from .corpus import Categorical, Corpus, atomic_output
 
 EXPORT_FORMATS = ("svmlight", "npz", "csv")
+LABELS_HEADER = "# gputext-labels: "  # svmlight: the label names of numbered targets (JSON list; 1 is the first)
+_NUMERIC = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 TABLE_SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".parquet": "parquet"}
 
 
@@ -198,23 +206,47 @@ def read_doc_ids(path: str) -> np.ndarray:
     return np.array([v.decode() if isinstance(v, bytes) else str(v) for v in values], dtype=object)
 
 
+def _numbered_labels(labels: list[str] | None) -> tuple[list[str] | None, list[str]]:
+    """Labels as svmlight targets: numbers as they are; otherwise each label's 1-based position in
+    the sorted names, the names listed on a first comment line (LABELS_HEADER) that `corpus build`
+    reads back. Returns (targets or None, header lines)."""
+    if labels is None or all(_NUMERIC.match(v) for v in labels if v):
+        return labels, []
+    names = sorted({p for v in labels for p in v.split(",") if p})
+    number = {name: str(k + 1) for k, name in enumerate(names)}
+    targets = [",".join(number[p] for p in v.split(",") if p) for v in labels]
+    return targets, [LABELS_HEADER + json.dumps(names, ensure_ascii=False)]
+
+
 def svmlight_lines(corpus: Corpus):
     """The svmlight lines of a corpus (module docstring), one per document, without newlines."""
     X = sp.csr_matrix(corpus.X)
     relevance = corpus.obs.get("relevance")
-    labels = label_strings(corpus) if relevance is None else None
+    labels, header = _numbered_labels(label_strings(corpus) if relevance is None else None)
+    yield from header
     qid = corpus.obs.get("qid")
     for i in range(X.shape[0]):
         if relevance is not None:
             target = repr(float(relevance[i])).removesuffix(".0")
         elif labels is not None and labels[i]:
-            target = labels[i].replace(" ", "_")
+            target = labels[i]
         else:
             target = "0"
         lo, hi = X.indptr[i], X.indptr[i + 1]
         pairs = " ".join(f"{j + 1}:{float(v)!r}" for j, v in zip(X.indices[lo:hi], X.data[lo:hi]))
         head = target if qid is None else f"{target} qid:{int(qid[i])}"
         yield f"{head} {pairs}".rstrip()
+
+
+def _check_label_names(corpus: Corpus, where: str) -> None:
+    """Refuse label names that the one-line-per-document labels file cannot hold: a comma (it
+    separates a document's labels), a line break."""
+    names = corpus.params.get("label_names") if corpus.label_matrix is not None else (
+        corpus.labels.categories if corpus.labels is not None else [])
+    for name in names if names is not None else []:
+        if any(c in str(name) for c in ",\n\r"):
+            raise InputError(f"the label {str(name)!r} holds a comma or a line break, which {where} uses between "
+                             "labels and documents: rename it first")
 
 
 def export_corpus(corpus: Corpus, to: str, output: str) -> list[str]:
@@ -229,6 +261,7 @@ def export_corpus(corpus: Corpus, to: str, output: str) -> list[str]:
         return [output]
     if output == "-":
         raise InputError("--to npz needs a file name (-o FILE.npz), not - (stdout)")
+    _check_label_names(corpus, "the labels file")
     buffer = io.BytesIO()
     sp.save_npz(buffer, sp.csr_matrix(corpus.X), compressed=True)
     with atomic_output(output, suffix=".npz") as tmp:
@@ -239,4 +272,7 @@ def export_corpus(corpus: Corpus, to: str, output: str) -> list[str]:
     if labels is not None:
         _write_text(labels_path(output), lambda fh: fh.writelines(v + "\n" for v in labels))
         written.append(labels_path(output))
+    elif os.path.isfile(labels_path(output)):  # an earlier export's labels would be read with this matrix
+        os.unlink(labels_path(output))
+        warn(f"removed {labels_path(output)}: the labels of an earlier {output} (this corpus has none)")
     return written

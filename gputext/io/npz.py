@@ -11,11 +11,13 @@ rows (what `gputext corpus export --to npz` writes beside the .npz).
 from __future__ import annotations
 
 import os
+import zipfile
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InputError
+from .limits import check_declared_shape, check_float32
 from .readers import MatrixInput, display_name, read_text
 
 
@@ -35,12 +37,17 @@ def read_npz(path: str, labels: str | None = None) -> MatrixInput:
     name = display_name(path)
     try:
         M = sp.load_npz(path)
-    except (ValueError, OSError, KeyError) as exc:
+        check_declared_shape(name, M.shape[0], M.shape[1], M.nnz)
+        M.check_format(full_check=True)  # indptr, indices in range (a damaged file)
+        values = sp.csr_matrix(M, dtype=np.float64)
+    except InputError:
+        raise
+    except (ValueError, OSError, KeyError, zipfile.BadZipFile, EOFError, IndexError) as exc:
         raise InputError(f"{name}: not a SciPy sparse .npz file (scipy.sparse.save_npz): "
                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
-    values = sp.csr_matrix(M, dtype=np.float64)
     if values.nnz and not np.all(np.isfinite(values.data)):
         raise InputError(f"{name}: the matrix contains NaN or infinite values")
+    check_float32(name, values.data)
     base = os.path.basename(path)
     ids = [f"{base}:{i}" for i in range(values.shape[0])]
     terms = np.array([str(j) for j in range(values.shape[1])], dtype=object)

@@ -48,6 +48,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InputError
+from .limits import check_declared_shape, check_float32
 from .choices import FORMATS  # noqa: F401 (readers.FORMATS: the formats below and ingest's check)
 from ..progress import warn
 
@@ -108,12 +109,19 @@ def check_exists(path: str) -> None:
         raise InputError(f"{path}: no such file or directory")
 
 
+def stdin_bytes() -> bytes:
+    """All of standard input; InputError when it is closed (``<&-``)."""
+    if sys.stdin is None or not hasattr(sys.stdin, "buffer"):
+        raise InputError("-: standard input is closed, nothing can be read from it")
+    return sys.stdin.buffer.read()
+
+
 def read_bytes(path: str) -> bytes:
     """The file's bytes (gunzipped when gzip), refusing empty, binary and HDF5 files."""
     name = display_name(path)
     if path == "-":
         if "-" not in _STDIN_CACHE:
-            _STDIN_CACHE["-"] = sys.stdin.buffer.read()
+            _STDIN_CACHE["-"] = stdin_bytes()
         data = _STDIN_CACHE["-"]
     else:
         check_exists(path)
@@ -175,6 +183,8 @@ def json_text_record(line: str, where: str, expected: str = "") -> tuple[dict, s
         record = json.loads(line)
     except json.JSONDecodeError as exc:
         raise InputError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno}){expected}") from None
+    except RecursionError:
+        raise InputError(f"{where}: JSON nested too deeply to read (arrays or objects within each other)") from None
     if not isinstance(record, dict):
         raise InputError(f"{where}: expected a JSON object with a 'text' field, found {type(record).__name__}")
     text = record.get("text")
@@ -385,6 +395,9 @@ def read_dir(path: str) -> TextInput:
                 if fname.startswith("."):
                     continue
                 full = os.path.join(root, fname)
+                if not os.path.isfile(full):  # a FIFO would block the read for ever, a device never end
+                    raise InputError(f"{full}: not a regular file (a FIFO, socket or device); --format dir reads "
+                                     "one regular file per document")
                 with open(full, "rb") as fh:
                     raw = fh.read()
                 text, fell_back = decode_text(raw, full, warn_each=False)
@@ -608,6 +621,22 @@ def _svmlight_slow(text: str, name: str, base: str):
     return targets, (np.asarray(qids, dtype=np.int64) if has_qid else None), values, ids, bool(has_qid)
 
 
+LABELS_HEADER = "# gputext-labels: "  # gputext.io.export writes it: the names of numbered targets
+
+
+def _named_targets(text: str, targets: list[str], name: str) -> list[str]:
+    """Targets with their label names when the file starts with LABELS_HEADER (numbered labels
+    of `corpus export --to svmlight`), else as they are."""
+    if not text.startswith(LABELS_HEADER):
+        return targets
+    try:
+        names = json.loads(text[len(LABELS_HEADER):text.find("\n")])
+        return [",".join(names[int(p) - 1] for p in t.split(",") if p) if t not in ("", "0") else "" for t in targets]
+    except (ValueError, IndexError, TypeError):
+        raise InputError(f"{name}:1: the {LABELS_HEADER.strip()} line does not name every target's label "
+                         "(a JSON list, target k is its k-th name)") from None
+
+
 def read_svmlight(path: str, query_groups: str | None = None) -> MatrixInput:
     """svmlight/libsvm rows; qid from ``qid:`` or from a group-size file.
 
@@ -624,6 +653,8 @@ def read_svmlight(path: str, query_groups: str | None = None) -> MatrixInput:
     if n_docs == 0:
         raise InputError(f"{name}: no svmlight lines (only blank lines and comments)")
     n_features = values.shape[1]
+    check_declared_shape(name, n_docs, n_features, values.nnz)
+    check_float32(name, values.data)
     terms = np.array([f"f{j + 1}" for j in range(n_features)], dtype=object)
     qid = qids.astype(np.int32) if has_qid else None
     if query_groups is not None:
@@ -634,6 +665,7 @@ def read_svmlight(path: str, query_groups: str | None = None) -> MatrixInput:
             raise InputError(f"--query-groups {query_groups}: group sizes add up to {int(sizes.sum())}, "
                              f"but {name} has {n_docs} rows")
         qid = np.repeat(np.arange(1, len(sizes) + 1, dtype=np.int32), sizes)
+    targets = _named_targets(text, targets, name)
     multilabel = any("," in t for t in targets)
     if qid is not None:
         if multilabel or any(t == "" for t in targets):
@@ -642,7 +674,9 @@ def read_svmlight(path: str, query_groups: str | None = None) -> MatrixInput:
         relevance = np.asarray([float(t) for t in targets], dtype=np.float32)
         return MatrixInput(values, terms, ids, None, "features", qid=qid, relevance=relevance)
     labels = [[p for p in t.split(",") if p] for t in targets]
-    relevance = None if multilabel or any(t == "" for t in targets) else np.asarray([float(t) for t in targets], np.float32)
+    named = text.startswith(LABELS_HEADER)  # label names, not relevance grades
+    relevance = None if named or multilabel or any(t == "" for t in targets) else \
+        np.asarray([float(t) for t in targets], np.float32)
     return MatrixInput(values, terms, ids, labels, "features", multilabel=multilabel, relevance=relevance)
 
 
@@ -679,6 +713,12 @@ def read_uci(path: str, vocab_path: str | None = None) -> MatrixInput:
                          f"{[h.strip()[:15] for h in head[:3]]!r}") from None
     if n_words != len(words):
         raise InputError(f"{path}: header says W = {n_words} words but {vocab_path} has {len(words)} lines")
+    check_declared_shape(path, n_docs, n_words, nnz)
+    if len(set(words)) != len(words):
+        seen: dict[str, int] = {}
+        line = next(i for i, w in enumerate(words) if seen.setdefault(w, i) != i)
+        raise InputError(f"{vocab_path}:{line + 1}: the word {words[line]!r} is also on line {seen[words[line]] + 1}: "
+                         "a vocabulary names each term once")
     body = head[3] if len(head) > 3 else ""
     import warnings
     with warnings.catch_warnings():

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 from ..errors import FormatError
 from .commit import committed_length, read_committed
 from .corpus import (Categorical, damaged_file_errors, entry_problems, indptr_problems, location, open_file,
-                     read_dataframe)
+                     read_dataframe, unique_problem)
 
 
 def _attr_str(obj, name: str):
@@ -57,6 +57,9 @@ def csr_header_problems(f: h5py.File, key: str = "X"):
     if len(shape) != 2 or min(shape) < 0:
         yield f"{where} attribute shape={g.attrs['shape']!r} is not a 2-d shape"
         return
+    if np.asarray(g.attrs["shape"]).dtype.kind not in "iu":
+        yield f"{where} attribute shape has dtype {np.asarray(g.attrs['shape']).dtype}, expected integers"
+        return
     for part, kinds, want in (("indices", "iu", "int32"), ("data", "fiub", "float32"), ("indptr", "iu", "int64")):
         ds = g[part]
         if ds.dtype.kind not in kinds:
@@ -80,6 +83,9 @@ class CorpusRows:
 
     def _check(self) -> None:
         with damaged_file_errors(self._f.gputext_label):
+            fmt = _attr_str(self._f, "gputext-format")
+            if fmt not in (None, "corpus"):
+                raise FormatError(f"{location(self._f, '')} has gputext-format {fmt!r}, expected 'corpus'")
             problem = next(csr_header_problems(self._f), None)
             if problem is not None:
                 raise FormatError(problem)
@@ -120,6 +126,9 @@ class CorpusRows:
         with damaged_file_errors(self._f.gputext_label):
             doc_ids, obs = read_dataframe(self._f, "obs", self.n_docs)
             terms, _ = read_dataframe(self._f, "var", self.n_terms)
+            problem = unique_problem(self._f, "obs/_index", doc_ids, "document ids")
+            if problem:
+                raise FormatError(problem)
         label = obs.get("label")
         return doc_ids, terms, label if isinstance(label, Categorical) else None
 

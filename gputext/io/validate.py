@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import FormatError, InputError
 from ..progress import progress
 from .commit import committed_length
-from .corpus import (DAMAGE, TERMS_DIGEST_ATTR, Categorical, csr_problems, damaged_file_errors, duplicates, location,
+from .corpus import (DAMAGE, TERMS_DIGEST_ATTR, Categorical, csr_problems, damaged_file_errors, location, unique_problem,
                      open_file, read_element, read_str_array, terms_digest)
 from .rows import CorpusRows, csr_header_problems
 
@@ -57,14 +57,6 @@ def _x_problems(path: str, problems: list, quiet: bool) -> tuple[int, int, int] 
         return rows.n_docs, rows.n_terms, rows.nnz
 
 
-def _unique_problem(f, key: str, values: np.ndarray, what: str) -> str | None:
-    found = duplicates(values)
-    if found is None:
-        return None
-    n, value, (a, b) = found
-    return f"{location(f, key)} has {n} duplicate {what} (e.g. {value!r} at rows {a} and {b})"
-
-
 def _frame_problems(f, key: str, n_rows: int, what: str, problems: list) -> None:
     if not isinstance(f.get(key), h5py.Group):
         problems.append(f"{location(f, key)} is missing or not a group (a dataframe)")
@@ -80,7 +72,7 @@ def _frame_problems(f, key: str, n_rows: int, what: str, problems: list) -> None
                         f"expected {n_rows}")
     else:
         values = read_str_array(ds)
-        problem = _unique_problem(f, f"{key}/{index_key}", values, what)
+        problem = unique_problem(f, f"{key}/{index_key}", values, what)
         if problem:
             problems.append(problem)
         stored = ds.attrs.get(TERMS_DIGEST_ATTR)
