@@ -204,7 +204,10 @@ def check_block_sums_do_not_depend_on_the_cut(backend="cpu", geometry=None, n_qu
     qid = np.repeat(np.arange(n_queries), sizes)
     n = qid.size
     X = rng.normal(size=(n, 6)).astype(np.float32)
-    X = as_csr(X, stored_zeros=True) if dense else sp.csr_matrix(np.where(rng.random((n, 6)) < 0.5, X, 0))
+    if dense:
+        X = as_csr(X, stored_zeros=True)
+    else:  # sparse, but the first two queries' rows full: a part of them alone would look dense
+        X = sp.csr_matrix(np.where((rng.random((n, 6)) < 0.5) | (np.arange(n) < sizes[:2].sum())[:, None], X, 0))
     data = prepare(X, qid, rng.integers(0, 5, n).astype(np.float64))
     w, v = rng.normal(size=6), rng.normal(size=6)
     blocks = split_queries(data.starts, max(cuts))
@@ -215,7 +218,9 @@ def check_block_sums_do_not_depend_on_the_cut(backend="cpu", geometry=None, n_qu
         got = [[], [], []]
         for p in range(len(cut) - 1):
             lo, hi = blocks[cut[p]], blocks[cut[p + 1]]
-            ops = make_ops(part_of(data, lo, hi), resolve(backend), geometry, blocks[cut[p]:cut[p + 1] + 1] - lo)
+            ops = make_ops(part_of(data, lo, hi), resolve(backend), geometry, blocks[cut[p]:cut[p + 1] + 1] - lo,
+                           data.is_dense)  # as gputext.distributed.rank does
+            assert (ops.is_dense == data.is_dense) and ((ops.dense is not None) if backend == "cpu" else ops.dense) == dense
             got[0].append(ops.evaluate_blocks(w))
             ops.accept()
             got[1].append(ops.xt_z_blocks())

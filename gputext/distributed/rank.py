@@ -43,15 +43,15 @@ def part_of(data, q_lo: int, q_hi: int):
 
 
 def _state(token, part, device, geometry, w_accepted):
-    """The worker's [ops, accepted w, trial w] for the part ((RankingData, its query blocks)),
-    brought to the accepted point."""
+    """The worker's [ops, accepted w, trial w] for the part ((RankingData, its query blocks, the
+    whole set's X layout)), brought to the accepted point."""
     from ..backend import resolve
     from ..rank.ops import make_ops
     from .client import limit_threads
     limit_threads()
     st = _OPS.get(token)
     if st is None:
-        st = _OPS[token] = [make_ops(part[0], resolve(device), geometry, part[1]), None, None]
+        st = _OPS[token] = [make_ops(part[0], resolve(device), geometry, part[1], part[2]), None, None]
     ops = st[0]
     if w_accepted is not None and not _same(st[1], w_accepted):
         if not _same(st[2], w_accepted):
@@ -107,7 +107,9 @@ class DistributedRankOps:
         self.token = uuid.uuid4().hex
         self.device, self.geometry = device, geometry
         parts = [data] if self.n_parts == 1 else [part_of(data, bounds[p], bounds[p + 1]) for p in range(self.n_parts)]
-        parts = [(part, blocks[cuts[p]:cuts[p + 1] + 1] - blocks[cuts[p]]) for p, part in enumerate(parts)]
+        # (part, its query blocks, the whole set's X layout: a full part of sparse data still sums as sparse)
+        parts = [(part, blocks[cuts[p]:cuts[p + 1] + 1] - blocks[cuts[p]], data.is_dense)
+                 for p, part in enumerate(parts)]
         self.rows = [(int(data.starts[bounds[p]]), int(data.starts[bounds[p + 1]])) for p in range(self.n_parts)]
         self.parts = [client.scatter(part, workers=[w], hash=False) for part, w in zip(parts, self.workers)]
         self.n_docs = data.n_docs

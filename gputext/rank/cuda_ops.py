@@ -30,12 +30,13 @@ from .geometry import RankGeometry, RankOpsSizes, block_chunks, slot_arrays, sol
 class CudaRankOps(RankOpsSizes):
     backend_name = "cuda"
 
-    def __init__(self, data: RankingData, geometry: RankGeometry | None = None, blocks: np.ndarray | None = None):
-        super().__init__(data, geometry, blocks)
+    def __init__(self, data: RankingData, geometry: RankGeometry | None = None, blocks: np.ndarray | None = None,
+                 dense: bool | None = None):
+        super().__init__(data, geometry, blocks, dense)
         g, L, Q, m = self.g, self.L, self.Q, self.m
         self.run = run = LaunchSet()
         self.work = Workspace()
-        self.dense = data.is_dense
+        self.dense = self.is_dense
         # global sort scratch for queries longer than sort_capacity
         sizes = np.diff(data.starts)
         goff = np.full(Q, -1, np.int64)

@@ -123,11 +123,16 @@ class RankOpsSizes:
     blocks: ``blocks`` (G+1,) query boundaries, ``block_rows`` their first rows, ``G``.
 
     blocks: the query blocks to use (a Dask part passes its slice of the whole training set's,
-    gputext.distributed.rank); None: query_blocks of ``data``."""
+    gputext.distributed.rank); None: query_blocks of ``data``. ``dense``: read X as a dense matrix
+    (the products' summation order differs on the device); None: when every row stores every
+    feature (data.is_dense). A Dask part passes the whole training set's, so that a part of sparse
+    data whose rows happen to be full sums as the whole does."""
 
-    def __init__(self, data, geometry: RankGeometry | None = None, blocks: np.ndarray | None = None):
+    def __init__(self, data, geometry: RankGeometry | None = None, blocks: np.ndarray | None = None,
+                 dense: bool | None = None):
         self.g = geometry or RankGeometry()
         self.data = data
+        self.is_dense = data.is_dense if dense is None else bool(dense) and data.is_dense
         self.L, self.Q, self.m = data.n_docs, data.n_queries, data.n_features
         self.n_levels = K.n_levels_for(len(data.levels))
         if blocks is None:

@@ -72,10 +72,11 @@ class CpuRankOps(RankOpsSizes):
 
     backend_name = "cpu"
 
-    def __init__(self, data: RankingData, geometry: RankGeometry | None = None, blocks: np.ndarray | None = None):
-        super().__init__(data, geometry, blocks)
+    def __init__(self, data: RankingData, geometry: RankGeometry | None = None, blocks: np.ndarray | None = None,
+                 dense: bool | None = None):
+        super().__init__(data, geometry, blocks, dense)
         L, Q, m = self.L, self.Q, self.m
-        self.dense = data.dense_matrix() if data.is_dense else None
+        self.dense = data.dense_matrix() if self.is_dense else None
         self.work = max(data.X.nnz, 8 * L)  # entries touched per product (threads_for)
         if self.dense is None:
             # float64 values (exact): the same products as float32 ones, a little faster in the
@@ -153,13 +154,13 @@ class CpuRankOps(RankOpsSizes):
 
 
 def make_ops(data: RankingData, backend: Backend, geometry: RankGeometry | None = None,
-             blocks: np.ndarray | None = None):
+             blocks: np.ndarray | None = None, dense: bool | None = None):
     """The backend's ops for ``data``: CpuRankOps, or CudaRankOps (imported only for cuda).
-    blocks: the query blocks (geometry.RankOpsSizes; None: those of ``data``)."""
+    blocks, dense: the query blocks and X's layout (geometry.RankOpsSizes; None: those of ``data``)."""
     if backend.is_cuda:
         from .cuda_ops import CudaRankOps
-        return CudaRankOps(data, geometry, blocks)
-    return CpuRankOps(data, geometry, blocks)
+        return CudaRankOps(data, geometry, blocks, dense)
+    return CpuRankOps(data, geometry, blocks, dense)
 
 
 def matvec(X, w: np.ndarray, backend: Backend, geometry: RankGeometry | None = None) -> np.ndarray:
