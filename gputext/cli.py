@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 import time
 
 import click
@@ -31,7 +32,7 @@ class UserError(click.ClickException):
     exit_code = 2
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc) -> str:
     text = str(exc).strip() or type(exc).__name__
     return " ".join(text.split())
 
@@ -197,6 +198,11 @@ def _kernel_cache(compile_: bool, device: str, clear_cache: bool) -> None:
 add_optional_commands(cli, FAMILIES)
 
 
+def one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """A Python warning (numpy's RuntimeWarning, ...) as one line, without its source line."""
+    return f"Warning: {category.__name__}: {_one_line(message)}\n"
+
+
 def main() -> None:
     import atexit
     import gc
@@ -210,6 +216,7 @@ def main() -> None:
     # it runs after every other exit handler; an in-process caller of main() is unaffected until
     # its interpreter exits.
     atexit.register(gc.freeze)
+    warnings.formatwarning = one_line_warning
     raise_on_sigterm()  # SIGTERM unwinds like Ctrl-C: temporary files are removed
     from .backend import start_cuda_early
     args = sys.argv[1:]

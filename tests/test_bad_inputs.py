@@ -185,6 +185,9 @@ CASES = [
       "vocab.t.txt:3: the word 'a' is also on line 1"),
     C("corpus export", "a label with a comma (npz labels file)", "{comma.h5} --to npz -o o.npz", 2,
       "the label 'a,b' holds a comma"),
+    C("rank train", "out-of-range option", "{ltr.h5} -C 1e300 -o m.h5 --device cpu", 2,
+      "C must be a positive number up to 1e+10, got 1e+300"),
+    C("corpus build", "a complex matrix", "{complex.npz} -o o.h5", 2, "complex.npz: the matrix holds complex numbers"),
     C("cluster eval", "truth codes outside the categories", "{clusters.h5} --truth {badcode.h5}", 2,
       "has codes outside the categories"),
 ]
@@ -347,6 +350,7 @@ def issue_32_files(root: Path, src: Path) -> None:
     (root / "trunc.npz").write_bytes((root / "ok.npz").read_bytes()[:100])
     os.unlink(root / "ok.npz")
     np.savez(root / "negidx.npz", data=X.data, indices=-X.indices - 1, indptr=X.indptr, format=b"csr", shape=X.shape)
+    sp.save_npz(root / "complex.npz", sp.csr_matrix(X.toarray() * (1 + 1j)))
     (root / "deep.jsonl").write_text('{"text": ' + "[" * 100000 + "]" * 100000 + "}\n")
     (root / "uci").mkdir()
     (root / "uci" / "vocab.t.txt").write_text("a\nb\na\n")
@@ -556,3 +560,19 @@ def test_dir_input_with_a_fifo_is_refused_not_read(tmp_path: Path):
     result = CliRunner().invoke(cli, ["corpus", "build", str(tmp_path / "news"), "--format", "dir", "-o",
                                       str(tmp_path / "o.h5")])
     assert result.exit_code == 2 and "pipe: not a regular file (a FIFO, socket or device)" in result.stderr
+
+
+def test_exp_gain_of_a_large_grade_is_refused_not_nan(workspace: Path, tmp_path: Path):
+    """rank eval --gain exp with relevance 2000 gave NDCG = NaN (issue 32 item 6)."""
+    import h5py
+    run = CliRunner().invoke
+    model, test = str(tmp_path / "m.h5"), str(tmp_path / "t.h5")
+    assert run(cli, ["rank", "train", str(workspace / "ltr.h5"), "-o", model, "--device", "cpu", "--quiet"]).exit_code == 0
+    test_bytes = (workspace / "ltr.h5").read_bytes()
+    Path(test).write_bytes(test_bytes)
+    with h5py.File(test, "a") as f:
+        f["obs/relevance"][0] = 2000
+    result = run(cli, ["rank", "eval", model, test, "--gain", "exp", "--device", "cpu"])
+    assert result.exit_code == 2 and "relevance 2000 makes 2^rel - 1 overflow" in result.stderr
+    result = run(cli, ["rank", "eval", model, test, "--device", "cpu"])
+    assert result.exit_code == 0 and "nan" not in result.output.lower()

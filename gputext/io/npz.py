@@ -38,6 +38,8 @@ def read_npz(path: str, labels: str | None = None) -> MatrixInput:
     try:
         M = sp.load_npz(path)
         check_declared_shape(name, M.shape[0], M.shape[1], M.nnz)
+        if M.dtype.kind == "c":
+            raise InputError(f"{name}: the matrix holds complex numbers, expected real features")
         M.check_format(full_check=True)  # indptr, indices in range (a damaged file)
         values = sp.csr_matrix(M, dtype=np.float64)
     except InputError:

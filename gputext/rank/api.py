@@ -21,6 +21,7 @@ from .ops import RankGeometry, matvec
 from .tron import tron
 
 SELECT_BY = ("ndcg@10", "pairwise-accuracy")
+MAX_C = 1e10  # at C = 1e300 TRON's objective overflows and the weights stay zero
 
 
 def _backend(device) -> Backend:
@@ -46,8 +47,9 @@ def train_data(data: RankingData, C: float = 1.0, eps: float = 1e-5, max_iter: i
         raise InputError(f"eps must be positive, got {eps}")
     if max_iter < 1:
         raise InputError(f"max_iter must be at least 1, got {max_iter}")
-    if not (C > 0 and np.isfinite(C)):
-        raise InputError(f"C must be a positive number, got {C}")
+    if not 0 < C <= MAX_C:  # false for nan too
+        raise InputError(f"C must be a positive number up to {MAX_C:g}, got {C:g} (past it the squared hinge "
+                         "overflows: all-zero weights)")
     ops = None
     if client is not None:
         from ..distributed.rank import DistributedRankOps

@@ -103,6 +103,9 @@ def _ndcg_map(starts, scores, gains, relevant, ks):
     return ndcg, ap
 
 
+MAX_EXP_RELEVANCE = 1023  # 2^1024 is beyond float64: the exp gain of a larger grade is infinite, NDCG NaN
+
+
 def gain_values(relevance: np.ndarray, gain: str = "auto") -> tuple[np.ndarray, str]:
     """(gains float64, 'exp'|'linear') for NDCG."""
     relevance = np.asarray(relevance, dtype=np.float64)
@@ -111,6 +114,9 @@ def gain_values(relevance: np.ndarray, gain: str = "auto") -> tuple[np.ndarray, 
     if gain == "auto":
         gain = "exp" if (len(relevance) == 0 or relevance.max() <= 31) else "linear"
     if gain == "exp":
+        if len(relevance) and relevance.max() > MAX_EXP_RELEVANCE:
+            raise InputError(f"--gain exp: relevance {relevance.max():g} makes 2^rel - 1 overflow (at most "
+                             f"{MAX_EXP_RELEVANCE}); use --gain linear")
         return np.exp2(relevance) - 1.0, "exp"
     if gain == "linear":
         return relevance.copy(), "linear"
