@@ -13,6 +13,7 @@ import errno
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -206,3 +207,28 @@ def test_in_place_update_under_a_file_size_limit(tmp_path, star_files):
         assert (code, valid, same) == ("2", "0", "True"), (limit, message)
         assert message == f"Error: {work}: file too large (a file size limit, e.g. ulimit -f) (EFBIG) {ROLLED_BACK}"
     assert rows[-1][1:4] == ["0", "0", "False"], rows[-1]
+
+
+def test_special_outputs_are_streamed_and_symlinks_followed(tmp_path):
+    """-o naming a symlink writes its target (the link stays); a FIFO and /dev/stdout get the bytes
+    streamed instead of a file renamed over them (issue 32 item 3)."""
+    import threading
+
+    argv = ["corpus", "synth", "--preset", "demo", "--n-docs", "12", "--quiet", "-o"]
+    os.symlink("target.h5", tmp_path / "link.h5")
+    result = CliRunner().invoke(cli, argv + [str(tmp_path / "link.h5")])
+    assert result.exit_code == 0, result.output
+    assert os.path.islink(tmp_path / "link.h5") and (tmp_path / "target.h5").stat().st_size > 0
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+    reader.start()
+    result = CliRunner().invoke(cli, argv + [str(fifo)])
+    reader.join(60)
+    assert result.exit_code == 0 and got and got[0] == (tmp_path / "target.h5").read_bytes()
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    proc = subprocess.run([sys.executable, "-m", "gputext"] + argv + ["/dev/stdout"], capture_output=True,
+                          env=child_env(), timeout=120)
+    assert proc.returncode == 0 and proc.stdout == (tmp_path / "target.h5").read_bytes()
+    assert sorted(os.listdir(tmp_path)) == ["fifo", "link.h5", "target.h5"]
