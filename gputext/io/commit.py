@@ -166,10 +166,14 @@ def settle_path(path: str) -> None:
     """Settle a file whose record has pending steps (what a reader does before reading it); a
     file that cannot be opened for writing gets a clear error instead."""
     from ..errors import FormatError
+    from .diskerror import DiskError
+    from .h5file import h5_output
 
     try:
-        with h5py.File(path, "r+") as f:
+        with h5_output(path, "r+", journal=True) as f:  # a full disk meanwhile: put back as it was
             settle(f)
+    except DiskError:
+        raise
     except OSError as exc:
         raise FormatError(f"{path}: an update of this file was killed while putting its committed parts in "
                           "place; open it once with write access (any gputext command reading it completes the "
