@@ -44,6 +44,7 @@ csc_rmatvec_blocks     out[g, c] = X^T u of query block g through a CSC copy: bl
 rank_structure         one block per query: sort, binary searches, wavelet levels, beta+/-
 wavelet_sums           one block per query: per channel, W0/W1 prefix sums, then sums over M_i, P_i
 eval_rows              z and each row's loss term (segment_reduce then sums them per query block)
+rows_in_order          out[c] = sum of the blocks' rows in block order (sum_rows_in_order's arithmetic)
 hess_finish            u = (beta- + beta+) a - (alpha- + alpha+)
 =====================  =======================================================================
 

@@ -43,6 +43,18 @@ def dense_rmatvec_partial(Xd, u, chunk_rows, partial):
 
 
 @cuda_kernel
+def rows_in_order(partial, out):
+    """out[c] = ((0 + partial[0, c]) + partial[1, c]) + ...: the rows of partial (G, cols) float64
+    added in row order, one thread a column (grid-stride): ranksvm.sum_rows_in_order's arithmetic,
+    so the same bits as the host's sum of the same blocks. No shared memory."""
+    for c in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
+        acc = 0.0
+        for g in range(partial.shape[0]):
+            acc += partial[g, c]
+        out[c] = acc
+
+
+@cuda_kernel
 def hess_finish(beta_minus, beta_plus, a, alpha_minus, alpha_plus, u):
     """Grid-stride over rows i: u[i] = (b- + b+) a[i] - (alpha- + alpha+). No shared memory."""
     start = cuda.grid(1)
@@ -367,6 +379,7 @@ def ptx_kernels():
         ("dense_rmatvec_partial", dense_rmatvec_partial,
          f"void(float32[:, ::1], float64[::1], {i64}, float64[:, ::1])"),
         ("hess_finish", hess_finish, f"void({i32}, {i32}, {f64}, {f64}, {f64}, {f64})"),
+        ("rows_in_order", rows_in_order, f"void(float64[:, ::1], {f64})"),
         ("dense_matvec", dense_matvec_kernel(128, 32), "void(float32[:, ::1], float64[::1], float64[::1])"),
         ("segment_reduce", segment_reduce_kernel(256), f"void(float64[:, ::1], {i64}, float64[:, ::1])"),
         ("csr_matvec", csr_matvec_kernel(128, 8), f"void({i64}, {i32}, float32[::1], {f64}, {f64})"),

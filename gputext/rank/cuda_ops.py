@@ -3,9 +3,10 @@
 Imported only when the backend is cuda (ops.make_ops). X (dense row-major float32, or CSR plus a
 CSC copy for X^T u), the grouping, label ranks, scores, the sorted order, the wavelet levels,
 beta+/-, z and all scratch stay on the device for the whole training run. Per TRON step the host
-sends w (n_features float64) and receives the query blocks' losses (G float64, G <= 256: see
-geometry.query_blocks); per CG step it sends v (n_features float64) and receives X^T u per query
-block (G x n_features float64), which the host adds in block order (geometry.RankOpsSizes).
+sends w (n_features float64) and receives the loss; per CG step it sends v and receives X^T u
+(n_features float64 each way): the query blocks' partial sums (geometry.query_blocks, G <= 256)
+added in block order on the device by geometry.sum_in_order's arithmetic. A Dask part
+(``*_blocks``) receives the G values or G x n_features numbers themselves.
 
 Memory (n = n_docs, Q = queries, B = wavelet levels, m = features): X as stored (dense: 4 n m
 bytes; sparse: 8 nnz CSR + 8 nnz CSC), two slots of 36 n + 4 B (2 n + Q) bytes, and
@@ -78,6 +79,8 @@ class CudaRankOps(RankOpsSizes):
         self.d_out = self.work.get("out", (self.G, m), np.float64)
         self.d_loss_rows = self.work.get("loss_rows", (1, L), np.float64)
         self.d_loss_blocks = self.work.get("loss_blocks", (self.G, 1), np.float64)
+        self.d_sum = self.work.get("sum", (m,), np.float64)
+        self.d_loss_sum = self.work.get("loss_sum", (1,), np.float64)
         self.k_structure = KC.rank_structure_kernel(g.query_threads, g.sort_capacity)
         self.k_sums = KC.wavelet_sums_kernel(g.query_threads)
 
@@ -91,8 +94,8 @@ class CudaRankOps(RankOpsSizes):
             self.run.launch(self.k_csr, grid_blocks(self.L, rows), g.csr_threads,
                             self.d_indptr, self.d_indices, self.d_values, d_v, d_out)
 
-    def _rmatvec_blocks(self, d_u) -> np.ndarray:
-        """X^T u per query block, (G, m) float64 on the host."""
+    def _rmatvec(self, d_u) -> None:
+        """X^T u per query block into d_out (G, m) float64."""
         g, run = self.g, self.run
         pairs = min(self.G * self.m, 65535)
         if self.dense:
@@ -102,7 +105,13 @@ class CudaRankOps(RankOpsSizes):
         else:
             run.launch(self.k_csc, pairs, g.reduce_threads,
                        self.d_colptr, self.d_colrows, self.d_colvalues, d_u, self.d_block_rows, self.d_out)
-        return self.run.read(self.d_out)
+
+    def _in_order(self, d_blocks, d_sum) -> np.ndarray:
+        """The blocks' rows added in block order on the device, read back: geometry.sum_in_order's
+        arithmetic (per column, from 0.0, blocks 0, 1, ...: the same bits), n columns back instead
+        of G x n (the single process's path; a Dask part reads its blocks)."""
+        self.run.launch(KC.rows_in_order, grid_blocks(d_sum.shape[0], 128), 128, d_blocks, d_sum)
+        return self.run.read(d_sum)
 
     def _send(self, w: np.ndarray):
         """w up through the pinned buffer, asynchronously: every caller reads a result back (and
@@ -115,7 +124,8 @@ class CudaRankOps(RankOpsSizes):
         self._matvec(self._send(w), self.d_s)
         return self.run.read(self.d_s)
 
-    def evaluate_blocks(self, w: np.ndarray) -> np.ndarray:
+    def _evaluate(self, w: np.ndarray) -> None:
+        """The trial slot's structure, z and the query blocks' losses (d_loss_blocks) at w."""
         g, run = self.g, self.run
         S = self.slots[self.trial]
         self._matvec(self._send(w), self.d_s)
@@ -130,15 +140,28 @@ class CudaRankOps(RankOpsSizes):
                    self.d_sweights, S["beta_minus"], S["beta_plus"], self.d_sums_minus, self.d_sums_plus, S["z"],
                    self.d_loss_rows)
         run.launch(self.k_reduce, self.G, g.reduce_threads, self.d_loss_rows, self.d_block_rows, self.d_loss_blocks)
-        return run.read(self.d_loss_blocks)[:, 0].copy()
+
+    def evaluate_blocks(self, w: np.ndarray) -> np.ndarray:
+        self._evaluate(w)
+        return self.run.read(self.d_loss_blocks)[:, 0].copy()
+
+    def evaluate(self, w: np.ndarray) -> float:
+        self._evaluate(w)
+        return float(self._in_order(self.d_loss_blocks, self.d_loss_sum)[0])
 
     def accept(self) -> None:
         self.current, self.trial = self.trial, self.current
 
     def xt_z_blocks(self) -> np.ndarray:
-        return self._rmatvec_blocks(self.slots[self.current]["z"])
+        self._rmatvec(self.slots[self.current]["z"])
+        return self.run.read(self.d_out)
 
-    def xt_hess_blocks(self, v: np.ndarray) -> np.ndarray:
+    def xt_z(self) -> np.ndarray:
+        self._rmatvec(self.slots[self.current]["z"])
+        return self._in_order(self.d_out, self.d_sum)
+
+    def _hess(self, v: np.ndarray) -> None:
+        """X^T u per query block (d_out) for the Hessian product with v at the current point."""
         g, run = self.g, self.run
         S = self.slots[self.current]
         self._matvec(self._send(v), self.d_a0)
@@ -147,7 +170,15 @@ class CudaRankOps(RankOpsSizes):
                    self.d_a, 1, self.d_W0, self.d_W1, self.d_alpha_minus, self.d_alpha_plus)
         run.launch(KC.hess_finish, g.elementwise_blocks, g.reduce_threads,
                    S["beta_minus"], S["beta_plus"], self.d_a0, self.d_alpha_minus0, self.d_alpha_plus0, self.d_u)
-        return self._rmatvec_blocks(self.d_u)
+        self._rmatvec(self.d_u)
+
+    def xt_hess_blocks(self, v: np.ndarray) -> np.ndarray:
+        self._hess(v)
+        return self.run.read(self.d_out)
+
+    def xt_hess(self, v: np.ndarray) -> np.ndarray:
+        self._hess(v)
+        return self._in_order(self.d_out, self.d_sum)
 
     def statistics(self) -> dict:
         S = self.slots[self.current]
