@@ -10,7 +10,7 @@ Decisions (docs/python.md repeats them):
 - The solver (``solver="auto"``) is chosen by the device and the problem's shape, as LIBLINEAR's
   users choose: on the CPU, where dual resolves to True (``dual="auto"``: fewer samples than
   features, scikit-learn's rule; tf-idf), scikit-learn's LinearSVC itself (LIBLINEAR's dual
-  coordinate descent: our TRON's CPU twin took 3-13x its time on 20NG's tf-idf), and where it
+  coordinate descent: our TRON's CPU twin took 3-6x its time on 20NG's tf-idf), and where it
   resolves to False (more samples than features: dense meta-features) our TRON's CPU twin (all
   classes at once on every core, and its default stop much nearer the optimum than LIBLINEAR's
   primal default); on the GPU, TRON. ``solver="tron"`` forces TRON on either device (its CPU
@@ -29,9 +29,10 @@ Decisions (docs/python.md repeats them):
   TRON_TOL_SCALE * tol * max(min(pos_j, neg_j), 1) / l_j (gputext.linear.problem.stopping_eps):
   tol scaled by TRON_TOL_SCALE so that the default fit (tol 1e-4) ends within 1e-5 (relative) of
   the optimum's primal objective per class (20NG, C = 1: 3.6e-10 on tf-idf, 2.4e-7 on the
-  meta-features, where eps = tol ended 2.7e-5 above; TRON's last Newton steps converge
-  quadratically, so the tighter stop cost one iteration of 72). LIBLINEAR's own default primal
-  stop ends 2.9e-4 above on the meta-features, which is why the CPU takes TRON there.
+  meta-features, where eps = tol ended 2.0e-3 above; TRON's last Newton steps converge
+  quadratically, so the tighter stop cost 3 iterations of 72). LIBLINEAR's own default primal
+  stop ends 2.9e-4 above on the meta-features, and took 4x TRON's CPU twin's time: why the CPU
+  takes TRON there.
 """
 from __future__ import annotations
 
