@@ -185,6 +185,9 @@ CASES = [
       "vocab.t.txt:3: the word 'a' is also on line 1"),
     C("corpus export", "a label with a comma (npz labels file)", "{comma.h5} --to npz -o o.npz", 2,
       "the label 'a,b' holds a comma"),
+    C("corpus synth", "an empty output name", "--preset demo --n-docs 10 -o ''", 2, "-o '': the output file name is empty"),
+    C("knn search", "an empty output name", "--index {train.h5} --queries {test.h5} -k 2 -o ''", 2,
+      "-o '': the output file name is empty"),
     C("rank train", "out-of-range option", "{ltr.h5} -C 1e300 -o m.h5 --device cpu", 2,
       "C must be a positive number up to 1e+10, got 1e+300"),
     C("corpus build", "a complex matrix", "{complex.npz} -o o.h5", 2, "complex.npz: the matrix holds complex numbers"),
@@ -389,7 +392,7 @@ def fill(text: str, root) -> str:
 
 def run_case(case: Case, root: Path):
     """(exit code, stdout, stderr) of the case, run in ``root``."""
-    argv = case.command.split() + [fill(a, root) for a in case.argv]
+    argv = case.command.split() + ["" if a == "''" else fill(a, root) for a in case.argv]  # '' an empty argument
     if case.process:
         return _process(argv, root, case.stdin)
     old = os.getcwd()

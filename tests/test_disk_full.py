@@ -232,3 +232,19 @@ def test_special_outputs_are_streamed_and_symlinks_followed(tmp_path):
                           env=child_env(), timeout=120)
     assert proc.returncode == 0 and proc.stdout == (tmp_path / "target.h5").read_bytes()
     assert sorted(os.listdir(tmp_path)) == ["fifo", "link.h5", "target.h5"]
+
+
+def test_stream_output_appears_only_with_its_state(tmp_path, monkeypatch, star_files):
+    """`cluster stream IN -o o.h5 --state s.h5` wrote o.h5 and then failed on the state (issue 32
+    item 6): now a failed state write leaves neither."""
+    from gputext.cluster import stream_io
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(stream_io, "save_state", full)
+    _, add, _ = star_files
+    out, state = str(tmp_path / "o.h5"), str(tmp_path / "s.h5")
+    result = CliRunner().invoke(cli, ["cluster", "stream", add, "-o", out, "--state", state, "--device", "cpu", "--quiet"])
+    assert result.exit_code == 2 and "no space left on the device (ENOSPC)" in result.stderr, result.output
+    assert os.listdir(tmp_path) == []
