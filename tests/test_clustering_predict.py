@@ -74,3 +74,12 @@ def test_sweep_reports_counts_and_quality_of_each_fit(corpus, tmp_path):
     from gputext.estimators.sweep import plot_sweep
     plot_sweep(rows, str(tmp_path / "sweep.png"))
     assert (tmp_path / "sweep.png").stat().st_size > 5_000
+
+
+def test_sweep_from_the_shell_prints_a_line_per_value(corpus, tmp_path, capsys):
+    from gputext.estimators.sweep import main
+    from gputext.io import write_corpus
+    write_corpus(corpus, str(tmp_path / "c.h5"))
+    main([str(tmp_path / "c.h5"), "--kind", "stream", "--values", "0.1,0.3", "--device", "cpu"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("threshold 0.1: ") and "NMI" in lines[0] and lines[2].startswith("best FBcubed F at")

@@ -8,6 +8,11 @@ FBcubed and NMI (docs/python.md, "Choosing beta and the threshold").
     best_row(rows, "fbcubed")                  # the value of best FBcubed
     plot_sweep(rows, "sweep.png")              # matplotlib: pip install gputext[plot]
 
+From the shell, on a corpus file (`gputext corpus build` output; its "label" obs column when it has one):
+
+    python -m gputext.estimators.sweep train.h5 --kind star --values 0.05,0.1,0.15,0.25 --plot sweep.png
+    python -m gputext.estimators.sweep train.h5 --kind stream --device cpu
+
 Decisions:
 - The swept parameter is the estimator's own: "beta" for StarClustering, "threshold" for
   StreamClustering (``param=`` names another). Each value fits a clone (sklearn.base.clone).
@@ -102,3 +107,38 @@ def plot_sweep(rows: list[dict], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def main(argv=None) -> None:
+    """`python -m gputext.estimators.sweep CORPUS [--kind star|stream] [--values a,b,..]
+    [--labels OBS] [--device D] [--plot PNG]`: one line per value, then the best ones."""
+    import argparse
+
+    from ..io import read_corpus
+    from .clustering import StarClustering, StreamClustering
+    p = argparse.ArgumentParser(prog="python -m gputext.estimators.sweep", description=main.__doc__)
+    p.add_argument("corpus")
+    p.add_argument("--kind", choices=("star", "stream"), default="star")
+    p.add_argument("--values", help="comma-separated beta (star) or threshold (stream) values; default: DEFAULT_GRID")
+    p.add_argument("--labels", default="label", help="obs column of the true classes (absent: no FBcubed / NMI)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--plot", help="PNG path (needs matplotlib: pip install 'gputext[plot]')")
+    a = p.parse_args(argv)
+    corpus = read_corpus(a.corpus)
+    y = corpus.obs[a.labels].values() if a.labels in corpus.obs else None
+    estimator = StarClustering(device=a.device) if a.kind == "star" else StreamClustering(device=a.device)
+    values = None if a.values is None else [float(v) for v in a.values.split(",")]
+    rows = sweep_clustering(estimator, corpus.X, values, y=y)
+    param = next(iter(rows[0]))
+    for r in rows:
+        quality = f", FBcubed F {r['fbcubed']['f']:.3f}, NMI {r['nmi']:.3f}" if "nmi" in r else ""
+        print(f"{param} {r[param]:g}: {r['n_clusters']} clusters, {r['alone']} alone ({r['alone_fraction']:.1%})"
+              f"{quality}, {r['seconds']:.1f} s")
+    if y is not None:
+        print(f"best FBcubed F at {param} {best_row(rows)[param]:g}, best NMI at {best_row(rows, 'nmi')[param]:g}")
+    if a.plot:
+        plot_sweep(rows, a.plot)
+
+
+if __name__ == "__main__":
+    main()
