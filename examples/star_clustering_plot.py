@@ -26,7 +26,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--docs", type=int, default=600)
     p.add_argument("--topics", type=int, default=6)
-    p.add_argument("--beta", type=float, default=0.25, help="cosine threshold of the similarity graph")
+    p.add_argument("--beta", type=float, default=0.1, help="cosine threshold of the similarity graph (StarClustering's default)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--out", default="star_clusters.png")
     a = p.parse_args()
