@@ -59,36 +59,34 @@ def unit_rows(X) -> sp.csr_matrix:
     return sp.csr_matrix(sp.diags(np.where(norms > 0, 1.0 / np.where(norms > 0, norms, 1.0), 0.0)) @ Xn)
 
 
-def best_above(S: sp.csr_matrix, floor: float) -> np.ndarray:
-    """int64 (n_rows,): per row of the similarity matrix S (rows x clusters), the column of the
-    largest value when it is > floor (ties -> the lower column), else -1."""
-    S = sp.csr_matrix(S)
-    out = np.full(S.shape[0], -1, np.int64)
-    for i in range(S.shape[0]):
-        lo, hi = S.indptr[i], S.indptr[i + 1]
-        if hi > lo:
-            cols, vals = S.indices[lo:hi], S.data[lo:hi]
-            top = vals.max()
-            if top > floor:
-                out[i] = cols[vals == top].min()
+def best_per_row(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, n_rows: int) -> np.ndarray:
+    """int64 (n_rows,): per row, the column of its largest value among the (row, column, value)
+    triples (ties -> the lower column); -1 for a row without any."""
+    order = np.lexsort((cols, -values, rows))  # by row, then largest value, then lower column
+    out = np.full(n_rows, -1, np.int64)
+    first = np.ones(len(order), bool)
+    first[1:] = rows[order][1:] != rows[order][:-1]
+    out[rows[order][first]] = cols[order][first]
     return out
+
+
+def best_above(S, floor: float) -> np.ndarray:
+    """int64 (n_rows,): per row of the similarity matrix S (rows x clusters, sparse), the column
+    of the largest value when it is > floor (ties -> the lower column), else -1."""
+    S = sp.coo_matrix(S)
+    keep = S.data > floor
+    return best_per_row(S.row[keep].astype(np.int64), S.col[keep].astype(np.int64), S.data[keep], S.shape[0])
 
 
 def hard_labels(X: sp.csr_matrix, membership: sp.csr_matrix, centers: np.ndarray) -> np.ndarray:
     """int64 (n_docs,): each document's cluster by the rule in the module docstring."""
-    n = X.shape[0]
     M = sp.coo_matrix(membership)
     rows, cols = M.row.astype(np.int64), M.col.astype(np.int64)
     Xn = unit_rows(X)
     center_of = np.asarray(centers, np.int64)[cols]
     sims = np.asarray(Xn[rows].multiply(Xn[center_of]).sum(axis=1)).ravel()
     sims = np.where(center_of == rows, np.inf, sims)  # a center's own cluster first
-    order = np.lexsort((cols, -sims, rows))  # by document, then best similarity, then lower cluster
-    labels = np.full(n, -1, np.int64)
-    first = np.ones(len(order), bool)
-    first[1:] = rows[order][1:] != rows[order][:-1]
-    labels[rows[order][first]] = cols[order][first]
-    return labels
+    return best_per_row(rows, cols, sims, X.shape[0])
 
 
 class StarClustering(SparseInput, ClusterMixin, BaseEstimator):
