@@ -331,3 +331,18 @@ def test_tron_default_fit_ends_within_1e_5_of_the_optimum():
         w_star = np.append(optimum.coef_[c], optimum.intercept_[c])
         f, f_star = primal(Xb, y, w, 1.0, c), primal(Xb, y, w_star, 1.0, c)
         assert -1e-12 <= (f - f_star) / f_star <= 1e-5
+
+
+@pytest.mark.gpu
+def test_gpu_default_fit_is_tron_within_1e_5_of_the_optimum():
+    """On a real GPU: solver "auto" runs TRON on the device, and its default stop ends within 1e-5
+    of the CPU twin's tol-1e-10 optimum per class (scripts/svm_defaults.py --device cuda: 20NG)."""
+    Xd, Xs, y = problem(15, n=3000, m=150, ms=900, n_classes=5)
+    Xb = with_bias((Xs, Xd))
+    default = LinearSVC(device="cuda").fit((Xs, Xd), y)
+    optimum = LinearSVC(solver="tron", tol=1e-10, device="cpu").fit((Xs, Xd), y)
+    assert default.solver_ == "tron" and default.device_ == "cuda"
+    for c in range(5):
+        f = primal(Xb, y, np.append(default.coef_[c], default.intercept_[c]), 1.0, c)
+        f_star = primal(Xb, y, np.append(optimum.coef_[c], optimum.intercept_[c]), 1.0, c)
+        assert -1e-9 <= (f - f_star) / f_star <= 1e-5
