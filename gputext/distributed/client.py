@@ -77,8 +77,11 @@ def local_cluster(n_workers: int):
         if LocalCUDACluster is not None:
             return LocalCUDACluster(CUDA_VISIBLE_DEVICES=devices, threads_per_worker=1, dashboard_address=":0",
                                     env={THREADS_VARIABLE: str(threads)}), "dask-cuda LocalCUDACluster"
+        # memory_limit: a share of the host's memory each; a Nanny's "auto" with one thread is one
+        # core's share (8 GiB of a 64-core host: 10^8 documents' term maxima killed every worker, 2026-11-27)
         workers = {i: {"cls": distributed.Nanny,
-                       "options": {"nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": str(i), THREADS_VARIABLE: str(threads)}}}
+                       "options": {"nthreads": 1, "memory_limit": 1.0 / n_workers,
+                                   "env": {"CUDA_VISIBLE_DEVICES": str(i), THREADS_VARIABLE: str(threads)}}}
                    for i in range(n_workers)}
         scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": ":0"}}
         return (distributed.SpecCluster(workers=workers, scheduler=scheduler),
