@@ -237,14 +237,17 @@ def test_special_outputs_are_streamed_and_symlinks_followed(tmp_path):
 def test_stream_output_appears_only_with_its_state(tmp_path, monkeypatch, star_files):
     """`cluster stream IN -o o.h5 --state s.h5` wrote o.h5 and then failed on the state (issue 32
     item 6): now a failed state write leaves neither."""
-    from gputext.cluster import stream_io
+    real = os.pwrite
 
-    def full(*args, **kwargs):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    def state_disk_full(fd, data, offset):  # only the state's (temporary) file is on a full disk
+        if ".s.h5.gputext-tmp-" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, data, offset)
 
-    monkeypatch.setattr(stream_io, "save_state", full)
+    monkeypatch.setattr(h5file.os, "pwrite", state_disk_full)
     _, add, _ = star_files
     out, state = str(tmp_path / "o.h5"), str(tmp_path / "s.h5")
     result = CliRunner().invoke(cli, ["cluster", "stream", add, "-o", out, "--state", state, "--device", "cpu", "--quiet"])
-    assert result.exit_code == 2 and "no space left on the device (ENOSPC)" in result.stderr, result.output
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == f"Error: {state}: no space left on the device (ENOSPC) while writing; nothing was written"
     assert os.listdir(tmp_path) == []

@@ -190,7 +190,9 @@ def _stream_out(tmp: str, path: str) -> None:
 def _disk_error(path: str, exc: OSError) -> DiskError:
     name = "standard output" if path == "-" else path
     kept = "the old file is kept" if path != "-" and os.path.isfile(path) else "nothing was written"
-    return DiskError(exc.errno, f"{name}: {describe(exc)} while writing; {kept}")
+    error = DiskError(exc.errno, f"{name}: {describe(exc)} while writing; {kept}")
+    error.named = temp_pid(os.path.basename(path)) is None  # False: an outer block's temporary file
+    return error
 
 
 @contextmanager
@@ -232,6 +234,6 @@ def atomic_output(path: str, suffix: str = ".h5") -> Iterator[str]:
         except BaseException as exc:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-            if is_disk_error(exc):
+            if is_disk_error(exc) and not getattr(exc, "named", False):  # named: a nested output's own
                 raise _disk_error(path, exc) from None
             raise

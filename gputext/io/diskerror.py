@@ -11,7 +11,11 @@ DISK_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EFBIG: "file t
 
 
 class DiskError(OSError):
-    """A write failed (ENOSPC, EFBIG, EIO, ...); the message is one line naming the file."""
+    """A write failed (ENOSPC, EFBIG, EIO, ...); the message is one line naming the file.
+    ``named``: the message names the user's output (not a temporary file): an enclosing
+    atomic_output keeps it as it is."""
+
+    named = False
 
     def __str__(self) -> str:
         return self.strerror or super().__str__()

@@ -203,7 +203,9 @@ def disk_error(path: str, exc: OSError, rolled_back: bool) -> DiskError:
     """The one-line DiskError of a failed write to ``path`` (atomic_output names its output instead
     of its temporary file)."""
     what = "; the update was rolled back, the file is as it was" if rolled_back else ""
-    return DiskError(exc.errno, f"{path}: {describe(exc)} while writing{what}")
+    error = DiskError(exc.errno, f"{path}: {describe(exc)} while writing{what}")
+    error.named = rolled_back  # a file updated in place is the user's own; a new one is a temporary file
+    return error
 
 
 def check(f: h5py.File) -> None:
