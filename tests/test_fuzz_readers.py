@@ -117,6 +117,53 @@ def test_fuzz_text_readers(tmp_path: Path):
     assert codes[0] > 50 and codes[2] > 200, codes  # both outcomes are exercised
 
 
+N_NPZ = 400
+
+
+def _npz_case(path: Path, rng: random.Random) -> None:
+    """A small CSR .npz with one random damage: an array's values, length or dtype, the shape or
+    format entries, a missing entry, or the file's bytes truncated / flipped (issue 32 item 11)."""
+    X = sp.random(6, 5, density=0.5, random_state=rng.randrange(1000), format="csr", dtype=np.float32)
+    parts = {"data": X.data, "indices": X.indices, "indptr": X.indptr, "format": np.array(b"csr"),
+             "shape": np.array(X.shape)}
+    kind = rng.choice(["value", "length", "dtype", "shape", "format", "missing", "bytes", "none"])
+    key = rng.choice(["data", "indices", "indptr"])
+    if kind == "value" and parts[key].size:
+        arr = parts[key].copy()
+        arr[rng.randrange(arr.size)] = rng.choice([-1, -10**9, 10**9, 2**31 - 1, np.nan if key == "data" else 7])
+        parts[key] = arr
+    elif kind == "length":
+        parts[key] = parts[key][:rng.randrange(parts[key].size + 1)]
+    elif kind == "dtype":
+        parts[key] = parts[key].astype(rng.choice([np.complex64, np.float64, np.int8, np.uint64, object]))
+    elif kind == "shape":
+        parts["shape"] = np.array(rng.choice([(6, 10**9), (10**9, 5), (-1, 5), (6,), (2, 2), (6, 5, 1)]))
+    elif kind == "format":
+        parts["format"] = np.array(rng.choice([b"csc", b"coo", b"xyz", b""]))
+    elif kind == "missing":
+        del parts[rng.choice(sorted(parts))]
+    np.savez(path, **parts, allow_pickle=True) if kind == "dtype" else np.savez(path, **parts)
+    if kind == "bytes":
+        path.write_bytes(_mutate_bytes(path.read_bytes(), rng))
+
+
+def test_fuzz_npz_reader(tmp_path: Path):
+    """Damaged SciPy .npz inputs: exit 0 or 2 (a truncated npz was BadZipFile, negative indices an
+    IndexError, a (2, 10^9) shape an out-of-memory kill: exit 1 or 137)."""
+    rng = random.Random(SEED)
+    codes = {0: 0, 2: 0}
+    for case in range(N_NPZ):
+        path = tmp_path / f"c{case}.npz"
+        _npz_case(path, rng)
+        before = _digest(path)
+        try:
+            codes[_outcome(lambda: build_corpus([str(path)], format="npz", quiet=True))] += 1
+        except AssertionError as exc:
+            raise AssertionError(f"case {case} (seed {SEED}): {exc}") from None
+        assert _digest(path) == before, f"case {case}: input changed"
+    assert codes[0] > 5 and codes[2] > 50, codes
+
+
 # ----------------------------------------------------------------------------- HDF5
 
 

@@ -11,6 +11,7 @@ rows (what `gputext corpus export --to npz` writes beside the .npz).
 from __future__ import annotations
 
 import os
+import warnings
 import zipfile
 
 import numpy as np
@@ -36,15 +37,18 @@ def read_npz(path: str, labels: str | None = None) -> MatrixInput:
     """A .npz sparse matrix (scipy.sparse.save_npz) as rows of features, with optional labels."""
     name = display_name(path)
     try:
-        M = sp.load_npz(path)
-        check_declared_shape(name, M.shape[0], M.shape[1], M.nnz)
-        if M.dtype.kind == "c":
-            raise InputError(f"{name}: the matrix holds complex numbers, expected real features")
-        M.check_format(full_check=True)  # indptr, indices in range (a damaged file)
-        values = sp.csr_matrix(M, dtype=np.float64)
+        with open(path, "rb") as fh, warnings.catch_warnings():  # closed on an error too (unlike load_npz(path))
+            warnings.simplefilter("error", np.exceptions.ComplexWarning)  # complex indices: refused, not cast
+            M = sp.load_npz(fh)
+            check_declared_shape(name, M.shape[0], M.shape[1], M.nnz)
+            if M.dtype.kind == "c":
+                raise InputError(f"{name}: the matrix holds complex numbers, expected real features")
+            M.check_format(full_check=True)  # indptr, indices in range (a damaged file)
+            values = sp.csr_matrix(M, dtype=np.float64)
     except InputError:
         raise
-    except (ValueError, OSError, KeyError, zipfile.BadZipFile, EOFError, IndexError) as exc:
+    except (ValueError, OSError, KeyError, zipfile.BadZipFile, EOFError, IndexError, TypeError,
+            NotImplementedError, np.exceptions.ComplexWarning) as exc:
         raise InputError(f"{name}: not a SciPy sparse .npz file (scipy.sparse.save_npz): "
                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     if values.nnz and not np.all(np.isfinite(values.data)):
