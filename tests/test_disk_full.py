@@ -251,3 +251,25 @@ def test_stream_output_appears_only_with_its_state(tmp_path, monkeypatch, star_f
     assert result.exit_code == 2, result.output
     assert result.stderr.strip() == f"Error: {state}: no space left on the device (ENOSPC) while writing; nothing was written"
     assert os.listdir(tmp_path) == []
+
+
+def test_write_corpus_on_a_full_disk_at_every_point(tmp_path, monkeypatch):
+    """write_corpus (every corpus and result writer's last step), its disk full after N bytes for
+    12 values of N: DiskError naming the output, the old output kept, no temporary file."""
+    from gputext.io.diskerror import DiskError
+    from test_bad_inputs import _corpus
+
+    corpus, out = _corpus(n_docs=200, n_terms=50), str(tmp_path / "o.h5")
+    counter = FullDisk()
+    install(monkeypatch, counter)
+    write_corpus(corpus, str(tmp_path / "probe.h5"))
+    monkeypatch.undo()
+    os.unlink(tmp_path / "probe.h5")
+    for room in sorted({0, 1} | {counter.grown * i // 10 for i in range(1, 10)} | {counter.grown - 1}):
+        with open(out, "wb") as f:
+            f.write(b"old")
+        install(monkeypatch, FullDisk(room=room))
+        with pytest.raises(DiskError, match=f"^{out}: no space left on the device \\(ENOSPC\\) while writing; the old"):
+            write_corpus(corpus, out)
+        monkeypatch.undo()
+        assert open(out, "rb").read() == b"old" and os.listdir(tmp_path) == ["o.h5"], room
