@@ -583,3 +583,11 @@ def test_exp_gain_of_a_large_grade_is_refused_not_nan(workspace: Path, tmp_path:
     assert result.exit_code == 2 and "relevance 2000 makes 2^rel - 1 overflow" in result.stderr
     result = run(cli, ["rank", "eval", model, test, "--device", "cpu"])
     assert result.exit_code == 0 and "nan" not in result.output.lower()
+
+
+def test_python_warnings_are_one_line():
+    """numpy's RuntimeWarning / ComplexWarning used to print their source line too (issue 32 item 11);
+    gputext.cli.main formats every warning with this function: one line."""
+    from gputext.cli import one_line_warning
+    assert one_line_warning(RuntimeWarning("overflow\nencountered"), RuntimeWarning, "x.py", 3, "y = x * x") == \
+        "Warning: RuntimeWarning: overflow encountered\n"
