@@ -273,3 +273,27 @@ def test_write_corpus_on_a_full_disk_at_every_point(tmp_path, monkeypatch):
             write_corpus(corpus, out)
         monkeypatch.undo()
         assert open(out, "rb").read() == b"old" and os.listdir(tmp_path) == ["o.h5"], room
+
+
+REFUSED_OPEN = r"""
+import atexit, gc, sys
+atexit.register(gc.freeze)  # as gputext.cli.main does
+from gputext.io.append import CorpusAppend
+from gputext.errors import InputError
+try:
+    CorpusAppend(sys.argv[1], 1, ())
+except InputError as exc:
+    print(exc)
+sys.exit(2)
+"""
+
+
+def test_a_refused_in_place_open_does_not_segfault_at_exit(tmp_path):
+    """HDF5 refusing a file opened through the guarded file layer left a half-open file that the
+    interpreter's exit finalized too late: a segfault (139) after the right message."""
+    path = tmp_path / "not.h5"
+    path.write_text("not an HDF5 file\n")
+    proc = subprocess.run([sys.executable, "-c", REFUSED_OPEN, str(path)], capture_output=True, text=True,
+                          timeout=120, env=child_env())
+    assert proc.returncode == 2, proc.stderr
+    assert "cannot open for writing" in proc.stdout and path.read_text() == "not an HDF5 file\n"

@@ -22,6 +22,7 @@ behind the file, so a refused input leaves nothing for the interpreter's exit to
 from __future__ import annotations
 
 import fcntl
+import gc
 import io
 import os
 from contextlib import contextmanager
@@ -171,17 +172,15 @@ def h5_output(path: str, mode: str = "w", journal: bool = False, **kwargs) -> It
     ``kwargs`` go to h5py.File (file-space strategy, ...). A failed write raises DiskError once
     HDF5 closed the file; with ``journal`` any error puts the file back as it was first."""
     raw = GuardedFile(path, create=mode == "w", journal=journal)
-    try:
-        f = h5py.File(raw, mode, **kwargs)
-    except BaseException:
-        _release(raw, journal)
-        raise
+    f = _open_on(raw, mode, journal, kwargs)
     f.gputext_guard = raw  # type: ignore[attr-defined]  (check)
     try:
         yield f
     except BaseException as exc:
-        f.close()
-        _release(raw, journal)
+        try:
+            f.close()
+        finally:
+            _release(raw, journal)
         if raw.error is not None:  # the failed write came first: it is the reason
             raise disk_error(path, raw.error, journal) from None
         raise exc
@@ -191,10 +190,32 @@ def h5_output(path: str, mode: str = "w", journal: bool = False, **kwargs) -> It
         raise disk_error(path, raw.error, journal)
 
 
+def _open_on(raw: GuardedFile, mode: str, journal: bool, kwargs: dict) -> h5py.File:
+    """h5py.File on ``raw``. When HDF5 refuses the file, its half-open file still refers to ``raw``
+    from h5py's frames: the error is dropped and collected here, else the interpreter's exit
+    finalizes it after the modules it needs (a segfault, exit 139); a plain OSError with its
+    first line is raised instead."""
+    message = None
+    try:
+        return h5py.File(raw, mode, **kwargs)
+    except OSError as exc:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    except BaseException:
+        _release(raw, journal)
+        raise
+    _release(raw, journal)
+    gc.collect()
+    raise OSError(message)
+
+
 def _release(raw: GuardedFile, roll_back: bool) -> None:
+    """Put the file back (``roll_back``) and close the descriptor; a failed roll-back is one line."""
     try:
         if roll_back:
             raw.roll_back()
+    except OSError as exc:
+        raise DiskError(exc.errno, f"{raw.path}: {describe(exc)} while putting the file back after a failed "
+                                   "write: it may be damaged; `gputext corpus validate` says") from None
     finally:
         raw.close()
 
