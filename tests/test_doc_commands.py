@@ -173,10 +173,22 @@ def check_output(root: Path, name: str) -> None:
             assert result.exit_code == 0, result.output
 
 
+def gputext_shim(root: Path) -> Path:
+    """A folder whose `gputext` runs this Python's gputext (the checkout first, through child_env's
+    PYTHONPATH): a checkout run without an installed script (the GPU host) runs the lines too."""
+    folder = root / ".bin"
+    script = folder / "gputext"
+    if not script.exists():
+        folder.mkdir(exist_ok=True)
+        script.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m gputext "$@"\n')
+        script.chmod(0o755)
+    return folder
+
+
 def run_line(root: Path, line: str, device: str | None) -> None:
     line = with_device(line, device)
     if SHELL.search(line.split("#")[0]):
-        env = child_env(PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+        env = child_env(PATH=str(gputext_shim(root)) + os.pathsep + os.environ.get("PATH", ""))
         proc = subprocess.run(["bash", "-o", "pipefail", "-c", line], cwd=root, env=env, capture_output=True,
                               timeout=300)
         assert proc.returncode == 0, (line, proc.stderr.decode(errors="replace")[-2000:])
