@@ -213,6 +213,18 @@ SCRIPT_FIGURES = [
     ("rank-train", "mslr-web30k", "cpu-twin", "rank-mslr30k", "our CPU twin (all host cores), same training", R, GPU),
 ]
 
+# the parts of a process's CUDA start, each printed (the cuda-start entries' figures)
+CUDA_START_SNIPPET = """
+import time
+t = [time.perf_counter()]
+from cuda.bindings import driver as cu; t.append(time.perf_counter())
+cu.cuInit(0); t.append(time.perf_counter())
+err, dev = cu.cuDeviceGet(0); err, ctx = cu.cuDevicePrimaryCtxRetain(dev); cu.cuCtxSetCurrent(ctx); t.append(time.perf_counter())
+import numba.cuda; t.append(time.perf_counter())
+for part, a, b in zip(("import-cuda.bindings", "cuInit", "primary-context", "import-numba.cuda"), t, t[1:]):
+    print(part, b - a)
+"""
+
 ENTRIES = [
     *_cli_entries("20ng", ("knn-search", "knn-classify-svm", "knn-classify-vote", "star", "stream"), READ),
     *_cli_entries("letor-sample", ("rank-train",), READ),
@@ -225,6 +237,13 @@ ENTRIES = [
           snippet=KNN_SNIPPET),
     # start-up: the command line's own cost (click only) and the imports of each family's library
     Entry("startup", "none", "gputext", "gputext --help in a fresh process", READ + ("smoke",), cli=("--help",)),
+    # the warm-up command (every documented command's kernels into an empty cache) and the parts of
+    # a process's CUDA start (records of 2026-11-27 on an H200; suite "tools": run by hand)
+    Entry("doctor-compile", "none", "gputext", "gputext doctor --compile into an empty kernel cache", ("tools",),
+          devices=("cuda",), cli=("doctor", "--compile")),
+    *[Entry("cuda-start", "none", part, f"a fresh Python process's CUDA start: {part}", ("tools",), devices=("cuda",),
+            snippet=CUDA_START_SNIPPET)
+      for part in ("import-cuda.bindings", "cuInit", "primary-context", "import-numba.cuda")],
     # the README's kernel rows: figures of the family scripts (benchmarks/adapters.py)
     *[Entry(fam, data, peer, what, suites, devices=devices, script=script)
       for fam, data, peer, script, what, suites, devices in SCRIPT_FIGURES],

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU round on the device host: environment probe, GPU tests, then benchmarks.
 # Usage (device tool, carry .whl):  bash scripts/gpu_round.sh [STEP ...]
-#   steps: probe tests tests-only tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-tiles knn-tiles-1e7 knn-ncu-1e7 knn-issue19 knn-growth first-answer knn-latency knn-shard-sweep knn-5e7 knn-ncu stream-sanitizer pruning bench-readme bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify multi-1e8 multi-1e8-one multi-families multi-rank
+#   steps: probe tests tests-only tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-tiles knn-tiles-1e7 knn-ncu-1e7 knn-issue19 knn-growth knn-latency knn-shard-sweep knn-5e7 knn-ncu stream-sanitizer pruning bench-readme bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify multi-1e8 multi-1e8-one multi-families multi-rank
 #   (knn_classify reads the real datasets from .data/, an ignored copy of ../shared/datasets carried along)
 # Logs go to $OUT (default out/gpu). Each step has its own time limit so one slow step cannot eat the round.
 set -u
@@ -82,24 +82,6 @@ for step in "${steps[@]}"; do
     # --breakdown: one more warm run of each command under cProfile, its parts in the record's stages
     bench-readme) run bench-readme "${LIMIT_bench_readme:-590}" python3 -m benchmarks.run --suite readme --device cuda --datasets "${GPUTEXT_DATASETS:-.data}" --repeats "${REPEATS_bench:-3}" --budget "${BUDGET_bench_readme:-450}" --breakdown --resume --out /tmp/bench --records "$OUT/records.jsonl" ${ARGS_bench_readme:-} ;;
     estimators) run estimators 300 python3 scripts/bench_estimators.py --device cuda --out "$OUT" ${ARGS_estimators:-} ;;
-    # issue 31: each command's first answer in fresh processes (cold / warm kernel cache), the
-    # profile breakdown, the CUDA context's parts, doctor --compile, the library call
-    first-answer) run first-answer "${LIMIT_first_answer:-560}" bash scripts/first_answer.sh "${GPUTEXT_DATASETS:-.data}" "$OUT" ;;
-    # issue 34 on a 4-GPU host (kind nvidia-h100-x4 or nvidia-h200-x4; the wheels: ../shared/gpu-host/wheels.sh
-    # dask distributed). Three calls, in this order, on the same warm machine: the corpus chunk files stay in
-    # /tmp/dask-multi-data (the 10^8 corpus's first 16 chunks are the 2*10^7 and 10^7 ones of multi-families).
-    # multi-1e8 (~7 min, estimated): 10^8 documents generated once by the host's cores (~67 GB), 10,000 queries,
-    # k = 30, on 2 and 4 GPUs (one H100 cannot hold 10^8: 59 GB of index above its 45% share; on H200s
-    # GPUS_1e8=1,2,4, or multi-1e8-one), identical to the base run, efficiency, read and first call, peak
-    # memory per GPU -> $OUT/dask_multi.json, .md; the base run's lists in /tmp/dask-multi-ref.npz.
-    multi-1e8) run multi-1e8 "${LIMIT_multi_1e8:-590}" python3 scripts/gpu_dask_multi.py --device cuda --docs 1e8 --gpus "${GPUS_1e8:-2,4}" --queries 10000 --repeats 2 --data-dir /tmp/dask-multi-data --reference /tmp/dask-multi-ref.npz --out "$OUT" ;;
-    # 10^8 on one GPU alone, compared with multi-1e8's base lists (~6 min on a warm machine; H200: it fits whole)
-    multi-1e8-one) run multi-1e8-one "${LIMIT_multi_1e8_one:-590}" python3 scripts/gpu_dask_multi.py --device cuda --docs 1e8 --gpus 1 --queries 10000 --repeats 1 --data-dir /tmp/dask-multi-data --reference /tmp/dask-multi-ref.npz --out "$OUT/one" ;;
-    # multi-families (~6 min): each worker's read / build / first call at 2*10^7 (1 and 4 workers, against dd),
-    # meta-features at 10^7 and the star graph of 1.25*10^6 documents on 1 GPU and on 4 -> $OUT/dask_families.json
-    multi-families) run multi-families "${LIMIT_multi_families:-590}" python3 scripts/gpu_dask_families.py --device cuda --gpus 4 --sections first-answer,meta,star --data-dir /tmp/dask-multi-data --out "$OUT" ;;
-    # multi-rank (~4 min): RankSVM on 10x the MSLR-WEB30K training shape on 1 GPU and on 4, weights bit for bit
-    multi-rank) run multi-rank "${LIMIT_multi_rank:-590}" python3 scripts/gpu_dask_families.py --device cuda --gpus 4 --sections rank --out "$OUT/rank" ;;
     knn_classify) run knn_classify 560 python3 scripts/gpu_knn_classify.py --device cuda --datasets "${GPUTEXT_DATASETS:-.data}" --out "$OUT" ${ARGS_knn_classify:-} ;;
     # extra arguments for a scripts/gpu_<step>.py step: ARGS_<step>="..." (e.g. ARGS_stream="--sections env,latency")
     *) extra="ARGS_$step"; if [ -f "scripts/gpu_$step.py" ]; then run "$step" 560 python3 "scripts/gpu_$step.py" --out "$OUT" ${!extra:-}; else echo "unknown step $step"; fi ;;
