@@ -175,6 +175,9 @@ def _kernel_cache(compile_: bool, device: str, clear_cache: bool) -> None:
         click.echo(f"cache       removed {removed} folder(s) of compiled kernels")
     if folder is not None:
         click.echo(f"cache       {folder} ({cache_entries(folder)} compiled entries; $GPUTEXT_CACHE_DIR moves it)")
+        from .kernels import scoring  # noqa: F401 (decorating its kernels tells whether this numba's cache is usable)
+        if why_not_cached():
+            click.echo(f"cache       partly off: {why_not_cached()}")
     if not compile_:
         return
     from .backend import resolve

@@ -139,9 +139,9 @@ def cache_folder() -> Path | None:
 
 
 def why_not_cached() -> str:
-    """Empty when kernels are cached on disk; otherwise why not (for ``gputext doctor``)."""
+    """Empty when kernels and twins are cached on disk; otherwise why not (for ``gputext doctor``)."""
     cache_folder()
-    return _state["why_not"]
+    return "; ".join(w for w in (_state["why_not"], _state.get("why_not_cpu", ""), _state.get("why_not_cuda", "")) if w)
 
 
 def clear_other_versions(include_current: bool = False) -> int:
@@ -244,8 +244,9 @@ class _LockedIndex:
 
 
 def _attach(dispatcher, cache_class):
-    """Give ``dispatcher`` our cache (numba's own stays off); without a writable folder, none."""
-    if cache_folder() is None:
+    """Give ``dispatcher`` our cache (numba's own stays off); without a writable folder, or with a
+    numba whose cache classes differ (``cache_class`` None), none."""
+    if cache_class is None or cache_folder() is None:
         return dispatcher
     try:
         dispatcher._cache = cache_class(dispatcher.py_func)
@@ -259,28 +260,36 @@ _classes: dict = {}
 
 def _cpu_cache_class():
     if "cpu" not in _classes:
-        from numba.core import caching
-
-        class Locator(_Locator):
-            pass
-
-        class Impl(caching.CompileResultCacheImpl):
-            _locator_classes = [Locator]
-
-        class Index(_LockedIndex, caching.IndexDataCacheFile):
-            pass
-
-        class FunctionCache(caching.FunctionCache):
-            _impl_class = Impl
-
-            def __init__(self, py_func):
-                super().__init__(py_func)
-                old = self._cache_file
-                self._cache_file = Index(cache_path=old._cache_path, filename_base=self._impl.filename_base,
-                                         source_stamp=self._impl.locator.get_source_stamp())
-
-        _classes["cpu"] = FunctionCache
+        try:
+            _classes["cpu"] = _make_cpu_cache_class()
+        except (ImportError, AttributeError) as exc:  # a numba whose cache classes differ
+            _classes["cpu"] = None
+            _state["why_not_cpu"] = f"this numba's cache is not the one gputext knows ({exc})"
     return _classes["cpu"]
+
+
+def _make_cpu_cache_class():
+    from numba.core import caching
+
+    class Locator(_Locator):
+        pass
+
+    class Impl(caching.CompileResultCacheImpl):
+        _locator_classes = [Locator]
+
+    class Index(_LockedIndex, caching.IndexDataCacheFile):
+        pass
+
+    class FunctionCache(caching.FunctionCache):
+        _impl_class = Impl
+
+        def __init__(self, py_func):
+            super().__init__(py_func)
+            old = self._cache_file
+            self._cache_file = Index(cache_path=old._cache_path, filename_base=self._impl.filename_base,
+                                     source_stamp=self._impl.locator.get_source_stamp())
+
+    return FunctionCache
 
 
 def _driver_version():
@@ -290,29 +299,40 @@ def _driver_version():
 
 def _cuda_cache_class():
     if "cuda" not in _classes:
-        from numba.cuda import dispatcher as cuda_dispatcher
-        from numba.cuda.core import caching
-
-        class Locator(_Locator):
-            stamp_extra = staticmethod(lambda: ("driver",) + _driver_version())
-
-        class Impl(cuda_dispatcher.CUDACacheImpl):
-            _locator_classes = [Locator]
-
-        class Index(_LockedIndex, caching.IndexDataCacheFile):
-            pass
-
-        class KernelCache(cuda_dispatcher.CUDACache):
-            _impl_class = Impl
-
-            def __init__(self, py_func):
-                super().__init__(py_func)
-                old = self._cache_file
-                self._cache_file = Index(cache_path=old._cache_path, filename_base=self._impl.filename_base,
-                                         source_stamp=self._impl.locator.get_source_stamp())
-
-        _classes["cuda"] = KernelCache
+        try:
+            _classes["cuda"] = _make_cuda_cache_class()
+        except (ImportError, AttributeError) as exc:  # a numba-cuda whose cache lives elsewhere
+            _classes["cuda"] = None
+            _state["why_not_cuda"] = f"this numba-cuda's kernel cache is not the one gputext knows ({exc})"
     return _classes["cuda"]
+
+
+def _make_cuda_cache_class():
+    from numba.cuda import dispatcher as cuda_dispatcher
+    try:
+        from numba.cuda.core import caching
+    except ImportError:  # numba-cuda before its own copy of numba's caching
+        from numba.core import caching
+
+    class Locator(_Locator):
+        stamp_extra = staticmethod(lambda: ("driver",) + _driver_version())
+
+    class Impl(cuda_dispatcher.CUDACacheImpl):
+        _locator_classes = [Locator]
+
+    class Index(_LockedIndex, caching.IndexDataCacheFile):
+        pass
+
+    class KernelCache(cuda_dispatcher.CUDACache):
+        _impl_class = Impl
+
+        def __init__(self, py_func):
+            super().__init__(py_func)
+            old = self._cache_file
+            self._cache_file = Index(cache_path=old._cache_path, filename_base=self._impl.filename_base,
+                                     source_stamp=self._impl.locator.get_source_stamp())
+
+    return KernelCache
 
 
 def cpu_jit(fn=None, **options):
