@@ -258,38 +258,21 @@ def _attach(dispatcher, cache_class):
 _classes: dict = {}
 
 
-def _cpu_cache_class():
-    if "cpu" not in _classes:
+def _cache_class(kind: str):
+    """The cache class for "cpu" (numba's FunctionCache) or "cuda" (numba-cuda's CUDACache), made
+    once; None (and why, for doctor) for a numba whose cache classes are elsewhere."""
+    if kind not in _classes:
         try:
-            _classes["cpu"] = _make_cpu_cache_class()
-        except (ImportError, AttributeError) as exc:  # a numba whose cache classes differ
-            _classes["cpu"] = None
-            _state["why_not_cpu"] = f"this numba's cache is not the one gputext knows ({exc})"
-    return _classes["cpu"]
+            _classes[kind] = _make_cache_class(*_BASES[kind]())
+        except (ImportError, AttributeError) as exc:
+            _classes[kind] = None
+            _state[f"why_not_{kind}"] = f"this numba's {kind} cache is not the one gputext knows ({exc})"
+    return _classes[kind]
 
 
-def _make_cpu_cache_class():
+def _cpu_bases():
     from numba.core import caching
-
-    class Locator(_Locator):
-        pass
-
-    class Impl(caching.CompileResultCacheImpl):
-        _locator_classes = [Locator]
-
-    class Index(_LockedIndex, caching.IndexDataCacheFile):
-        pass
-
-    class FunctionCache(caching.FunctionCache):
-        _impl_class = Impl
-
-        def __init__(self, py_func):
-            super().__init__(py_func)
-            old = self._cache_file
-            self._cache_file = Index(cache_path=old._cache_path, filename_base=self._impl.filename_base,
-                                     source_stamp=self._impl.locator.get_source_stamp())
-
-    return FunctionCache
+    return caching.FunctionCache, caching.CompileResultCacheImpl, caching.IndexDataCacheFile, lambda: ()
 
 
 def _driver_version():
@@ -297,39 +280,33 @@ def _driver_version():
     return tuple(cuda.cudadrv.driver.driver.get_version())
 
 
-def _cuda_cache_class():
-    if "cuda" not in _classes:
-        try:
-            _classes["cuda"] = _make_cuda_cache_class()
-        except (ImportError, AttributeError) as exc:  # a numba-cuda whose cache lives elsewhere
-            _classes["cuda"] = None
-            _state["why_not_cuda"] = f"this numba-cuda's kernel cache is not the one gputext knows ({exc})"
-    return _classes["cuda"]
-
-
-def _make_cuda_cache_class():
+def _cuda_bases():
     from numba.cuda import dispatcher as cuda_dispatcher
     try:
         from numba.cuda.core import caching
     except ImportError:  # numba-cuda before its own copy of numba's caching
         from numba.core import caching
+    return (cuda_dispatcher.CUDACache, cuda_dispatcher.CUDACacheImpl, caching.IndexDataCacheFile,
+            lambda: ("driver",) + _driver_version())
 
-    class Locator(_Locator):
-        stamp_extra = staticmethod(lambda: ("driver",) + _driver_version())
 
-    class Impl(cuda_dispatcher.CUDACacheImpl):
-        _locator_classes = [Locator]
+_BASES = {"cpu": _cpu_bases, "cuda": _cuda_bases}
 
-    class Index(_LockedIndex, caching.IndexDataCacheFile):
-        pass
 
-    class KernelCache(cuda_dispatcher.CUDACache):
-        _impl_class = Impl
+def _make_cache_class(cache_base, impl_base, index_base, stamp_extra):
+    """numba's cache class with our locator (folder, content stamp + ``stamp_extra()``) and the
+    locked index."""
+    locator = type("Locator", (_Locator,), {"stamp_extra": staticmethod(stamp_extra)})
+    impl = type("Impl", (impl_base,), {"_locator_classes": [locator]})
+    index = type("Index", (_LockedIndex, index_base), {})
+
+    class KernelCache(cache_base):
+        _impl_class = impl
 
         def __init__(self, py_func):
             super().__init__(py_func)
             old = self._cache_file
-            self._cache_file = Index(cache_path=old._cache_path, filename_base=self._impl.filename_base,
+            self._cache_file = index(cache_path=old._cache_path, filename_base=self._impl.filename_base,
                                      source_stamp=self._impl.locator.get_source_stamp())
 
     return KernelCache
@@ -338,7 +315,7 @@ def _make_cuda_cache_class():
 def cpu_jit(fn=None, **options):
     """``numba.njit(**options)`` kept in gputext's kernel cache (``cache=`` is not an option here)."""
     def wrap(f):
-        return _attach(numba.njit(**options)(f), _cpu_cache_class())
+        return _attach(numba.njit(**options)(f), _cache_class("cpu"))
     return wrap(fn) if fn is not None else wrap
 
 
@@ -357,5 +334,5 @@ def cuda_kernel(fn=None, *, max_registers: int = 0, **options):
         if simulator_on():
             return cuda.jit(**options)(f)
         opts = dict(options, max_registers=int(max_registers)) if int(max_registers) > 0 else options
-        return _attach(cuda.jit(**opts)(f), _cuda_cache_class())
+        return _attach(cuda.jit(**opts)(f), _cache_class("cuda"))
     return wrap(fn) if fn is not None else wrap
