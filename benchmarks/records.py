@@ -144,3 +144,15 @@ def newest(records: list[dict], entry: str, measure: str, gpu: bool | None = Non
             if best is None or rec["date"] >= best["date"]:
                 best = rec
     return best
+
+
+def newest_pair(records: list[dict], entry_a: str, entry_b: str, measure: str, gpu: bool | None = None):
+    """(a, b): the newest records of two entries measured in one run (same commit and device),
+    newest by b's date; (None, None) when no run measured both. A ratio of two figures is shown
+    only from such a pair."""
+    def of(entry):
+        return [r for r in records if r["entry"] == entry and r["measure"] == measure
+                and (gpu is None or is_gpu(r) == gpu)]
+    pairs = [(a, b) for b in of(entry_b) for a in of(entry_a)
+             if a.get("commit") == b.get("commit") and a["device"] == b["device"]]
+    return max(pairs, key=lambda p: (p[1]["date"], p[0]["date"]), default=(None, None))

@@ -72,9 +72,10 @@ def view_readme(recs: list) -> str:
 
 def view_knn_detail(recs: list) -> str:
     """One sentence: the single-query latencies and the growth from 10^6 to 10^7 documents."""
-    q6, q7 = (rec_mod.newest(recs, f"knn-query/knn-1e{e}/gputext", "kernel", gpu=True) for e in (6, 7))
-    c6, c7 = (rec_mod.newest(recs, f"knn-query/knn-1e{e}/cupy-spmm", "kernel", gpu=True) for e in (6, 7))
-    s6, s7 = (rec_mod.newest(recs, f"knn-search/knn-1e{e}/gputext", "kernel", gpu=True) for e in (6, 7))
+    # each pair from one run (same commit and device): figures of two runs are never compared
+    q6, q7 = rec_mod.newest_pair(recs, "knn-query/knn-1e6/gputext", "knn-query/knn-1e7/gputext", "kernel", gpu=True)
+    c6, c7 = rec_mod.newest_pair(recs, "knn-query/knn-1e6/cupy-spmm", "knn-query/knn-1e7/cupy-spmm", "kernel", gpu=True)
+    s6, s7 = rec_mod.newest_pair(recs, "knn-search/knn-1e6/gputext", "knn-search/knn-1e7/gputext", "kernel", gpu=True)
     parts = []
     if q6 and q7:
         parts.append(f"One query took {fmt(q6['seconds'])} at 10^6 documents and {fmt(q7['seconds'])} at 10^7 "
