@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import os
 import sys
@@ -51,7 +52,7 @@ import numba
 
 ENV_DIR = "GPUTEXT_CACHE_DIR"
 _LOCK_NAME = ".lock"
-_state: dict = {}  # "root", "folder", "why_not": computed once per process
+_state: dict = {}  # "folder", "why_not", "why_not_cpu", "why_not_cuda": found once per process
 
 
 def cache_root() -> Path:
@@ -171,7 +172,10 @@ def folder_lock(folder: str, exclusive: bool):
         os.close(fd)  # closing releases the lock
 
 
+@functools.lru_cache(maxsize=None)
 def file_digest(path: str) -> str:
+    """sha256 of a source file, hex; once per file and process (every cached function of the file
+    stamps its index with it)."""
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
 

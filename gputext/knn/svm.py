@@ -51,6 +51,7 @@ import scipy.sparse as sp
 from ..backend import Backend, resolve
 from ..errors import InputError
 from ..io.corpus import Corpus, check_same_vocabulary
+from ..linear.folds import fold_splits, stratified_test_folds
 from ..linear.problem import decide, decision_scores
 from .classify import ClassifyResult, align_codes, single_labels
 from .metafeatures import compute_metafeatures
@@ -157,17 +158,13 @@ def fit_svm(F, y: np.ndarray, C: float | None = None, C_grid=DEFAULT_C_GRID, cv_
             model = LinearSVC(C=float(C), dual=dual, tol=tol, max_iter=5000).fit(F, y)
             return model, float(C), {}
         grid = _check_grid(C_grid)
-        search = GridSearchCV(LinearSVC(dual=dual, tol=tol, max_iter=5000), {"C": grid}, cv=_folds(cv_folds, seed),
+        search = GridSearchCV(LinearSVC(dual=dual, tol=tol, max_iter=5000), {"C": grid},
+                              cv=fold_splits(stratified_test_folds(y, cv_folds, seed), cv_folds),
                               scoring="accuracy", n_jobs=_n_jobs(len(grid) * cv_folds, n_jobs), refit=True,
                               error_score="raise")
         search.fit(F, y)
     scores = dict(zip(grid, (float(s) for s in search.cv_results_["mean_test_score"])))
     return search.best_estimator_, float(search.best_params_["C"]), scores
-
-
-def _folds(cv_folds: int, seed: int):
-    from sklearn.model_selection import StratifiedKFold
-    return StratifiedKFold(n_splits=cv_folds, shuffle=True, random_state=seed)
 
 
 @dataclass
@@ -196,7 +193,6 @@ class TronModel:
 
 def _fit_tron(F, y, C, C_grid, cv_folds: int, seed: int, device, tol: float):
     """fit_svm's tron solver: one train_path over the grid (or the given C) with every CV fold."""
-    from ..linear.folds import stratified_test_folds
     from ..linear.solver import train_path
 
     classes, codes = np.unique(y, return_inverse=True)
@@ -296,7 +292,6 @@ def cross_validation_protocol(train: Corpus, test: Corpus | None = None, n_folds
                               n_jobs: int | None = None, quiet: bool = True, solver: str = "tron") -> dict:
     """The GT-kNN paper's protocol: n_folds stratified folds over the pooled corpora; per fold the
     model is trained on the other folds and tested on it. Returns per-fold and summary figures."""
-    from ..linear.folds import fold_splits, stratified_test_folds
     from .classify import find_neighbours, weighted_vote
 
     if n_folds < 2:
