@@ -3,7 +3,7 @@
 identical, with the speed-up; and each worker's time to its first answer.
 
     python scripts/gpu_dask_families.py [--quick] [--sections first-answer,meta,star,rank] [--gpus 4]
-                                        [--out DIR] [--data-dir DIR]
+                                        [--out DIR] [--data-dir DIR] [--chunk N]
 
 One local cluster of --gpus workers, one per GPU (gputext.distributed.connect("local:N")); "1
 GPU" is the same call without a client, in this process (GPU 0). Each family is warmed up first
@@ -202,8 +202,18 @@ def main():
     p.add_argument("--gpus", type=int, default=4)
     p.add_argument("--data-dir", default=os.path.join("out", "dask-multi-data"))
     p.add_argument("--gen-procs", type=int, default=0, help="generator processes (0: gpu_dask_multi.default_procs())")
+    p.add_argument("--chunk", type=float, default=0,
+                   help="documents per chunk file of first-answer and meta (0: 1.25*10^6; the same as "
+                        "gpu_dask_multi.py's --chunk shares its files)")
     a = p.parse_args()
-    a.sizes = QUICK if a.quick else SIZES
+    a.sizes = dict(QUICK if a.quick else SIZES)
+    if a.chunk < 0 or a.chunk != int(a.chunk):
+        p.error(f"--chunk {a.chunk:g}: expected a whole number of documents >= 1 (0: the default)")
+    if a.chunk:
+        a.sizes["chunk"] = int(a.chunk)
+    unknown = [name for name in a.sections.split(",") if name not in SECTIONS]
+    if unknown:
+        p.error(f"--sections: unknown {', '.join(unknown)} (expected some of {', '.join(SECTIONS)})")
     from gputext.backend import resolve
     from gputext.distributed import connect
     from gputext.distributed.client import describe_cluster

@@ -23,7 +23,11 @@
    device, sampled every 0.5 s). Speed-up t(base)/t(g), efficiency base t(base)/(g t(g)) (goal:
    >= 0.85 at 4), and identical: indices and scores bit for bit those of the base run, the first
    g, or --reference (an .npz this script wrote: a base run measured by an earlier call, e.g. 1
-   GPU at 10^8 in a call of its own; written when the file does not exist yet).
+   GPU at 10^8 in a call of its own; written when the file does not exist yet, with the base run's
+   search time). Speed-up and efficiency are against the smallest GPU count measured (this run's
+   or the reference's), so --gpus 2,4,1 measures the 2-GPU base first and one GPU last.
+   dask_multi.json is rewritten after the corpus and after each GPU count (a run cut off by a
+   time limit keeps what it measured); the read and first-call times are logged as they end.
 
 Memory: the engine's index takes 8 bytes a posting (~5.9 GB a 10^7 documents) and may use 45% of
 a GPU's free memory (docs/knn_search.md): 10^8 documents (~59 GB) stay whole on 2 H100s (29.5 GB
@@ -143,9 +147,11 @@ def run_gpus(g, paths, Q, a, client, workers, reference, report):
         t = time.perf_counter()
         index = DistributedIndex.from_path(paths, client, workers=workers[:g])
         read_s = time.perf_counter() - t
+        log(f"[{g} GPU(s)] read and term maxima: {read_s:.1f} s")
         t = time.perf_counter()
         index.search_topk(Q[:256], a.k, "cosine", a.device)  # each worker builds and uploads its shard
         build_s = time.perf_counter() - t
+        log(f"[{g} GPU(s)] first call (256 queries: build, upload, kernels): {build_s:.1f} s")
         med, (docs, scores), runs = harness.wall_runs(lambda: index.search_topk(Q, a.k, "cosine", a.device),
                                                       a.repeats, 1)
         shards = [(s.lo, s.hi, s.worker) for s in index.shards]
@@ -157,9 +163,10 @@ def run_gpus(g, paths, Q, a, client, workers, reference, report):
                                         and np.array_equal(reference[1], scores, equal_nan=True))
         out["base"] = reference[2]
     else:
-        reference.extend([docs, scores, f"{g} GPU(s), this run"])
+        reference.extend([docs, scores, f"{g} GPU(s), this run", g, med])
         if a.reference and not os.path.exists(a.reference):
-            np.savez(a.reference, docs=docs, scores=scores, gpus=g, docs_n=a.docs, queries=a.queries, k=a.k)
+            np.savez(a.reference, docs=docs, scores=scores, gpus=g, docs_n=a.docs, queries=a.queries, k=a.k,
+                     search_s=med)
     peaks = ", ".join(f"GPU {i}: {v / 1024:.1f} GiB" for i, v in sorted(memory.peaks.items()))
     report.row(f"{g} GPU(s)", "search", f"{med:.3f} s", f"{a.queries / med:,.0f} queries/s; read {read_s:.1f} s, "
                f"first call {build_s:.1f} s; peak memory {peaks or 'n/a'}"
@@ -175,7 +182,21 @@ def load_reference(a) -> list:
     if (int(ref["docs_n"]), int(ref["queries"]), int(ref["k"])) != (a.docs, a.queries, a.k):
         raise SystemExit(f"{a.reference} is for {int(ref['docs_n'])} documents, {int(ref['queries'])} queries, "
                          f"k {int(ref['k'])}: not this run")
-    return [ref["docs"], ref["scores"], f"{int(ref['gpus'])} GPU(s), {a.reference}"]
+    search_s = float(ref["search_s"]) if "search_s" in ref.files else None
+    return [ref["docs"], ref["scores"], f"{int(ref['gpus'])} GPU(s), {a.reference}", int(ref["gpus"]), search_s]
+
+
+def scaling(runs: dict, reference: list) -> dict:
+    """Speed-up and efficiency of every measured GPU count against the smallest one measured (this
+    run's or the reference's, whose search time the .npz keeps): {gpus: {search_s, speedup, efficiency}}."""
+    times = {int(g): r["search_s"] for g, r in runs.items() if isinstance(r, dict) and "search_s" in r}
+    if len(reference) >= 5 and reference[4] is not None:
+        times.setdefault(int(reference[3]), float(reference[4]))
+    if not times:
+        return {}
+    base = min(times)
+    return {str(g): {"search_s": t, "against_gpus": base, "speedup": times[base] / t,
+                     "efficiency": times[base] * base / (g * t)} for g, t in sorted(times.items())}
 
 
 def main():
@@ -194,7 +215,14 @@ def main():
     if a.quick:
         a.docs, a.chunk, a.queries = 2e5, 5e4, 1000
     a.docs, a.chunk = int(a.docs), int(a.chunk)
-    gpus = [int(g) for g in a.gpus.split(",")]
+    try:
+        gpus = [int(g) for g in a.gpus.split(",")]
+    except ValueError:
+        gpus = []
+    if not gpus or min(gpus) < 1 or len(set(gpus)) != len(gpus):
+        p.error(f"--gpus {a.gpus!r}: expected distinct GPU counts >= 1 separated by commas, e.g. 2,4,1")
+    if a.docs < 1 or a.chunk < 1 or a.queries < 1 or a.k < 1:
+        p.error("--docs, --chunk, --queries and --k must be >= 1")
     from gputext.backend import resolve
     from gputext.distributed import connect
     from gputext.distributed.run import worker_addresses
@@ -205,6 +233,12 @@ def main():
     report.row("corpus", "chunk files", f"{len(paths)} x {a.chunk:,} documents",
                f"{gen_s:.1f} s with {a.gen_procs or default_procs()} processes (~0: reused)")
     report.results["generate_s"] = gen_s
+    from gputext.io.corpus import corpus_shape
+    shapes = [corpus_shape(path) for path in paths]
+    report.results["corpus"] = {"files": len(paths), "docs": sum(n for n, _, _ in shapes),
+                                "nnz": sum(z for _, _, z in shapes), "bytes": sum(os.path.getsize(p) for p in paths),
+                                "generator_processes": a.gen_procs or default_procs()}
+    harness.write_json(os.path.join(a.out, "dask_multi.json"), report.results)  # partial, as it goes
     if not a.generate_only:
         with connect(f"local:{max(gpus)}", quiet=False) as client:
             from gputext.distributed.client import describe_cluster
@@ -215,13 +249,11 @@ def main():
             runs = report.results.setdefault("runs", {})
             for g in gpus:
                 report.section(str(g), run_gpus, g, paths, Q, a, client, workers, reference, report, key="runs")
-            base = runs.get(str(gpus[0]), {}).get("search_s")
-            for g in gpus[1:]:
-                r = runs.get(str(g), {})
-                if base and "search_s" in r:
-                    r["speedup"] = base / r["search_s"]
-                    r["efficiency"] = base * gpus[0] / (g * r["search_s"])
-                    report.row(f"{g} GPU(s)", f"speed-up / efficiency against {gpus[0]}",
+                report.results["scaling"] = scaling(runs, reference)
+                harness.write_json(os.path.join(a.out, "dask_multi.json"), report.results)  # partial, as it goes
+            for g, r in report.results["scaling"].items():
+                if int(g) != r["against_gpus"]:
+                    report.row(f"{g} GPU(s)", f"speed-up / efficiency against {r['against_gpus']}",
                                f"{r['speedup']:.2f}x / {r['efficiency']:.2f}", "goal at 4: efficiency >= 0.85")
     report.write("dask_multi.json", "## gputext.distributed over GPUs\n\n" + report.rows_md(), "dask_multi.md")
 

@@ -7,7 +7,9 @@
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1 || { echo "wheel install failed"; exit 1; }
+# WHEELS: the carried wheel folder (default .whl; the multi-* steps need dask and distributed too,
+# e.g. a folder with .whl's numpy and the wheels of ../shared/gpu-host/wheels.sh dask distributed)
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "${WHEELS:-.whl}"/*.whl >/dev/null 2>&1 || { echo "wheel install failed"; exit 1; }
 # run from the checkout (this is the device's copy of it): map kernels/ and datasets/ into the
 # package as setup.py does, so scripts that put the checkout on sys.path import the same code
 ln -sfn ../kernels gputext/kernels
@@ -15,6 +17,8 @@ ln -sfn ../datasets gputext/datasets
 export PYTHONPATH=/tmp/site:$PWD:$PWD/tests
 export PYTHONUNBUFFERED=1
 steps=("$@")
+DASK_MEMORY_OFF=(DASK_DISTRIBUTED__WORKER__MEMORY__TARGET=False DASK_DISTRIBUTED__WORKER__MEMORY__SPILL=False
+                 DASK_DISTRIBUTED__WORKER__MEMORY__PAUSE=False DASK_DISTRIBUTED__WORKER__MEMORY__TERMINATE=False)
 [ ${#steps[@]} -eq 0 ] && steps=(probe tests bench-knn)
 run() {  # name, seconds, command...
   local name=$1 limit=$2; shift 2
@@ -82,6 +86,25 @@ for step in "${steps[@]}"; do
     # --breakdown: one more warm run of each command under cProfile, its parts in the record's stages
     bench-readme) run bench-readme "${LIMIT_bench_readme:-590}" python3 -m benchmarks.run --suite readme --device cuda --datasets "${GPUTEXT_DATASETS:-.data}" --repeats "${REPEATS_bench:-3}" --budget "${BUDGET_bench_readme:-450}" --breakdown --resume --out /tmp/bench --records "$OUT/records.jsonl" ${ARGS_bench_readme:-} ;;
     estimators) run estimators 300 python3 scripts/bench_estimators.py --device cuda --out "$OUT" ${ARGS_estimators:-} ;;
+    # issue 34 on a 4-GPU host (kind nvidia-h100-x4 or nvidia-h200-x4; WHEELS with dask and distributed).
+    # The corpus chunk files stay in /tmp/dask-multi-data for later steps on the same machine (the 10^8
+    # corpus's first 32 chunks of 6.25*10^5 are multi-families' 2*10^7 ones, its first 16 the 10^7 ones).
+    # Dask's worker memory thresholds are off in these steps (DASK_MEMORY_OFF): the cluster has 4 workers,
+    # each limited to a quarter of the host's memory, and a 2-GPU run puts half the corpus on each of two
+    # (the read's copies peak above a quarter; the pause at 80% would stall the run, the kill at 95% end it).
+    # multi-1e8: 10^8 documents generated once by the host's cores (~67 GB), 10,000 queries, k = 30, on 2
+    # and 4 GPUs (one H100 cannot hold 10^8: 59 GB of index above its 45% share), identical to the base
+    # run, efficiency, read and first call, peak memory per GPU -> $OUT/dask_multi.json (rewritten as it
+    # goes), .md; the base run's lists in /tmp/dask-multi-ref.npz. GPUS_1e8=2,4,1: one GPU last (H200s).
+    multi-1e8) run multi-1e8 "${LIMIT_multi_1e8:-590}" env "${DASK_MEMORY_OFF[@]}" python3 scripts/gpu_dask_multi.py --device cuda --docs 1e8 --chunk "${CHUNK_1e8:-6.25e5}" --gpus "${GPUS_1e8:-2,4}" --queries "${QUERIES_1e8:-10000}" --repeats "${REPEATS_1e8:-1}" --gen-procs "${GEN_PROCS:-0}" --data-dir /tmp/dask-multi-data --reference /tmp/dask-multi-ref.npz --out "$OUT" ;;
+    # 10^8 on one GPU alone, compared with multi-1e8's base lists and time (after it, same machine: the files)
+    multi-1e8-one) run multi-1e8-one "${LIMIT_multi_1e8_one:-590}" env "${DASK_MEMORY_OFF[@]}" python3 scripts/gpu_dask_multi.py --device cuda --docs 1e8 --chunk "${CHUNK_1e8:-6.25e5}" --gpus 1 --queries "${QUERIES_1e8:-10000}" --repeats "${REPEATS_1e8:-1}" --gen-procs "${GEN_PROCS:-0}" --data-dir /tmp/dask-multi-data --reference /tmp/dask-multi-ref.npz --out "$OUT/one" ;;
+    # multi-families: each worker's read / build / first call at 2*10^7 (1 and 4 workers, against dd),
+    # meta-features at 10^7 and the star graph of 1.25*10^6 documents on 1 GPU and on 4 -> $OUT/dask_families.json
+    # (SECTIONS_families=first-answer: the first of them alone)
+    multi-families) run multi-families "${LIMIT_multi_families:-590}" env "${DASK_MEMORY_OFF[@]}" python3 scripts/gpu_dask_families.py --device cuda --gpus 4 --sections "${SECTIONS_families:-first-answer,meta,star}" --chunk "${CHUNK_1e8:-6.25e5}" --gen-procs "${GEN_PROCS:-0}" --data-dir /tmp/dask-multi-data --out "$OUT" ;;
+    # multi-rank: RankSVM on 10x the MSLR-WEB30K training shape on 1 GPU and on 4, weights bit for bit
+    multi-rank) run multi-rank "${LIMIT_multi_rank:-590}" env "${DASK_MEMORY_OFF[@]}" python3 scripts/gpu_dask_families.py --device cuda --gpus 4 --sections rank --out "$OUT/rank" ;;
     knn_classify) run knn_classify 560 python3 scripts/gpu_knn_classify.py --device cuda --datasets "${GPUTEXT_DATASETS:-.data}" --out "$OUT" ${ARGS_knn_classify:-} ;;
     # extra arguments for a scripts/gpu_<step>.py step: ARGS_<step>="..." (e.g. ARGS_stream="--sections env,latency")
     *) extra="ARGS_$step"; if [ -f "scripts/gpu_$step.py" ]; then run "$step" 560 python3 "scripts/gpu_$step.py" --out "$OUT" ${!extra:-}; else echo "unknown step $step"; fi ;;
