@@ -1,6 +1,11 @@
 """Fresh-process timing, measured outside the process: wall time from start to exit and the child's
-user + sys CPU time (os.wait4), cold (an empty kernel cache) and warm (the median of repeated runs
-after one run that filled the same cache).
+user + sys CPU time (os.wait4), cold (an empty kernel cache), warm in its own process (the
+median of repeated runs after one run that filled the same cache, ``GPUTEXT_DAEMON=0``) and warm
+through the warm server (gputext.daemon: what a user's second command gets by default; the
+server started and waited for first, with the same environment, and stopped after).
+
+The CPU time of a run through the server is the client's alone (the command runs in the
+server's child), so it is reported for own-process runs only.
 
 The kernel cache is a folder named by GPUTEXT_CACHE_DIR; numba's own cache (NUMBA_CACHE_DIR) is
 pointed at the same folder, so "cold" means nothing compiled is on disk for the command (issue 31
@@ -29,18 +34,24 @@ class Run:
 
 @dataclass
 class ColdWarm:
-    """A command's cold run and warm runs; ``warm`` / ``warm_cpu`` are medians."""
+    """A command's cold run, warm runs in their own processes (``own_runs``) and through the warm
+    server (``server_runs``, empty when not measured); the properties are medians."""
 
     cold: Run
-    warm_runs: list = field(default_factory=list)
+    own_runs: list = field(default_factory=list)
+    server_runs: list = field(default_factory=list)
 
     @property
     def warm(self) -> float:
-        return statistics.median(r.wall for r in self.warm_runs)
+        return statistics.median(r.wall for r in self.own_runs)
 
     @property
     def warm_cpu(self) -> float:
-        return statistics.median(r.cpu for r in self.warm_runs)
+        return statistics.median(r.cpu for r in self.own_runs)
+
+    @property
+    def server(self) -> float | None:
+        return statistics.median(r.wall for r in self.server_runs) if self.server_runs else None
 
 
 def cache_env(cache_dir: str, base: dict | None = None) -> dict:
@@ -75,21 +86,35 @@ def run_once(argv: list[str], env: dict | None = None, cwd: str | None = None, t
     return Run(wall, usage.ru_utime + usage.ru_stime, proc.returncode, tail)
 
 
+def _checked(argv, env, cwd, timeout) -> Run:
+    r = run_once(argv, env, cwd, timeout)
+    if r.rc != 0:
+        raise RuntimeError(f"{shlex.join(argv)} exited with {r.rc}: {r.stderr.strip()[-600:]}")
+    return r
+
+
 def cold_and_warm(argv: list[str], repeats: int = 3, cache_root: str | None = None, cwd: str | None = None,
-                  timeout: float = 600, then=None) -> ColdWarm:
+                  timeout: float = 600, then=None, server: list[str] | None = None) -> ColdWarm:
     """The cold run of ``argv`` in a new empty cache folder (under ``cache_root``, default the
-    system's temporary folder), then ``repeats`` warm runs with that folder; ``then(env)``, when
-    given, runs last with the warm folder's environment (a profiled run). Raises RuntimeError with
-    the command's stderr when a run fails."""
+    system's temporary folder), then ``repeats`` warm runs in their own processes with that
+    folder; with ``server`` (the argv prefix of ``gputext``, e.g. [python, "-m", "gputext"]), then
+    the warm server is started (``daemon start``) and ``repeats`` runs go through it; ``then(env)``,
+    when given, runs last with the warm folder's environment (a profiled run). Raises RuntimeError
+    with the command's stderr when a run fails."""
     with tempfile.TemporaryDirectory(prefix="gputext-cache-", dir=cache_root) as cache:
         env = cache_env(cache)
-        runs = []
-        for _ in range(1 + max(1, repeats)):
-            r = run_once(argv, env, cwd, timeout)
-            if r.rc != 0:
-                raise RuntimeError(f"{shlex.join(argv)} exited with {r.rc}: {r.stderr.strip()[-600:]}")
-            runs.append(r)
+        own = dict(env, GPUTEXT_DAEMON="0")
+        cold = _checked(argv, own, cwd, timeout)
+        timing = ColdWarm(cold, [_checked(argv, own, cwd, timeout) for _ in range(max(1, repeats))])
+        if server:
+            via = dict(env, GPUTEXT_DAEMON="1")
+            _checked([*server, "daemon", "start"], via, cwd, timeout)
+            try:
+                _checked(argv, via, cwd, timeout)  # the server's first command: its child loads the kernels
+                timing.server_runs = [_checked(argv, via, cwd, timeout) for _ in range(max(1, repeats))]
+            finally:
+                run_once([*server, "daemon", "stop"], via, cwd, 60)
         if then is not None:
-            then(env)
-    return ColdWarm(runs[0], runs[1:])
+            then(own)
+    return timing
 

@@ -12,7 +12,10 @@ the runner (benchmarks/run.py) appends new ones. A record's fields:
                  "kernel"       in process, warm (compiled), the library call alone, median of `runs`
                  "cli-cold"     a fresh process of the CLI command with an empty kernel cache
                                 (GPUTEXT_CACHE_DIR and NUMBA_CACHE_DIR set to a new empty folder)
-                 "cli-warm"     the median of fresh processes after one run that filled that cache
+                 "cli-warm"     the median of fresh processes after one run that filled that cache: through
+                                the warm server (gputext.daemon, params.server) in records from
+                                2026-11-27 19:00 on, each in its own process before (no server then)
+                 "cli-warm-own" the same, each command in its own process (GPUTEXT_DAEMON=0)
                  "library-cold" / "library-warm"   a fresh Python process running a library call,
                                 imports included, with an empty / filled cache
                  "import"       a fresh process that imports the command's modules and exits
@@ -44,7 +47,7 @@ from pathlib import Path
 SCHEMA = 1
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS_DIR = ROOT / "benchmarks" / "records"
-MEASURES = ("kernel", "cli-cold", "cli-warm", "library-cold", "library-warm", "import")
+MEASURES = ("kernel", "cli-cold", "cli-warm", "cli-warm-own", "library-cold", "library-warm", "import")
 REQUIRED = ("schema", "entry", "family", "dataset", "peer", "measure", "seconds", "workload", "device", "date",
             "commit", "command")
 

@@ -97,35 +97,47 @@ def view_cpu_knn(recs: list) -> str:
             f"{fmt(peer['seconds'])}; {ours['date'][:10]}).")
 
 
+def _through_server(rec: dict) -> bool:
+    return rec["measure"] == "cli-warm" and "server" in (rec.get("params") or {})
+
+
 def view_cli(recs: list) -> str:
-    """Fresh processes of the command line, measured from outside: cold (empty kernel cache) and
-    warm wall time, warm CPU time, a fresh process importing the command's library, and the same
-    work in process; the newest record per entry and device."""
-    out = ["| command | data | device | cold | warm | warm CPU | imports | in process | date |", "|" + " --- |" * 9]
+    """Fresh processes of the command line, measured from outside: cold (empty kernel cache), warm
+    through the warm server (gputext.daemon, the default), warm in its own process
+    (GPUTEXT_DAEMON=0; a "cli-warm" record from before the server is one of these) and its CPU
+    time, a fresh process importing the command's library, and the same work in process; the
+    newest record per entry and device."""
+    out = ["| command | data | device | cold | warm | warm, own process | its CPU | imports | in process | date |",
+           "|" + " --- |" * 10]
     seen = []
     for r in recs:
         key = (r["entry"], r["device"])
-        if r["measure"] in ("cli-warm", "library-warm") and key not in seen:
+        if r["measure"] in ("cli-warm", "cli-warm-own", "library-warm") and key not in seen:
             seen.append(key)
     order = {f: i for i, f in enumerate(CLI_FAMILIES)}
     seen.sort(key=lambda k: (k[1].startswith("CPU"), k[1], order.get(k[0].split("/")[0], 99), k[0]))
+
+    def newest(rs):
+        return max(rs, key=lambda r: r["date"]) if rs else None
+
     for name, device in seen:
         pick = [r for r in recs if r["entry"] == name and r["device"] == device]
-        warm = max((r for r in pick if r["measure"].endswith("-warm")), key=lambda r: r["date"])
-        cold = [r for r in pick if r["measure"].endswith("-cold") and r["date"] <= warm["date"]]
-        kernel = [r for r in recs if r["entry"] == name and r["measure"] == "kernel" and r["device"] == device]
-        imports = [r for r in recs if r["entry"] == name and r["measure"] == "import" and r["device"] == device]
+        server = newest([r for r in pick if _through_server(r)])
+        own = newest([r for r in pick if r["measure"] in ("cli-warm-own", "library-warm")
+                      or (r["measure"] == "cli-warm" and not _through_server(r))])
+        last = max((r for r in (server, own) if r), key=lambda r: r["date"])
+        cold = newest([r for r in pick if r["measure"].endswith("-cold") and r["date"] <= last["date"]])
+        kernel = newest([r for r in pick if r["measure"] == "kernel"])
+        imports = newest([r for r in pick if r["measure"] == "import"])
         entry = ENTRY.get(name)
         family = entry.family if entry else name.split("/")[0]
         label = CLI_LABEL.get(family, family) + (" --device cpu" if entry and entry.peer == "cpu-twin" else "")
-        cpu = warm.get("cpu_seconds")
-        scale = (warm.get("params") or {}).get("scale", 1)
+        cpu = own.get("cpu_seconds") if own else None
+        scale = (last.get("params") or {}).get("scale", 1)
         data = name.split("/")[1] + (f" x {scale:g}" if scale != 1 else "")
-        out.append(f"| `{label}` | {data} | {short_device(warm)} | "
-                   f"{fmt(max(cold, key=lambda r: r['date'])['seconds']) if cold else ''} | {fmt(warm['seconds'])} | "
-                   f"{fmt(cpu) if cpu else ''} | {fmt(max(imports, key=lambda r: r['date'])['seconds']) if imports else ''} | "
-                   f"{fmt(max(kernel, key=lambda r: r['date'])['seconds']) if kernel else ''} | "
-                   f"{warm['date'][:10]} |")
+        cell = lambda r: fmt(r["seconds"]) if r else ""  # noqa: E731
+        out.append(f"| `{label}` | {data} | {short_device(last)} | {cell(cold)} | {cell(server)} | {cell(own)} | "
+                   f"{fmt(cpu) if cpu else ''} | {cell(imports)} | {cell(kernel)} | {last['date'][:10]} |")
     return "\n".join(out)
 
 

@@ -108,7 +108,8 @@ class Round:
         argv = [sys.executable, "-m", "gputext", *args]
         profile = {}
         then = (lambda env: profile.update(self.profiled(entry, args, env, out))) if self.args.breakdown else None
-        timing = fresh.cold_and_warm(argv, self.args.repeats, timeout=max(30.0, min(600.0, self.left())), then=then)
+        timing = fresh.cold_and_warm(argv, self.args.repeats, timeout=max(30.0, min(600.0, self.left())), then=then,
+                                     server=argv[:3])
         output = next((Path(a) for a in args if a.endswith(".h5") and a.startswith(str(out))), None)
         stages = {**((stages_of(output) if output else None) or {}), **profile} or None
         dev = self.device_name if device == self.device else f"{records.cpu_device()} (host of the {self.device_name})"
@@ -116,8 +117,12 @@ class Round:
                   "load1": round(os.getloadavg()[0], 2)}
         self.add(entry, "cli-cold", timing.cold.wall, shlex.join(argv), dev, cpu_seconds=timing.cold.cpu,
                  params={**params, "cache": "empty"})
-        self.add(entry, "cli-warm", timing.warm, shlex.join(argv), dev, cpu_seconds=timing.warm_cpu,
-                 runs=[r.wall for r in timing.warm_runs], stages=stages, params={**params, "cache": "filled by the cold run"})
+        self.add(entry, "cli-warm-own", timing.warm, shlex.join(argv), dev, cpu_seconds=timing.warm_cpu,
+                 runs=[r.wall for r in timing.own_runs], stages=stages,
+                 params={**params, "cache": "filled by the cold run", "env": "GPUTEXT_DAEMON=0"})
+        if timing.server is not None:
+            self.add(entry, "cli-warm", timing.server, shlex.join(argv), dev, runs=[r.wall for r in timing.server_runs],
+                     params={**params, "cache": "filled by the cold run", "server": "warm server, started first"})
 
     def profiled(self, entry, args, env, out) -> dict:
         """{"profile.<category>": seconds} of one more warm run under cProfile (benchmarks/breakdown.py:
@@ -150,7 +155,7 @@ class Round:
         self.add(entry, "library-cold", timing.cold.wall, shlex.join(argv), cpu_seconds=timing.cold.cpu,
                  params={**params, "cache": "empty"})
         self.add(entry, "library-warm", timing.warm, shlex.join(argv), cpu_seconds=timing.warm_cpu,
-                 runs=[r.wall for r in timing.warm_runs], params={**params, "cache": "filled by the cold run"})
+                 runs=[r.wall for r in timing.own_runs], params={**params, "cache": "filled by the cold run"})
 
     def in_process(self, entry, files):
         device = "cpu" if entry.peer == "cpu-twin" else self.device

@@ -1,3 +1,3 @@
-from .cli import main
+from .daemon.client import main
 
 main()

@@ -23,6 +23,7 @@ FAMILIES = [
     ("gputext.knn.cli", ("knn",)),
     ("gputext.cluster.cli", ("cluster",)),
     ("gputext.rank.cli", ("rank",)),
+    ("gputext.daemon.cli", ("daemon",)),
 ]
 
 

@@ -316,11 +316,47 @@ def _make_cache_class(cache_base, impl_base, index_base, stamp_extra):
     return KernelCache
 
 
+_cpu_dispatchers: list = []  # every cpu_jit function, for preload_cpu
+
+
 def cpu_jit(fn=None, **options):
     """``numba.njit(**options)`` kept in gputext's kernel cache (``cache=`` is not an option here)."""
     def wrap(f):
-        return _attach(numba.njit(**options)(f), _cache_class("cpu"))
+        dispatcher = _attach(numba.njit(**options)(f), _cache_class("cpu"))
+        _cpu_dispatchers.append(dispatcher)
+        return dispatcher
     return wrap(fn) if fn is not None else wrap
+
+
+def preload_cpu() -> int:
+    """Load the cached machine code of every serial CPU twin of this code version into this process
+    (the warm server does, before it forks a process per command); returns how many overloads.
+    Only entries whose key matches this process (signature, CPU, code) are loaded: nothing is
+    compiled. Parallel twins are left to the command: loading one starts numba's threads."""
+    from numba.core.registry import cpu_target
+    codegen = cpu_target.target_context.codegen()
+    loaded = 0
+    for dispatcher in list(_cpu_dispatchers):
+        if dispatcher.targetoptions.get("parallel"):
+            continue  # loading parallel code starts numba's thread pool, which a fork cannot copy
+        cache = getattr(dispatcher, "_cache", None)
+        index = getattr(cache, "_cache_file", None)
+        if index is None or not hasattr(index, "_load_index"):
+            continue
+        try:
+            keys = list(index._load_index())
+        except Exception:  # an index of another numba: skip it, the command loads or compiles
+            continue
+        for key in keys:
+            sig = key[0]
+            if sig in dispatcher.overloads or cache._index_key(sig, codegen) != key:
+                continue
+            try:
+                dispatcher.compile(sig)
+                loaded += 1
+            except Exception:
+                pass
+    return loaded
 
 
 def simulator_on() -> bool:

@@ -87,7 +87,7 @@ def test_fresh_process_timing_sets_the_cache_folders_and_measures_cpu(tmp_path):
     timing = fresh.cold_and_warm([sys.executable, "-c", code], repeats=2)
     lines = seen.read_text().split("\n")[:3]
     assert [line.split()[1] for line in lines] == ["0", "1", "2"] and len({line.split()[0] for line in lines}) == 1
-    assert timing.cold.rc == 0 and len(timing.warm_runs) == 2 and timing.warm_cpu >= 0.04 and timing.warm >= timing.warm_cpu * 0.5
+    assert timing.cold.rc == 0 and len(timing.own_runs) == 2 and timing.warm_cpu >= 0.04 and timing.warm >= timing.warm_cpu * 0.5
     with pytest.raises(RuntimeError, match="exited with 3"):
         fresh.cold_and_warm([sys.executable, "-c", "import sys; sys.exit(3)"], repeats=1)
 
@@ -102,17 +102,18 @@ def test_runner_measures_cpu_entries_and_skips_gpu_ones(tmp_path, capsys):
     assert rc == 0
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["entry"], r["measure"]) for r in recs] == [
-        ("startup/none/gputext", "cli-cold"), ("startup/none/gputext", "cli-warm"),
-        ("knn-search/synth-20ng/sklearn-brute", "kernel")]
+        ("startup/none/gputext", "cli-cold"), ("startup/none/gputext", "cli-warm-own"),
+        ("startup/none/gputext", "cli-warm"), ("knn-search/synth-20ng/sklearn-brute", "kernel")]
     assert recs[0]["command"].endswith("-m gputext --help") and recs[1]["cpu_seconds"] > 0
     assert recs[1]["stages"]["profile.imports"] > 0  # --breakdown: a profiled warm run's parts
+    assert "server" in recs[2]["params"]  # through the warm server, started and stopped by the runner
     assert all(r["device"].startswith("CPU") for r in recs)
     err = capsys.readouterr().err
     assert "skipped knn-search/knn-1e6/gputext: runs on cuda, this machine is cpu" in err
     # --resume: a second call skips what the file already has
     assert run.main(["--suite", "readme", "--device", "cpu", "--only", "startup", "--resume", "--out",
                      str(tmp_path / "work"), "--records", str(out)]) == 0
-    assert len(out.read_text().splitlines()) == 3
+    assert len(out.read_text().splitlines()) == 4
 
 
 def test_every_family_script_is_reachable_from_the_registry():

@@ -1,0 +1,98 @@
+"""Which server a command may use: the socket folder and the key (standard library only: the
+client imports this before anything else)."""
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import sys
+
+# Environment variables read when modules are imported (numba's configuration, thread pools, the
+# CUDA driver, the locale, the cache folder): a server is only used by a client that has the same
+# values. Every other variable is read when a command runs, from the client's environment.
+KEYED = ("NUMBA_", "CUDA_", "NVIDIA_", "GPUTEXT_", "PYTHON", "OMP_", "MKL_", "OPENBLAS_", "TBB_",
+         "NUMEXPR_", "LD_", "HDF5_", "LC_", "LANG", "DASK_", "SLURM_JOB_ID", "HOME", "XDG_CACHE_HOME",
+         "TMPDIR")
+UNKEYED = ("GPUTEXT_DAEMON", "GPUTEXT_DAEMON_IDLE", "PYTHONUNBUFFERED")  # read per command
+
+
+def enabled(environ=os.environ) -> bool:
+    """Whether commands may go through a server (``GPUTEXT_DAEMON`` 0/off/no/false: never)."""
+    value = environ.get("GPUTEXT_DAEMON", "1").strip().lower()
+    if value in ("0", "off", "no", "false"):
+        return False
+    return hasattr(os, "fork") and hasattr(__import__("socket"), "send_fds")
+
+
+def idle_seconds(environ=os.environ) -> float:
+    try:
+        return max(1.0, float(environ.get("GPUTEXT_DAEMON_IDLE", "600")))
+    except ValueError:
+        return 600.0
+
+
+def socket_folder() -> str:
+    """The user's private folder for server sockets (made with mode 0700 if absent)."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    base = os.path.join(runtime, "gputext") if runtime and os.path.isdir(runtime) else f"/tmp/gputext-{os.getuid()}"
+    try:
+        os.mkdir(base, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(base)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise PermissionError(f"{base} is not a private folder of this user")
+    return base
+
+
+def search_path(path=None) -> list[str]:
+    """sys.path without the entries that name the working folder (``python -m`` puts it first),
+    so that the key does not change with the folder a command runs in."""
+    cwd = os.getcwd()
+    return [p for p in (sys.path if path is None else path) if p and os.path.abspath(p) != cwd]
+
+
+def _package_folders() -> list[str]:
+    import importlib.util
+    folders = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    spec = importlib.util.find_spec("gputext.kernels")  # a separate folder in a checkout (setup.py maps it)
+    if spec is not None and spec.submodule_search_locations:
+        folders += [os.path.abspath(p) for p in spec.submodule_search_locations]
+    return sorted(set(folders))
+
+
+def code_stamp(h) -> None:
+    """Feed ``h`` the path, size and modification time of every source file of the package and the
+    modification time of every search-path folder (an install or upgrade changes one of them)."""
+    for folder in _package_folders():
+        for root, dirs, files in os.walk(folder):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                if name.endswith((".py", ".txt")):
+                    st = os.stat(os.path.join(root, name))
+                    h.update(f"{root}/{name}:{st.st_size}:{st.st_mtime_ns}\0".encode())
+    for p in search_path():
+        try:
+            h.update(f"{p}:{os.stat(p).st_mtime_ns}\0".encode())
+        except OSError:
+            h.update(f"{p}:-\0".encode())
+
+
+def keyed_environment(environ=os.environ) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k.startswith(KEYED) and k not in UNKEYED}
+
+
+def server_key(environ=os.environ) -> str:
+    """20 hex digits naming the server this process may use."""
+    h = hashlib.sha256()
+    h.update(f"{sys.executable}\0{sys.version}\0".encode())
+    code_stamp(h)
+    for k, v in sorted(keyed_environment(environ).items()):
+        h.update(f"{k}={v}\0".encode())
+    return h.hexdigest()[:20]
+
+
+def paths(key: str) -> tuple[str, str]:
+    """(socket, lock file) of the server named ``key``."""
+    folder = socket_folder()
+    return os.path.join(folder, f"{key}.sock"), os.path.join(folder, f"{key}.lock")

@@ -1,0 +1,174 @@
+"""The warm server (gputext.daemon): a command through it gives what the command gives in its own
+process (bytes, exit code, stderr), with the client's stdin, stdout, stderr, folder, environment
+and file-size limit; Ctrl-C reaches the command; a client that dies takes its command along; an
+idle server exits; the key changes with the code and the keyed environment.
+
+Every other test runs commands in their own processes (conftest sets GPUTEXT_DAEMON=0); these
+switch the server on, with a socket folder of their own (XDG_RUNTIME_DIR)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from gputext.daemon import key
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the warm server needs fork()")
+
+GPUTEXT = [sys.executable, "-m", "gputext"]
+
+
+def run(args, env, **kw):
+    return subprocess.run([*GPUTEXT, *args], env=env, capture_output=True, timeout=300, **kw)
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory):
+    """(environment with the server on, work folder); the server started and, after the module, stopped."""
+    base = tmp_path_factory.mktemp("daemon")
+    (base / "run").mkdir(mode=0o700)
+    env = dict(os.environ, GPUTEXT_DAEMON="1", XDG_RUNTIME_DIR=str(base / "run"))
+    started = run(["daemon", "start", "--timeout", "300"], env)
+    assert started.returncode == 0, started.stderr.decode()
+    yield env, base
+    run(["daemon", "stop"], env)
+
+
+def served(env) -> int:
+    out = run(["daemon", "status"], env).stdout.decode()
+    assert "running" in out, out
+    return int(out.split("pid")[1].split(",")[1].split()[0])
+
+
+def own(env):
+    return dict(env, GPUTEXT_DAEMON="0")
+
+
+def test_same_output_exit_code_and_stderr(runtime):
+    env, base = runtime
+    before = served(env)
+    for mode, e in (("server", env), ("own", own(env))):
+        r = run(["corpus", "synth", "--preset", "demo", "-o", f"c_{mode}.h5"], e, cwd=base)
+        assert r.returncode == 0, r.stderr.decode()
+        r = run(["knn", "search", "--index", f"c_{mode}.h5", "--queries", f"c_{mode}.h5", "-k", "5",
+                 "--device", "cpu", "-q", "-o", f"n_{mode}.h5"], e, cwd=base)
+        assert r.returncode == 0, r.stderr.decode()
+    assert served(env) == before + 2
+    with h5py.File(base / "n_server.h5") as a, h5py.File(base / "n_own.h5") as b:
+        for name in ("obsm/knn_indices", "obsm/knn_scores"):
+            assert np.array_equal(a[name][()], b[name][()])
+    bad = [run(["corpus", "info", "missing.h5"], e, cwd=base) for e in (env, own(env))]
+    assert bad[0].returncode == bad[1].returncode == 2
+    assert bad[0].stderr == bad[1].stderr and bad[0].stderr.decode().count("\n") == 1
+    usage = [run(["knn", "search", "--bogus"], e, cwd=base) for e in (env, own(env))]
+    assert usage[0].returncode == usage[1].returncode == 2 and usage[0].stderr == usage[1].stderr
+
+
+def test_stdin_stdout_pipes_and_environment(runtime):
+    env, base = runtime
+    run(["corpus", "synth", "--preset", "demo", "-o", "p.h5"], own(env), cwd=base)
+    data = (base / "p.h5").read_bytes()
+    outs = [run(["corpus", "info", "-"], e, cwd=base, input=data) for e in (env, own(env))]
+    assert outs[0].returncode == 0 and outs[0].stdout == outs[1].stdout and b"3,000" in outs[0].stdout
+    piped = [run(["corpus", "synth", "--preset", "demo", "-o", "-"], e, cwd=base) for e in (env, own(env))]
+    assert piped[0].returncode == 0 and piped[0].stdout[:4] == b"\x89HDF"
+    assert len(piped[0].stdout) == len(piped[1].stdout)
+    # an unkeyed variable is the client's own when the command runs: click wraps help to COLUMNS
+    helps = {(c, m): run(["knn", "search", "--help"], dict(e, COLUMNS=str(c))).stdout
+             for c in (40, 120) for m, e in (("server", env), ("own", own(env)))}
+    assert helps[40, "server"] == helps[40, "own"] and helps[120, "server"] == helps[120, "own"]
+    assert helps[40, "server"] != helps[120, "server"]
+
+
+def test_file_size_limit_applies_to_the_command(runtime):
+    env, base = runtime
+    line = f"ulimit -f 64; {' '.join(GPUTEXT)} corpus synth --preset demo -o big.h5"
+    r = [subprocess.run(["bash", "-c", line], env=e, cwd=base, capture_output=True, timeout=300) for e in (env, own(env))]
+    assert r[0].returncode == r[1].returncode == 2, (r[0].stderr, r[1].stderr)
+    assert r[0].stderr == r[1].stderr
+    assert not (base / "big.h5").exists() and not list(base.glob("big.h5.*"))
+
+
+def _blocked_command(env, base):
+    """A command through the server that waits on its stdin (a pipe kept open)."""
+    p = subprocess.Popen([*GPUTEXT, "corpus", "info", "-"], env=env, cwd=base, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while _running(env) == 0:
+        assert time.time() < deadline, "the command never started in the server"
+        time.sleep(0.05)
+    return p
+
+
+def _running(env) -> int:
+    out = run(["daemon", "status"], env).stdout.decode()
+    return int(out.split("answered, ")[1].split()[0])
+
+
+def test_ctrl_c_reaches_the_command(runtime):
+    env, base = runtime
+    p = _blocked_command(env, base)
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=60)  # stdin stays open: the command ends by the signal, not by end of input
+    _, err = p.communicate()
+    assert p.returncode == 130, err
+    assert b"interrupted" in err
+
+
+def test_a_dead_client_takes_its_command_along(runtime):
+    env, base = runtime
+    p = _blocked_command(env, base)
+    p.kill()
+    p.wait()
+    deadline = time.time() + 30
+    while _running(env):
+        assert time.time() < deadline, "the command outlived its client"
+        time.sleep(0.05)
+
+
+def test_idle_server_exits(tmp_path):
+    (tmp_path / "run").mkdir(mode=0o700)
+    env = dict(os.environ, GPUTEXT_DAEMON="1", GPUTEXT_DAEMON_IDLE="1", XDG_RUNTIME_DIR=str(tmp_path / "run"))
+    assert run(["daemon", "start"], env).returncode == 0
+    sockets = list((tmp_path / "run" / "gputext").glob("*.sock"))
+    assert len(sockets) == 1
+    deadline = time.time() + 60
+    while sockets[0].exists():
+        assert time.time() < deadline, "the idle server did not exit"
+        time.sleep(0.2)
+    assert b"not running" in run(["daemon", "status"], env).stdout
+
+
+def test_key_follows_code_and_keyed_environment(tmp_path, monkeypatch):
+    src = tmp_path / "pkg"
+    src.mkdir()
+    (src / "a.py").write_text("x = 1\n")
+    monkeypatch.setattr(key, "_package_folders", lambda: [str(src)])
+    base = dict(os.environ)
+    k0 = key.server_key(base)
+    assert key.server_key(base) == k0
+    assert key.server_key(dict(base, NUMBA_NUM_THREADS="3")) != k0  # read when numba is imported
+    assert key.server_key(dict(base, GPUTEXT_DAEMON_IDLE="5", TERM="dumb")) == k0  # read per command
+    (src / "a.py").write_text("x = 22\n")
+    assert key.server_key(base) != k0
+
+
+def test_off_switch_and_private_folder(tmp_path):
+    assert not key.enabled({"GPUTEXT_DAEMON": "0"})
+    assert not key.enabled({"GPUTEXT_DAEMON": "off"})
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "gputext").mkdir(mode=0o777)
+    os.chmod(shared / "gputext", 0o777)
+    env = dict(os.environ, GPUTEXT_DAEMON="1", XDG_RUNTIME_DIR=str(shared))
+    # a folder others can write: no server is used, the command runs in its own process
+    r = run(["corpus", "synth", "--preset", "demo", "-o", str(tmp_path / "x.h5")], env)
+    assert r.returncode == 0 and (tmp_path / "x.h5").exists()
+    assert not list((shared / "gputext").iterdir())
