@@ -258,6 +258,9 @@ def main(argv=None) -> int:
             print(f"script {spec.name:38s} {'/'.join(spec.devices):9s} {','.join(spec.suites):28s} scripts/{spec.path} "
                   + " ".join(spec.args))
         return 0
+    # the runner's own commands (datagen's corpus builds) run in their own processes: a timed
+    # command chooses its mode itself (benchmarks/fresh.py), and no server is left running
+    os.environ["GPUTEXT_DAEMON"] = "0"
     # the runner's own library calls compile into a cache folder of the round (fresh processes get their own)
     for var in ("GPUTEXT_CACHE_DIR", "NUMBA_CACHE_DIR"):
         os.environ.setdefault(var, str(Path(a.out) / "cache"))
