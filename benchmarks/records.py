@@ -19,6 +19,9 @@ the runner (benchmarks/run.py) appends new ones. A record's fields:
                  "library-cold" / "library-warm"   a fresh Python process running a library call,
                                 imports included, with an empty / filled cache
                  "import"       a fresh process that imports the command's modules and exits
+                 "in-process"   a script's own timing of a library call in one Python process, not known
+                                to be warm (the first call of a process may include compiling): the
+                                figures of older studies (their `source` says which script and report)
     seconds    the figure (median where there are several runs); wall time
     cpu_seconds  user + sys CPU time of the child process (os.wait4), fresh-process measures only
     runs       every timing behind `seconds` (optional)
@@ -47,7 +50,7 @@ from pathlib import Path
 SCHEMA = 1
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS_DIR = ROOT / "benchmarks" / "records"
-MEASURES = ("kernel", "cli-cold", "cli-warm", "cli-warm-own", "library-cold", "library-warm", "import")
+MEASURES = ("kernel", "cli-cold", "cli-warm", "cli-warm-own", "library-cold", "library-warm", "import", "in-process")
 REQUIRED = ("schema", "entry", "family", "dataset", "peer", "measure", "seconds", "workload", "device", "date",
             "commit", "command")
 

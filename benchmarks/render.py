@@ -152,17 +152,23 @@ def view_records(recs: list) -> str:
     return "\n".join(out)
 
 
+def newest_each(recs: list, families: tuple) -> list:
+    """The newest record of each (entry, measure, device) of ``families``, in the order of each
+    key's first record."""
+    newest = {}
+    for r in recs:
+        if r["family"] in families:
+            key = (r["entry"], r["measure"], r["device"])
+            if key not in newest or r["date"] >= newest[key]["date"]:
+                newest[key] = r
+    return list(newest.values())
+
+
 def family_view(*families: str):
     """A view of one family's figures for its docs page: the newest record of each entry, measure
     and device, our entries first."""
     def view(recs: list) -> str:
-        newest = {}
-        for r in recs:
-            if r["family"] in families:
-                key = (r["entry"], r["measure"], r["device"])
-                if key not in newest or r["date"] >= newest[key]["date"]:
-                    newest[key] = r
-        rows = sorted(newest.values(), key=lambda r: (families.index(r["family"]), r["dataset"], r["peer"] != "gputext",
+        rows = sorted(newest_each(recs, families), key=lambda r: (families.index(r["family"]), r["dataset"], r["peer"] != "gputext",
                                                       r["peer"], r["measure"], r["device"]))
         out = ["| what | data | peer | measure | time | device | date |", "|" + " --- |" * 7]
         out += [f"| {ENTRY[r['entry']].workload if r['entry'] in ENTRY else r['workload']} | {r['dataset']} | {r['peer']} | "
@@ -172,11 +178,32 @@ def family_view(*families: str):
     return view
 
 
+def study_view(family: str, *columns: tuple):
+    """A view of one study's records (a docs page's table of an older measurement): the newest
+    record of each entry in the records' order, its time and ``columns`` ((header, params key,
+    format) each: figures the run reported beside the time), device and date."""
+    def view(recs: list) -> str:
+        out = ["| what | time | " + "".join(f"{c[0]} | " for c in columns) + "device | date |",
+               "|" + " --- |" * (4 + len(columns))]
+        for r in newest_each(recs, (family,)):
+            cells = "".join(f"{c[2].format(r['params'][c[1]]) if c[1] in r.get('params', {}) else ''} | "
+                            for c in columns)
+            out.append(f"| {r['workload']} | {fmt(r['seconds'])} | {cells}{short_device(r)} | {r['date'][:10]} |")
+        return "\n".join(out)
+    view.__doc__ = f"The records of the study {family!r}."
+    return view
+
+
 VIEWS = {"readme": view_readme, "knn-detail": view_knn_detail, "cpu-knn": view_cpu_knn, "cli": view_cli,
          "records": view_records, "knn": family_view("knn-search", "knn-query", "library-knn"),
          "classify": family_view("knn-classify-vote", "knn-classify-svm", "metafeatures", "svm"),
          "star": family_view("star-graph", "star"), "stream": family_view("stream-latency", "stream"),
-         "rank": family_view("rank-train")}
+         "rank": family_view("rank-train"),
+         "linearsvc-defaults": study_view("linearsvc-defaults", ("objective above the optimum", "max_rel_objective_gap",
+                                                                 "{:.1e}"), ("solver", "solver", "{}")),
+         "clustering-sweep": study_view("clustering-sweep", ("clusters", "n_clusters", "{:,}"),
+                                        ("alone", "alone_fraction", "{:.1%}"), ("FBcubed F", "fbcubed_f", "{:.3f}"),
+                                        ("NMI", "nmi", "{:.3f}"))}
 
 
 def render_text(text: str, recs: list) -> str:
