@@ -6,16 +6,33 @@
 One module per family: neighbors (NearestNeighbors), classification (KNeighborsClassifier,
 KNNMetaFeatures), clustering (StarClustering, StreamClustering), ranking (RankSVM), svm (LinearSVC: the one-vs-rest
 linear SVM trained by our TRON, gputext.linear), text (TfidfVectorizer: raw texts -> `corpus build`'s
-features); inputs holds
-the input checks they share. Importing this package imports scikit-learn (gputext itself does not
-until an estimator is asked for: gputext/__init__.py resolves these names lazily).
+features); inputs holds the input checks they share. Each name is imported on first use (module
+``__getattr__``), so ``from gputext import NearestNeighbors`` imports the neighbours module and
+scikit-learn's base classes, not every family and scikit-learn's text and SVM modules too.
 """
-from .classification import KNeighborsClassifier, KNNMetaFeatures
-from .clustering import StarClustering, StreamClustering
-from .neighbors import NearestNeighbors
-from .ranking import RankSVM
-from .svm import LinearSVC
-from .text import TfidfVectorizer
+_EXPORTS = {
+    "NearestNeighbors": "neighbors",
+    "KNeighborsClassifier": "classification",
+    "KNNMetaFeatures": "classification",
+    "StarClustering": "clustering",
+    "StreamClustering": "clustering",
+    "RankSVM": "ranking",
+    "LinearSVC": "svm",
+    "TfidfVectorizer": "text",
+}
 
-__all__ = ["NearestNeighbors", "KNeighborsClassifier", "KNNMetaFeatures", "StarClustering", "StreamClustering",
-           "RankSVM", "LinearSVC", "TfidfVectorizer"]
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gputext.estimators' has no attribute {name!r}")
+    from importlib import import_module
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
