@@ -263,7 +263,9 @@ ENTRY = {e.name: e for e in ENTRIES}
 # older studies whose figures docs/ pages show (benchmarks/render.py's study views), family -> what
 # measured them; the runner does not run them, and each record names its source, device, date and command
 STUDIES = {"linearsvc-defaults": "scripts/svm_defaults.py",
-           "clustering-sweep": "gputext.estimators.sweep.sweep_clustering"}
+           "clustering-sweep": "gputext.estimators.sweep.sweep_clustering",
+           "stream-latency-passes": "scripts/gpu_stream.py", "stream-latency-parts": "scripts/gpu_stream.py",
+           "stream-cpu-latency": "scripts/table_stream.py"}
 # scripts/*.py that are not a Script above, and why
 NOT_SCRIPTS = {"startup_times.py": "start-up of --help, corpus info and rank train: the registry's startup, import and "
                                    "rank-train entries measure it (cold and warm) for every command"}

@@ -178,6 +178,9 @@ def family_view(*families: str):
     return view
 
 
+PERCENTILES = (("p50", "p50_ms", "{} ms"), ("p95", "p95_ms", "{} ms"), ("p99", "p99_ms", "{} ms"))
+
+
 def study_view(family: str, *columns: tuple):
     """A view of one study's records (a docs page's table of an older measurement): the newest
     record of each entry in the records' order, its time and ``columns`` ((header, params key,
@@ -203,7 +206,10 @@ VIEWS = {"readme": view_readme, "knn-detail": view_knn_detail, "cpu-knn": view_c
                                                                  "{:.1e}"), ("solver", "solver", "{}")),
          "clustering-sweep": study_view("clustering-sweep", ("clusters", "n_clusters", "{:,}"),
                                         ("alone", "alone_fraction", "{:.1%}"), ("FBcubed F", "fbcubed_f", "{:.3f}"),
-                                        ("NMI", "nmi", "{:.3f}"))}
+                                        ("NMI", "nmi", "{:.3f}")),
+         "stream-latency-passes": study_view("stream-latency-passes", *PERCENTILES),
+         "stream-latency-parts": study_view("stream-latency-parts"),
+         "stream-cpu-latency": study_view("stream-cpu-latency")}
 
 
 def render_text(text: str, recs: list) -> str:
