@@ -265,7 +265,10 @@ ENTRY = {e.name: e for e in ENTRIES}
 STUDIES = {"linearsvc-defaults": "scripts/svm_defaults.py",
            "clustering-sweep": "gputext.estimators.sweep.sweep_clustering",
            "stream-latency-passes": "scripts/gpu_stream.py", "stream-latency-parts": "scripts/gpu_stream.py",
-           "stream-cpu-latency": "scripts/table_stream.py"}
+           "stream-cpu-latency": "scripts/table_stream.py", "star-fig17": "scripts/table_star.py",
+           "star-fig18-newtopics": "scripts/table_star.py", "star-fig18-sametopic": "scripts/table_star.py",
+           "star-dclus-goal": "scripts/gpu_dclus.py", "star-dclus-split": "scripts/gpu_dclus.py",
+           "star-dclus-format2": "scripts/gpu_dclus.py"}
 # scripts/*.py that are not a Script above, and why
 NOT_SCRIPTS = {"startup_times.py": "start-up of --help, corpus info and rank train: the registry's startup, import and "
                                    "rank-train entries measure it (cold and warm) for every command"}

@@ -180,6 +180,11 @@ def family_view(*families: str):
 
 PERCENTILES = (("p50", "p50_ms", "{} ms"), ("p95", "p95_ms", "{} ms"), ("p99", "p99_ms", "{} ms"))
 
+FIG18 = (("its compute", "update_compute", "{:.3f} s"), ("full recluster", "full_seconds", "{:.3f} s"),
+         ("its compute", "full_compute", "{:.3f} s"), ("components loaded", "components_loaded", "{:,}"),
+         ("of", "components_total", "{:,}"), ("vertices loaded", "vertices_loaded", "{:,}"))
+FIG18_RATIO = ("update / recluster, paired median", "ratio_paired_median", "{:.3f}")
+
 
 def study_view(family: str, *columns: tuple):
     """A view of one study's records (a docs page's table of an older measurement): the newest
@@ -209,7 +214,15 @@ VIEWS = {"readme": view_readme, "knn-detail": view_knn_detail, "cpu-knn": view_c
                                         ("NMI", "nmi", "{:.3f}")),
          "stream-latency-passes": study_view("stream-latency-passes", *PERCENTILES),
          "stream-latency-parts": study_view("stream-latency-parts"),
-         "stream-cpu-latency": study_view("stream-cpu-latency")}
+         "stream-cpu-latency": study_view("stream-cpu-latency"),
+         "star-fig17": study_view("star-fig17", ("edges", "edges", "{:,}"), ("clusters", "clusters", "{:,}"),
+                                  ("same as the CPU twin", "identical", "{}")),
+         **{fam: study_view(fam, *FIG18) for fam in ("star-fig18-newtopics", "star-fig18-sametopic")},
+         "star-dclus-goal": study_view("star-dclus-goal", *FIG18[:3], FIG18_RATIO,
+                                       ("components touched", "components_touched", "{:,}"), FIG18[4],
+                                       ("vertices touched", "affected_vertices", "{:,}")),
+         "star-dclus-split": study_view("star-dclus-split", FIG18_RATIO),
+         "star-dclus-format2": study_view("star-dclus-format2", *[(k, k, "{} s") for k in ("load", "cluster", "write")])}
 
 
 def render_text(text: str, recs: list) -> str:
