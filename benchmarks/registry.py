@@ -268,7 +268,11 @@ STUDIES = {"linearsvc-defaults": "scripts/svm_defaults.py",
            "stream-cpu-latency": "scripts/table_stream.py", "star-fig17": "scripts/table_star.py",
            "star-fig18-newtopics": "scripts/table_star.py", "star-fig18-sametopic": "scripts/table_star.py",
            "star-dclus-goal": "scripts/gpu_dclus.py", "star-dclus-split": "scripts/gpu_dclus.py",
-           "star-dclus-format2": "scripts/gpu_dclus.py"}
+           "star-dclus-format2": "scripts/gpu_dclus.py", "classify-table-20ng": "scripts/table_metafeatures.py",
+           "classify-svm-h100": "scripts/gpu_svm.py", "svm-tolerance": "scikit-learn LinearSVC fits",
+           "meta-method": "scripts/table_metafeatures.py", "meta-20ng-runs": "scripts/gpu_meta.py",
+           "dense-one-query": "scripts/gpu_matvec_grid.py, scripts/gpu_knn_classify.py",
+           "dense-batched": "scripts/gpu_knn_classify.py"}
 # scripts/*.py that are not a Script above, and why
 NOT_SCRIPTS = {"startup_times.py": "start-up of --help, corpus info and rank train: the registry's startup, import and "
                                    "rank-train entries measure it (cold and warm) for every command"}

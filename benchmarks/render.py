@@ -183,6 +183,7 @@ PERCENTILES = (("p50", "p50_ms", "{} ms"), ("p95", "p95_ms", "{} ms"), ("p99", "
 FIG18 = (("its compute", "update_compute", "{:.3f} s"), ("full recluster", "full_seconds", "{:.3f} s"),
          ("its compute", "full_compute", "{:.3f} s"), ("components loaded", "components_loaded", "{:,}"),
          ("of", "components_total", "{:,}"), ("vertices loaded", "vertices_loaded", "{:,}"))
+F1 = (("micro-F1", "micro_f1", "{:.4f}"), ("macro-F1", "macro_f1", "{:.4f}"))
 FIG18_RATIO = ("update / recluster, paired median", "ratio_paired_median", "{:.3f}")
 
 
@@ -222,7 +223,11 @@ VIEWS = {"readme": view_readme, "knn-detail": view_knn_detail, "cpu-knn": view_c
                                        ("components touched", "components_touched", "{:,}"), FIG18[4],
                                        ("vertices touched", "affected_vertices", "{:,}")),
          "star-dclus-split": study_view("star-dclus-split", FIG18_RATIO),
-         "star-dclus-format2": study_view("star-dclus-format2", *[(k, k, "{} s") for k in ("load", "cluster", "write")])}
+         "star-dclus-format2": study_view("star-dclus-format2", *[(k, k, "{} s") for k in ("load", "cluster", "write")]),
+         "classify-table-20ng": study_view("classify-table-20ng", *F1, ("C", "C", "{:g}")),
+         "classify-svm-h100": study_view("classify-svm-h100", *F1, ("C", "C", "{:g}")),
+         "svm-tolerance": study_view("svm-tolerance", *F1),
+         **{fam: study_view(fam) for fam in ("meta-method", "meta-20ng-runs", "dense-one-query", "dense-batched")}}
 
 
 def render_text(text: str, recs: list) -> str:
