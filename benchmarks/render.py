@@ -190,14 +190,16 @@ FIG18_RATIO = ("update / recluster, paired median", "ratio_paired_median", "{:.3
 def study_view(family: str, *columns: tuple):
     """A view of one study's records (a docs page's table of an older measurement): the newest
     record of each entry in the records' order, its time and ``columns`` ((header, params key,
-    format) each: figures the run reported beside the time), device and date."""
+    format) each: figures the run reported beside the time), device and date (with the time of
+    day where the record has it: rows of one run share it)."""
     def view(recs: list) -> str:
         out = ["| what | time | " + "".join(f"{c[0]} | " for c in columns) + "device | date |",
                "|" + " --- |" * (4 + len(columns))]
         for r in newest_each(recs, (family,)):
             cells = "".join(f"{c[2].format(r['params'][c[1]]) if c[1] in r.get('params', {}) else ''} | "
                             for c in columns)
-            out.append(f"| {r['workload']} | {fmt(r['seconds'])} | {cells}{short_device(r)} | {r['date'][:10]} |")
+            out.append(f"| {r['workload']} | {fmt(r['seconds'])} | {cells}{short_device(r)} | "
+                       f"{r['date'][:16].replace('T', ' ')} |")
         return "\n".join(out)
     view.__doc__ = f"The records of the study {family!r}."
     return view
@@ -227,7 +229,8 @@ VIEWS = {"readme": view_readme, "knn-detail": view_knn_detail, "cpu-knn": view_c
          "classify-table-20ng": study_view("classify-table-20ng", *F1, ("C", "C", "{:g}")),
          "classify-svm-h100": study_view("classify-svm-h100", *F1, ("C", "C", "{:g}")),
          "svm-tolerance": study_view("svm-tolerance", *F1),
-         **{fam: study_view(fam) for fam in ("meta-method", "meta-20ng-runs", "dense-one-query", "dense-batched")}}
+         **{fam: study_view(fam) for fam in ("meta-method", "meta-20ng-runs", "dense-one-query", "dense-batched",
+                                             "engine-pruning", "engine-design")}}
 
 
 def render_text(text: str, recs: list) -> str:
