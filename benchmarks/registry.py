@@ -273,7 +273,8 @@ STUDIES = {"linearsvc-defaults": "scripts/svm_defaults.py",
            "meta-method": "scripts/table_metafeatures.py", "meta-20ng-runs": "scripts/gpu_meta.py",
            "dense-one-query": "scripts/gpu_matvec_grid.py, scripts/gpu_knn_classify.py",
            "dense-batched": "scripts/gpu_knn_classify.py", "engine-pruning": "scripts/knn_pruning.py",
-           "engine-design": "scripts/bench_knn.py"}
+           "engine-design": "scripts/bench_knn.py", "knn-5e7": "scripts/bench_knn.py", "ingest": "scripts/bench_ingest.py",
+           "synth": "scripts/bench_synth.py", "rank-quick": "scripts/gpu_rank.py"}
 # scripts/*.py that are not a Script above, and why
 NOT_SCRIPTS = {"startup_times.py": "start-up of --help, corpus info and rank train: the registry's startup, import and "
                                    "rank-train entries measure it (cold and warm) for every command"}

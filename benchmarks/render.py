@@ -97,6 +97,19 @@ def view_cpu_knn(recs: list) -> str:
             f"{fmt(peer['seconds'])}; {ours['date'][:10]}).")
 
 
+def view_knn_scale(recs: list) -> str:
+    """One sentence: 10,000 queries at 10^6 and 10^7 documents against CuPy, each pair from one run."""
+    parts = []
+    for size in ("1e6", "1e7"):
+        ours, cupy = rec_mod.newest_pair(recs, f"knn-search/knn-{size}/gputext", f"knn-search/knn-{size}/cupy-spmm", "kernel",
+                                         gpu=True)
+        if ours:
+            parts.append(f"10^{size[-1]} documents x 10,000 queries take {fmt(ours['seconds'])}, "
+                         f"{cupy['seconds'] / ours['seconds']:.1f}x CuPy SpMM + top-k's {fmt(cupy['seconds'])} in the same run "
+                         f"({short_device(ours)}, {ours['date'][:10]})")
+    return "; ".join(parts) + "." if parts else "(no records yet)"
+
+
 def _through_server(rec: dict) -> bool:
     return rec["measure"] == "cli-warm" and "server" in (rec.get("params") or {})
 
@@ -230,7 +243,10 @@ VIEWS = {"readme": view_readme, "knn-detail": view_knn_detail, "cpu-knn": view_c
          "classify-svm-h100": study_view("classify-svm-h100", *F1, ("C", "C", "{:g}")),
          "svm-tolerance": study_view("svm-tolerance", *F1),
          **{fam: study_view(fam) for fam in ("meta-method", "meta-20ng-runs", "dense-one-query", "dense-batched",
-                                             "engine-pruning", "engine-design")}}
+                                             "engine-pruning", "engine-design", "knn-5e7", "rank-quick")},
+         "ingest": study_view("ingest", ("CLI end to end (fresh process, incl. write)", "cli_end_to_end_s", "{} s")),
+         "synth": study_view("synth", ("CPU s", "cpu_s", "{}"), ("peak RSS", "peak_rss", "{}"), ("file", "file", "{}")),
+         "knn-scale": view_knn_scale}
 
 
 def render_text(text: str, recs: list) -> str:
