@@ -3,6 +3,8 @@ into imports, the CUDA context, compiling, loading compiled code from the kernel
 and writing HDF5, and the rest (the work itself), printed and written as JSON.
 
     python -m benchmarks.breakdown --out out/breakdown -- knn search --index train.h5 --queries test.h5 -k 30 -o nn.h5
+    python -m benchmarks.breakdown --server ...     # the command through the warm server (its forked
+                                                    # process profiles itself: GPUTEXT_PROFILE)
 
 The profiler slows Python-heavy parts (imports by roughly a third), so the parts are for finding
 what to cut; the figures to publish are the wall times measured outside the process
@@ -58,6 +60,8 @@ def main(argv=None) -> None:
     ap.add_argument("--name", default="", help="name of the JSON file (default: from the command)")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--keep-profile", action="store_true", help="also write the cProfile file (.prof) to --out")
+    ap.add_argument("--server", action="store_true", help="run the command through the warm server (started "
+                                                         "first) and profile its forked process")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then the arguments after `gputext`")
     a = ap.parse_args(argv)
     args = a.command[1:] if a.command[:1] == ["--"] else a.command
@@ -65,11 +69,17 @@ def main(argv=None) -> None:
     name = a.name or re.sub(r"[^A-Za-z0-9]+", "_", " ".join(args[:2]))[:40]
     with tempfile.TemporaryDirectory() as tmp:
         prof = os.path.join(tmp, "prof")
-        t0 = time.perf_counter()
-        rc = subprocess.call([sys.executable, "-m", "cProfile", "-o", prof, "-m", "gputext", *args])
+        if a.server:
+            env = dict(os.environ, GPUTEXT_DAEMON="1")
+            subprocess.call([sys.executable, "-m", "gputext", "daemon", "start"], env=env)
+            t0 = time.perf_counter()
+            rc = subprocess.call([sys.executable, "-m", "gputext", *args], env=dict(env, GPUTEXT_PROFILE=prof))
+        else:
+            t0 = time.perf_counter()
+            rc = subprocess.call([sys.executable, "-m", "cProfile", "-o", prof, "-m", "gputext", *args])
         wall = time.perf_counter() - t0
         stats = pstats.Stats(prof)
-        report = {"command": "gputext " + " ".join(args), "rc": rc, "wall_s_profiled": round(wall, 3),
+        report = {"command": "gputext " + " ".join(args), "rc": rc, "server": a.server, "wall_s_profiled": round(wall, 3),
                   "profiled_total_s": round(stats.total_tt, 3), "categories": categorise(stats),
                   "top_cumulative": top(stats, a.top)}
         if a.keep_profile:

@@ -126,6 +126,11 @@ def _run_command() -> int:
     import atexit
     import traceback
     code = 0
+    profile = None
+    if os.environ.get("GPUTEXT_PROFILE"):  # benchmarks/breakdown.py --server: the command under cProfile
+        import cProfile
+        profile = cProfile.Profile()
+        profile.enable()
     try:
         from ..cli import main
         main()
@@ -142,6 +147,9 @@ def _run_command() -> int:
     except BaseException:
         traceback.print_exc()
         code = 1
+    if profile is not None:
+        profile.disable()
+        profile.dump_stats(os.environ["GPUTEXT_PROFILE"])
     try:
         threading._shutdown()  # what the interpreter does at exit: wait for non-daemon threads
         atexit._run_exitfuncs()
