@@ -128,9 +128,35 @@ def resolve(device: str = "auto") -> Backend:
     return Backend("cpu", False, f"auto chose the CPU: {what}", auto=True)
 
 
-def as_backend(device: "str | Backend" = "auto") -> Backend:
-    """A Backend as it is (decided once, at the CLI or API boundary) or a ``--device`` string resolved."""
-    return device if isinstance(device, Backend) else resolve(device)
+class PendingBackend:
+    """A ``--device`` choice resolved when first used (``get()``, ``as_backend`` or any Backend
+    attribute), not when the command starts: the GPU's driver and context start in a thread
+    (``start_cuda_early``, about 0.2 s) while the command reads its inputs, instead of the command
+    waiting for them before its first read. ``on_resolve(backend)`` runs once, at resolution (the
+    CLI's "device: ..." line)."""
+
+    def __init__(self, device: str, on_resolve=None):
+        self._device, self._on_resolve, self._backend = device, on_resolve, None
+
+    def get(self) -> Backend:
+        if self._backend is None:
+            self._backend = resolve(self._device)
+            if self._on_resolve is not None:
+                self._on_resolve(self._backend)
+        return self._backend
+
+    def __getattr__(self, name):
+        return getattr(self.get(), name)
+
+
+def as_backend(device: "str | Backend | PendingBackend" = "auto") -> Backend:
+    """A Backend as it is (decided once, at the CLI or API boundary), a pending one resolved, or a
+    ``--device`` string resolved."""
+    if isinstance(device, Backend):
+        return device
+    if isinstance(device, PendingBackend):
+        return device.get()
+    return resolve(device)
 
 
 def device_memory() -> tuple[int, int] | None:

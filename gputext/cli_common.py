@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .backend import DEVICES, Backend, resolve
+from .backend import DEVICES, Backend, PendingBackend, resolve
 from .progress import info
 
 device_option = click.option(
@@ -43,11 +43,19 @@ def corpus_path(**kwargs):
     return click.Path(dir_okay=False, allow_dash=True, **kwargs)
 
 
-def pick_backend(device: str, quiet: bool) -> Backend:
-    backend = resolve(device)
-    if device == "auto" or backend.simulator:
-        info(f"device: {backend.describe()}", quiet)
-    return backend
+def pick_backend(device: str, quiet: bool):
+    """The command's backend: ``--device cpu`` at once; otherwise a PendingBackend, resolved when the
+    command first needs it (after its reads, while the GPU starts in the background), which then
+    says which device (for auto, and for the simulator)."""
+    def said(backend):
+        if device == "auto" or backend.simulator:
+            info(f"device: {backend.describe()}", quiet)
+
+    if device == "cpu":
+        backend = resolve(device)
+        said(backend)
+        return backend
+    return PendingBackend(device, said)
 
 
 def warn_slow_method(method: str, backend: Backend) -> None:

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from ..backend import Backend, resolve
+from ..backend import Backend, as_backend
 from ..errors import InputError
 from ..io.corpus import Corpus, check_same_vocabulary
 from ..linear.folds import fold_splits, stratified_test_folds
@@ -197,7 +197,7 @@ def _fit_tron(F, y, C, C_grid, cv_folds: int, seed: int, device, tol: float):
 
     classes, codes = np.unique(y, return_inverse=True)
     codes = codes.astype(np.int32)
-    backend = device if isinstance(device, Backend) else resolve(device)
+    backend = as_backend(device)
     if C is not None:
         grid, folds, n_folds = [float(C)], None, 0
     else:
@@ -231,7 +231,7 @@ def svm_classify(train: Corpus, test: Corpus, features: str = "meta", k: int = 3
     if features not in FEATURES:
         raise InputError(f"--features {features!r}: expected one of {', '.join(FEATURES)}")
     check_same_vocabulary(train, test, "training", "test")
-    backend = device if isinstance(device, Backend) else resolve(device)
+    backend = as_backend(device)
     y_all, categories = _labelled(train, "training")
     rows = np.nonzero(y_all >= 0)[0]
     if rows.size == 0:
@@ -299,7 +299,7 @@ def cross_validation_protocol(train: Corpus, test: Corpus | None = None, n_folds
     X, y_all, categories = pool(train, test)
     keep = np.nonzero(y_all >= 0)[0]
     X, y_all = X[keep], y_all[keep]
-    backend = device if isinstance(device, Backend) else resolve(device)
+    backend = as_backend(device)
     folds = []
     splits = fold_splits(stratified_test_folds(y_all, n_folds, seed), n_folds)  # StratifiedKFold's
     for f, (tr, te) in enumerate(splits):

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..backend import Backend, resolve
+from ..backend import Backend, as_backend
 from ..rank.tron import tron_columns
 from .ops import make_ops
 from .problem import decide, make_blocks, make_columns, one_vs_rest_classes, stopping_eps
@@ -99,7 +99,7 @@ class PathResult:
 
 
 def _backend(device) -> Backend:
-    return device if isinstance(device, Backend) else resolve(device)
+    return as_backend(device)
 
 
 def train_path(X, y: np.ndarray, n_classes: int, C_grid, folds: np.ndarray | None = None, n_folds: int = 0,
