@@ -1,6 +1,5 @@
-"""`knn search` in fresh processes three ways, measured from outside: each command in its own
-process (GPUTEXT_DAEMON=0), through the warm server, and through the warm server with a spare
-process that has the GPU started (GPUTEXT_DAEMON_SPARE=1); on the GPU and on the CPU, the kernel
+"""`knn search` in fresh processes two ways, measured from outside: each command in its own
+process (GPUTEXT_DAEMON=0) and through the warm server; on the GPU and on the CPU, the kernel
 cache filled first. Every output is compared with the own-process one (the same neighbours and
 scores). Prints one line per run and writes a JSON report.
 
@@ -21,8 +20,7 @@ import numpy as np
 from . import fresh, records
 from .run import resolve_device
 
-MODES = {"own": {"GPUTEXT_DAEMON": "0"}, "server": {"GPUTEXT_DAEMON": "1"},
-         "server+spare": {"GPUTEXT_DAEMON": "1", "GPUTEXT_DAEMON_SPARE": "1"}}
+MODES = {"own": {"GPUTEXT_DAEMON": "0"}, "server": {"GPUTEXT_DAEMON": "1"}}
 GPUTEXT = [sys.executable, "-m", "gputext"]
 
 
@@ -38,12 +36,14 @@ def main(argv=None) -> int:
     p.add_argument("--test", required=True)
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--devices", default="cuda,cpu")
-    p.add_argument("--pause", type=float, default=0.5, help="seconds between commands (a spare is made after each)")
+    p.add_argument("--pause", type=float, default=0.5, help="seconds between commands")
+    p.add_argument("--work", help="folder for the outputs (default: a temporary one)")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     report = {"date": records.utc_now(), "commit": records.git_commit(), "device": resolve_device("auto")[1],
               "cpu": records.cpu_device(), "runs": a.runs, "results": []}
-    work = os.path.dirname(os.path.abspath(a.out))
+    import tempfile
+    work = a.work or tempfile.mkdtemp(prefix="server-modes-")
     os.makedirs(work, exist_ok=True)
     for device in a.devices.split(","):
         ref = os.path.join(work, f"ref_{device}.h5")
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
                 if r.rc != 0:
                     raise SystemExit(f"{mode} {device}: exit {r.rc}: {r.stderr.strip()[-400:]}")
                 identical = identical and same(out, ref)
-                if i:  # the first is a warm-up of the mode (the server's first child, a spare's first fork)
+                if i:  # the first is a warm-up of the mode (the server's first child)
                     walls.append(r.wall)
                 print(f"{device} {mode} run {i}: {r.wall:.3f} s", flush=True)
                 time.sleep(a.pause)

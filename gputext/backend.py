@@ -97,8 +97,11 @@ def _cuda_status() -> tuple[bool, str]:
     # numba's low-occupancy warning would only be noise on the users' terminal
     numba.config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
     try:
-        if not cuda.is_available():
+        from numba.cuda.cudadrv.driver import driver
+        if not driver.is_available:
             return False, "no CUDA driver or GPU found"
+        if not _nvvm_found():
+            return False, "CUDA driver found, but not libNVVM to compile kernels (pip install 'numba-cuda[cu13]')"
         device = cuda.get_current_device()
         name = device.name.decode() if isinstance(device.name, bytes) else str(device.name)
         cc = ".".join(map(str, device.compute_capability))
@@ -106,6 +109,29 @@ def _cuda_status() -> tuple[bool, str]:
         return True, f"{name}, compute capability {cc}, {free / 2**30:.1f} of {total / 2**30:.1f} GiB free"
     except Exception as exc:
         return False, f"CUDA present but unusable: {str(exc).splitlines()[0]}"
+
+
+_NVVM_MARK = ".nvvm-found"
+
+
+def _nvvm_found() -> bool:
+    """Whether libNVVM can be loaded (numba-cuda compiles with it). Loading it holds the GIL for
+    about 0.2 s (an H100 host, 2026-11-27), which stalled the command's reads beside the driver's
+    start; so it is checked once per kernel-cache folder and remembered there (a mark file), not
+    in every process."""
+    from .kernels.jit import cache_folder
+    folder = cache_folder()
+    if folder is not None and (folder / _NVVM_MARK).exists():
+        return True
+    from numba.cuda.cudadrv import nvvm
+    if not nvvm.is_available():
+        return False
+    if folder is not None:
+        try:
+            (folder / _NVVM_MARK).touch()
+        except OSError:
+            pass
+    return True
 
 
 def resolve(device: str = "auto") -> Backend:

@@ -146,25 +146,6 @@ def test_idle_server_exits(tmp_path):
     assert b"not running" in run(["daemon", "status"], env).stdout
 
 
-def test_spare_process_takes_the_next_command(tmp_path):
-    """GPUTEXT_DAEMON_SPARE: the server forks the next command's process ahead (on a GPU host it
-    starts the driver there); a command handed to it gives what a forked one gives."""
-    (tmp_path / "run").mkdir(mode=0o700)
-    env = dict(os.environ, GPUTEXT_DAEMON="1", GPUTEXT_DAEMON_SPARE="always", XDG_RUNTIME_DIR=str(tmp_path / "run"))
-    assert run(["daemon", "start"], env).returncode == 0
-    try:
-        for i in range(2):
-            r = run(["corpus", "synth", "--preset", "demo", "-o", f"s{i}.h5"], env, cwd=tmp_path)
-            assert r.returncode == 0, r.stderr.decode()
-        bad = run(["corpus", "info", "missing.h5"], env, cwd=tmp_path)
-        assert bad.returncode == 2 and bad.stderr.count(b"\n") == 1
-        status = run(["daemon", "status"], env).stdout.decode()
-        assert "3 commands answered" in status and "spare process" in status
-        assert (tmp_path / "s0.h5").read_bytes()[:4] == b"\x89HDF"
-    finally:
-        run(["daemon", "stop"], env)
-
-
 def test_key_follows_code_and_keyed_environment(tmp_path, monkeypatch):
     src = tmp_path / "pkg"
     src.mkdir()

@@ -39,8 +39,7 @@ def status():
         return
     took = reply.get("preload", {})
     click.echo(f"warm server: running, pid {reply['pid']}, {reply['commands']} commands answered, "
-               f"{reply['running']} running, exits after {reply['idle_s']:.0f} s idle"
-               + (", a spare process with the GPU started" if reply.get("spare") else ""))
+               f"{reply['running']} running, exits after {reply['idle_s']:.0f} s idle")
     click.echo(f"  socket {path}")
     click.echo(f"  preloaded {took.get('modules', 0)} modules in {took.get('imports_s', 0)} s, numba's registries in "
                f"{took.get('registries_s', 0)} s, {took.get('cpu_overloads', 0)} CPU overloads in {took.get('cpu_loads_s', 0)} s")

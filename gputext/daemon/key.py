@@ -24,24 +24,6 @@ def enabled(environ=os.environ) -> bool:
     return hasattr(os, "fork") and hasattr(__import__("socket"), "send_fds")
 
 
-SPARE_IDLE = 60.0  # seconds a spare keeps its GPU context while no command comes
-
-
-def spare_wanted(environ=os.environ) -> bool:
-    """Whether the server keeps a spare process with the GPU started (``GPUTEXT_DAEMON_SPARE=1``:
-    where a CUDA driver library exists, never in the simulator; ``always``: everywhere, the
-    driver's start then a no-op, as the tests use it)."""
-    value = environ.get("GPUTEXT_DAEMON_SPARE", "0").strip().lower()
-    if value in ("0", "off", "no", "false", ""):
-        return False
-    if value == "always":
-        return True
-    if environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
-        return False
-    from ..backend import driver_library_present
-    return driver_library_present()
-
-
 def idle_seconds(environ=os.environ) -> float:
     try:
         return max(1.0, float(environ.get("GPUTEXT_DAEMON_IDLE", "600")))

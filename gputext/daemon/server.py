@@ -207,8 +207,6 @@ class Server:
         self.served = 0
         self.started = time.time()
         self.took: dict = {}
-        self.spare: tuple | None = None  # (pid, socket): a forked process with the GPU started, waiting
-        self.want_spare = key.spare_wanted()
 
     def run(self) -> None:
         lock = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -246,15 +244,7 @@ class Server:
         except OSError:
             return False
 
-    def drop_spare(self) -> None:
-        if self.spare is not None:
-            pid, sock = self.spare
-            self.spare = None
-            sock.close()  # the spare reads end of input and exits
-            self._kill(pid, signal.SIGTERM)
-
     def close(self) -> None:
-        self.drop_spare()
         if self.ours():
             os.unlink(self.sock_path)
         self.listener.close()
@@ -273,7 +263,6 @@ class Server:
         sel.register(self.listener, selectors.EVENT_READ, "accept")
         sel.register(wake_r, selectors.EVENT_READ, "wake")
         last = time.monotonic()
-        self.make_spare()
         while not self.stop:
             timeout = None if self.children else max(0.0, self.idle - (time.monotonic() - last))
             events = sel.select(min(timeout, 10.0) if timeout is not None else 10.0)
@@ -292,8 +281,7 @@ class Server:
             self.reap()
             if self.children or events:
                 last = time.monotonic()
-            elif self.spare is not None and time.monotonic() - last >= key.SPARE_IDLE:
-                self.drop_spare()  # an idle GPU context is not kept for long
+
             elif time.monotonic() - last >= self.idle:
                 log(f"idle for {self.idle:.0f} s")
                 break
@@ -327,18 +315,15 @@ class Server:
             if request is not None and request.get("status"):
                 try:
                     protocol.send(conn, {"pid": os.getpid(), "started": self.started, "commands": self.served,
-                                         "running": len(self.children), "idle_s": self.idle, "preload": self.took,
-                                         "spare": self.spare is not None})
+                                         "running": len(self.children), "idle_s": self.idle, "preload": self.took})
                 except OSError:
                     pass
             conn.close()
             return
         self.served += 1
-        pid = self.hand_to_spare(request, fds)
-        if pid is None:
-            pid = os.fork()
-            if pid == 0:
-                self.child(conn, request, fds)
+        pid = os.fork()
+        if pid == 0:
+            self.child(conn, request, fds)
         for fd in fds:
             os.close(fd)
         try:
@@ -348,7 +333,6 @@ class Server:
         self.children[pid] = conn
         self.conns[conn] = pid
         self.sel.register(conn, selectors.EVENT_READ, "client")
-        self.make_spare()
 
     def _forked(self) -> None:
         """In a forked process: let go of everything that is the server's."""
@@ -360,53 +344,8 @@ class Server:
         self.listener.close()
         for other in self.conns:
             other.close()
-        if self.spare is not None:
-            self.spare[1].close()
         for fd in (*self.wake, self.lock):
             os.close(fd)
-
-    def make_spare(self) -> None:
-        """Fork the next command's process ahead: it starts the CUDA driver and the GPU's context
-        (about 0.2 s) while no command waits, then waits for a request (``GPUTEXT_DAEMON_SPARE``)."""
-        if not self.want_spare or self.spare is not None or self.stop:
-            return
-        mine, theirs = socket.socketpair()
-        pid = os.fork()
-        if pid == 0:
-            mine.close()
-            code = 1
-            try:
-                self._forked()
-                from ..backend import cuda_status
-                cuda_status()
-                request, fds = protocol.receive(theirs, max_fds=3)
-                if request is None:
-                    os._exit(0)  # dropped: the server is idle or stopping
-                theirs.close()
-                _apply(request, fds)
-                code = _run_command()
-            except KeyboardInterrupt:
-                code = 130
-            except BaseException as exc:
-                _report(exc)
-            os._exit(code)
-        theirs.close()
-        self.spare = (pid, mine)
-
-    def hand_to_spare(self, request, fds) -> int | None:
-        """The spare's pid once it has taken the request; None when there is none (or it is gone)."""
-        if self.spare is None:
-            return None
-        pid, sock = self.spare
-        self.spare = None
-        try:
-            protocol.send(sock, request, fds=fds)
-        except OSError:
-            self._kill(pid, signal.SIGKILL)
-            return None
-        finally:
-            sock.close()
-        return pid
 
     def child(self, conn, request, fds) -> None:
         """In the forked process: never returns."""
@@ -452,9 +391,6 @@ class Server:
                 return
             if pid == 0:
                 return
-            if self.spare is not None and pid == self.spare[0]:
-                self.spare[1].close()
-                self.spare = None
             conn = self.children.pop(pid, None)
             if conn is None:
                 continue
