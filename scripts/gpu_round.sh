@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU round on the device host: environment probe, GPU tests, then benchmarks.
 # Usage (device tool, carry .whl):  bash scripts/gpu_round.sh [STEP ...]
-#   steps: probe tests tests-only tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-tiles knn-tiles-1e7 knn-ncu-1e7 knn-issue19 knn-growth knn-latency knn-shard-sweep knn-5e7 knn-ncu stream-sanitizer pruning bench-readme bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify multi-1e8 multi-1e8-one multi-families multi-rank
+#   steps: probe tests tests-only tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-tiles knn-tiles-1e7 knn-ncu-1e7 knn-issue19 knn-growth knn-latency knn-shard-sweep knn-5e7 knn-ncu stream-sanitizer pruning bench-cli server-modes tests-all bench-readme bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify multi-1e8 multi-1e8-one multi-families multi-rank
 #   (knn_classify reads the real datasets from .data/, an ignored copy of ../shared/datasets carried along)
 # Logs go to $OUT (default out/gpu). Each step has its own time limit so one slow step cannot eat the round.
 set -u
@@ -84,6 +84,13 @@ for step in "${steps[@]}"; do
     # not fit the budget are skipped, and running the step again (--resume) measures only those
     # (the copy has no .git: GPUTEXT_BENCH_COMMIT=$(git rev-parse --short=12 HEAD) names the commit);
     # --breakdown: one more warm run of each command under cProfile, its parts in the record's stages
+    # issue 31's rounds (2026-11-27): the command-line suite (cold, warm through the warm server, warm in its
+    # own process) on 20NG and the LETOR sample, then knn search both ways on GPU and CPU with outputs compared
+    bench-cli) run bench-cli "${LIMIT_bench_cli:-420}" python3 -m benchmarks.run --suite cli --device cuda --datasets "${GPUTEXT_DATASETS:-.data}" --repeats 3 --only /20ng/,letor-sample,startup --budget "${BUDGET_bench_cli:-330}" --out /tmp/bench --records "$OUT/records.jsonl" ;;
+    server-modes) run server-modes 180 python3 -m benchmarks.server_modes --train /tmp/bench/data/20ng-1/train.h5 --test /tmp/bench/data/20ng-1/test.h5 --runs 5 --out "$OUT/modes.json" --work /tmp/modes ;;
+    # the whole pytest -m gpu, Dask's tests included, on the host's cores: WHEELS a folder with
+    # pytest-xdist and dask/distributed together (405 s with 16 workers on an H100, 2026-11-27)
+    tests-all) run tests-all "${LIMIT_tests_all:-560}" bash -c "cd /tmp && GPUTEXT_TEST_LOG=$OUT/tests.live python3 -m pytest -q -rfE -p no:cacheprovider -m gpu -n ${WORKERS:-16} --durations=15 $PWD/tests" ;;
     bench-readme) run bench-readme "${LIMIT_bench_readme:-590}" python3 -m benchmarks.run --suite readme --device cuda --datasets "${GPUTEXT_DATASETS:-.data}" --repeats "${REPEATS_bench:-3}" --budget "${BUDGET_bench_readme:-450}" --breakdown --resume --out /tmp/bench --records "$OUT/records.jsonl" ${ARGS_bench_readme:-} ;;
     estimators) run estimators 300 python3 scripts/bench_estimators.py --device cuda --out "$OUT" ${ARGS_estimators:-} ;;
     # issue 34 on a 4-GPU host (kind nvidia-h100-x4 or nvidia-h200-x4; WHEELS with dask and distributed).
