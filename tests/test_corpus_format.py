@@ -184,3 +184,29 @@ def test_sorted_rows_check_equals_a_row_by_row_check():
         else:
             with pytest.raises(FormatError, match="not sorted and unique"):
                 cio._validate_csr(None, "X", (n, 9), np.ones(nnz, np.float32), indices, indptr)
+
+
+def test_read_row_pieces_equals_stacked_slices(tmp_path):
+    """Row ranges of several files read into one matrix (the Dask workers' shard read) equal the
+    stacked slices: pieces inside, across and at the ends of files, an empty range, a file
+    whose data are float64 (another writer), and rows without entries."""
+    from gputext.io.corpus import Corpus, read_row_pieces, read_rows, write_corpus
+
+    rng = np.random.default_rng(3)
+    mats = []
+    for i, dtype in enumerate((np.float32, np.float64, np.float32)):
+        X = sp.random(40 + 7 * i, 30, density=0.2, format="csr", random_state=rng, dtype=dtype)
+        X[5] = 0  # a row without entries
+        X.eliminate_zeros()
+        X.sort_indices()
+        mats.append(X)
+        write_corpus(Corpus(X.astype(np.float32) if dtype == np.float32 else X), str(tmp_path / f"p{i}.h5"))
+    pieces = [(str(tmp_path / "p0.h5"), 3, 40), (str(tmp_path / "p1.h5"), 0, 47), (str(tmp_path / "p2.h5"), 10, 10),
+              (str(tmp_path / "p2.h5"), 0, 21)]
+    want = sp.vstack([mats[0][3:40], mats[1][0:47], mats[2][0:21]], format="csr").astype(np.float32)
+    got = read_row_pieces(pieces)
+    assert got.dtype == np.float32 and got.indices.dtype == np.int32 and got.shape == want.shape
+    assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
+    assert np.array_equal(got.data, want.data)
+    one = read_rows(str(tmp_path / "p1.h5"), 5, 6)
+    assert one.shape == (1, 30) and one.nnz == 0

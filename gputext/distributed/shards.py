@@ -124,23 +124,19 @@ def _where() -> str:
 
 
 def read_source_rows(source: Source, lo: int, hi: int) -> sp.csr_matrix:
-    """Rows [lo, hi) of a file source (across its files), or a one-line InputError naming the worker."""
-    from ..io.corpus import read_rows
+    """Rows [lo, hi) of a file source (across its files, read into one matrix), or a one-line
+    InputError naming the worker."""
+    from ..io.corpus import read_row_pieces
     ends = list(source.offsets[1:]) + [source.n_docs]
-    blocks = []
+    pieces = [(path, max(lo, first) - first, min(hi, end) - first)
+              for path, first, end in zip(source.paths, source.offsets, ends) if max(lo, first) < min(hi, end)]
+    if not pieces:
+        return sp.csr_matrix((0, source.n_terms), dtype=np.float32)
     try:
-        for path, first, end in zip(source.paths, source.offsets, ends):
-            a, b = max(lo, first), min(hi, end)
-            if a < b:
-                blocks.append(read_rows(path, a - first, b - first))
+        return read_row_pieces(pieces)
     except (OSError, GputextError, KeyError) as exc:
         raise InputError(f"shard rows [{lo}, {hi}) of {source.name} cannot be read on {_where()}: "
                          f"{' '.join(str(exc).split())}") from None
-    if len(blocks) == 1:
-        return blocks[0]
-    out = sp.vstack(blocks, format="csr") if blocks else sp.csr_matrix((0, source.n_terms), dtype=np.float32)
-    out.has_sorted_indices = True
-    return out
 
 
 def shard_index(source: Source, shard: Shard, block):

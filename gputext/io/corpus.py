@@ -740,15 +740,46 @@ def corpus_shape(path: str) -> tuple[int, int, int]:
 
 def read_rows(path: str, start: int, stop: int) -> sp.csr_matrix:
     """Rows [start, stop) of /X without reading the rest (for corpora larger than memory)."""
-    with _open(path) as f:
-        g = _need(f, "X", h5py.Group)
-        shape = tuple(int(s) for s in g.attrs["shape"])
-        indptr = g["indptr"][start:stop + 1].astype(np.int64)
-        lo, hi = int(indptr[0]), int(indptr[-1])
-        X = sp.csr_matrix((g["data"][lo:hi].astype(np.float32), g["indices"][lo:hi].astype(np.int32), indptr - lo),
-                          shape=(stop - start, shape[1]))
-        X.has_sorted_indices = True
-        return X
+    return read_row_pieces([(path, start, stop)])
+
+
+def read_row_pieces(pieces) -> sp.csr_matrix:
+    """Rows [start, stop) of /X of each (path, start, stop), stacked in order into one CSR matrix
+    (float32 data, int32 indices, sorted indices as written), every file's part read straight into
+    one allocation (``read_direct``: no per-file matrices, no conversion copies, no stacking copy).
+    The files share /X's width (the first file's is taken)."""
+    parts, n_terms = [], None
+    for path, start, stop in pieces:  # first the row pointers: the sizes to allocate
+        with _open(path) as f:
+            g = _need(f, "X", h5py.Group)
+            width = int(g.attrs["shape"][1])
+            n_terms = width if n_terms is None else n_terms
+            indptr = np.asarray(g["indptr"][start:stop + 1], dtype=np.int64)
+            parts.append((path, indptr))
+    n_rows = sum(len(ip) - 1 for _, ip in parts)
+    nnz = sum(int(ip[-1] - ip[0]) for _, ip in parts)
+    data = np.empty(nnz, np.float32)
+    indices = np.empty(nnz, np.int32)
+    indptr = np.zeros(n_rows + 1, np.int64)
+    row = off = 0
+    for path, ip in parts:
+        lo, hi = int(ip[0]), int(ip[-1])
+        n = hi - lo
+        with _open(path) as f:
+            for name, out in (("data", data), ("indices", indices)):
+                ds = f["X"][name]
+                if n == 0:
+                    continue
+                if ds.dtype == out.dtype:
+                    ds.read_direct(out, np.s_[lo:hi], np.s_[off:off + n])
+                else:
+                    out[off:off + n] = ds[lo:hi]
+        indptr[row + 1:row + len(ip)] = ip[1:] - lo + off
+        row += len(ip) - 1
+        off += n
+    X = sp.csr_matrix((data, indices, indptr), shape=(n_rows, n_terms or 0), copy=False)
+    X.has_sorted_indices = True
+    return X
 
 
 def unique_problem(f, key: str, values: np.ndarray, what: str) -> str | None:
