@@ -154,6 +154,7 @@ def doctor(scheduler, compile_, device, clear_cache):
     dask_versions = versions()
     click.echo("dask        " + ", ".join(f"{name} {v}" for name, v in dask_versions.items()))
     _kernel_cache(compile_, device, clear_cache)
+    click.echo(f"server      {_server_line()}")
     if scheduler:
         from .distributed.client import connect, describe_cluster
         with connect(scheduler, quiet=True) as client:
@@ -161,6 +162,20 @@ def doctor(scheduler, compile_, device, clear_cache):
             click.echo(f"scheduler   {client.scheduler.address}: {len(lines)} worker(s); dashboard {client.dashboard_link}")
             for line in lines:
                 click.echo(f"  worker    {line}")
+
+
+def _server_line() -> str:
+    """doctor's line on the warm server of this environment (gputext.daemon)."""
+    from .daemon import client, key
+    if not key.enabled():
+        return "off (GPUTEXT_DAEMON=0, or no fork/SCM_RIGHTS here): every command runs in its own process"
+    try:
+        server_key = key.server_key()
+        path, _ = key.paths(server_key)
+    except OSError as exc:
+        return f"none: {_one_line(exc)}"
+    state = "running" if os.path.exists(path) else "starting" if client.server_running(server_key) else "not running"
+    return f"{state}, socket {path} (gputext daemon status)"
 
 
 def _kernel_cache(compile_: bool, device: str, clear_cache: bool) -> None:
