@@ -166,7 +166,7 @@ def doctor(scheduler, compile_, device, clear_cache):
 
 def _server_line() -> str:
     """doctor's line on the warm server of this environment (gputext.daemon)."""
-    from .daemon import client, key
+    from .daemon import key
     if not key.enabled():
         return "off (GPUTEXT_DAEMON=0, or no fork/SCM_RIGHTS here): every command runs in its own process"
     try:
@@ -174,7 +174,7 @@ def _server_line() -> str:
         path, _ = key.paths(server_key)
     except OSError as exc:
         return f"none: {_one_line(exc)}"
-    state = "running" if os.path.exists(path) else "starting" if client.server_running(server_key) else "not running"
+    state = "running" if os.path.exists(path) else "starting" if key.server_running(server_key) else "not running"
     return f"{state}, socket {path} (gputext daemon status)"
 
 

@@ -34,7 +34,7 @@ def status():
         return
     reply = _ask(server_key, {"status": True})
     if reply is None:
-        state = "starting" if client.server_running(server_key) else "not running"
+        state = "starting" if key.server_running(server_key) else "not running"
         click.echo(f"warm server: {state} (socket {path}; the next command starts one)")
         return
     took = reply.get("preload", {})

@@ -106,27 +106,10 @@ def _exit_like(code: tuple[str, int]) -> None:
     os._exit(n)
 
 
-def server_running(server_key: str) -> bool:
-    """Whether a server of this key holds its lock (warming up or answering)."""
-    import fcntl
-    _, lock = key.paths(server_key)
-    try:
-        fd = os.open(lock, os.O_RDWR)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-
-
 def start_server(server_key: str) -> bool:
     """Start this key's server in the background, in a session of its own, unless one runs;
     returns whether one was started. Its log is ``<socket folder>/<key>.log``."""
-    if server_running(server_key):
+    if key.server_running(server_key):
         return False
     import json
     import subprocess

@@ -96,3 +96,20 @@ def paths(key: str) -> tuple[str, str]:
     """(socket, lock file) of the server named ``key``."""
     folder = socket_folder()
     return os.path.join(folder, f"{key}.sock"), os.path.join(folder, f"{key}.lock")
+
+
+def server_running(server_key: str) -> bool:
+    """Whether a server of this key holds its lock (warming up or answering)."""
+    import fcntl
+    _, lock = paths(server_key)
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
