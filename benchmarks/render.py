@@ -60,8 +60,7 @@ def view_readme(recs: list) -> str:
     """The README's results table: one row per family, our kernel time against the best peer's."""
     out = ["| family | workload | gputext | best peer | ratio | device | date |", "|" + " --- |" * 7]
     for family, ours_name, peer_name, label in README_ROWS:
-        ours = rec_mod.newest(recs, ours_name, "kernel", gpu=True)
-        peer = rec_mod.newest(recs, peer_name, "kernel", gpu=True)
+        ours, peer = rec_mod.newest_pair(recs, ours_name, peer_name, "kernel", gpu=True)  # a ratio from one run
         if ours is None or peer is None:
             continue
         ratio = peer["seconds"] / ours["seconds"]
