@@ -174,8 +174,7 @@ def _server_line() -> str:
         path, _ = key.paths(server_key)
     except OSError as exc:
         return f"none: {_one_line(exc)}"
-    state = "running" if os.path.exists(path) else "starting" if key.server_running(server_key) else "not running"
-    return f"{state}, socket {path} (gputext daemon status)"
+    return f"{key.server_state(server_key)}, socket {path} (gputext daemon status)"
 
 
 def _kernel_cache(compile_: bool, device: str, clear_cache: bool) -> None:

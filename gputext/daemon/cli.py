@@ -34,8 +34,7 @@ def status():
         return
     reply = _ask(server_key, {"status": True})
     if reply is None:
-        state = "starting" if key.server_running(server_key) else "not running"
-        click.echo(f"warm server: {state} (socket {path}; the next command starts one)")
+        click.echo(f"warm server: {key.server_state(server_key)} (socket {path}; the next command starts one)")
         return
     took = reply.get("preload", {})
     click.echo(f"warm server: running, pid {reply['pid']}, {reply['commands']} commands answered, "

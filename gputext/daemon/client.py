@@ -109,7 +109,7 @@ def _exit_like(code: tuple[str, int]) -> None:
 def start_server(server_key: str) -> bool:
     """Start this key's server in the background, in a session of its own, unless one runs;
     returns whether one was started. Its log is ``<socket folder>/<key>.log``."""
-    if key.server_running(server_key):
+    if key.lock_held(key.paths(server_key)[1]):
         return False
     import json
     import subprocess

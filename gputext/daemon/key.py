@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import stat
 import sys
 
@@ -21,7 +22,7 @@ def enabled(environ=os.environ) -> bool:
     value = environ.get("GPUTEXT_DAEMON", "1").strip().lower()
     if value in ("0", "off", "no", "false"):
         return False
-    return hasattr(os, "fork") and hasattr(__import__("socket"), "send_fds")
+    return hasattr(os, "fork") and hasattr(socket, "send_fds")
 
 
 def idle_seconds(environ=os.environ) -> float:
@@ -98,10 +99,9 @@ def paths(key: str) -> tuple[str, str]:
     return os.path.join(folder, f"{key}.sock"), os.path.join(folder, f"{key}.lock")
 
 
-def server_running(server_key: str) -> bool:
-    """Whether a server of this key holds its lock (warming up or answering)."""
+def lock_held(lock: str) -> bool:
+    """Whether a process holds the ``flock`` of the lock file ``lock`` (a server of that key runs)."""
     import fcntl
-    _, lock = paths(server_key)
     try:
         fd = os.open(lock, os.O_RDWR)
     except FileNotFoundError:
@@ -113,3 +113,9 @@ def server_running(server_key: str) -> bool:
         return True
     finally:
         os.close(fd)
+
+
+def server_state(server_key: str) -> str:
+    """"running" (its socket answers), "starting" (it holds its lock, warming up) or "not running"."""
+    sock, lock = paths(server_key)
+    return "running" if os.path.exists(sock) else "starting" if lock_held(lock) else "not running"

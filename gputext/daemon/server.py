@@ -172,28 +172,12 @@ def _tidy(folder: str, keep: str, older_than: float = 86400.0) -> None:
             continue
         path = os.path.join(folder, name)
         try:
-            if now - os.stat(path).st_mtime < older_than:
-                continue
-            fd = os.open(path, os.O_RDWR)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # that server still runs
-            finally:
-                os.close(fd)
+            if now - os.stat(path).st_mtime < older_than or key.lock_held(path):
+                continue  # recent, or that server still runs
             for ext_ in (".lock", ".log"):
                 os.unlink(os.path.join(folder, stem + ext_))
         except OSError:
             pass
-
-
-def _report(exc: BaseException) -> None:
-    """A forked process's own failure, one line on its stderr (the client's, once applied)."""
-    try:
-        sys.stderr.write(f"gputext: {type(exc).__name__}: {exc}\n")
-        sys.stderr.flush()
-    except Exception:
-        pass
 
 
 class Server:
@@ -281,7 +265,6 @@ class Server:
             self.reap()
             if self.children or events:
                 last = time.monotonic()
-
             elif time.monotonic() - last >= self.idle:
                 log(f"idle for {self.idle:.0f} s")
                 break
@@ -334,31 +317,31 @@ class Server:
         self.conns[conn] = pid
         self.sel.register(conn, selectors.EVENT_READ, "client")
 
-    def _forked(self) -> None:
-        """In a forked process: let go of everything that is the server's."""
-        signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGCHLD, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        self.sel.close()
-        self.listener.close()
-        for other in self.conns:
-            other.close()
-        for fd in (*self.wake, self.lock):
-            os.close(fd)
-
     def child(self, conn, request, fds) -> None:
-        """In the forked process: never returns."""
+        """In the forked process: let go of everything that is the server's, become the client's
+        command, run it; never returns."""
         code = 1
         try:
-            self._forked()
-            conn.close()
+            signal.set_wakeup_fd(-1)
+            for sig in (signal.SIGCHLD, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            self.sel.close()
+            self.listener.close()
+            for other in (*self.conns, conn):
+                other.close()
+            for fd in (*self.wake, self.lock):
+                os.close(fd)
             _apply(request, fds)
             code = _run_command()
         except KeyboardInterrupt:
             code = 130
-        except BaseException as exc:
-            _report(exc)
+        except BaseException as exc:  # before the command ran: one line on its stderr (the client's, once applied)
+            try:
+                sys.stderr.write(f"gputext: {type(exc).__name__}: {exc}\n")
+                sys.stderr.flush()
+            except Exception:
+                pass
         os._exit(code)
 
     def from_client(self, conn) -> None:

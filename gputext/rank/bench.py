@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from ..backend import Backend, resolve
+from ..backend import Backend, as_backend
 from ..io.corpus import Corpus, write_corpus
 from .data import RankingData, from_corpus
 from .objective import RankObjective
@@ -97,7 +97,7 @@ def timed_train(data: RankingData, C: float = 1.0, eps: float = 1e-5, max_iter: 
                 backend: Backend | str = "cpu", geometry: RankGeometry | None = None, callback=None) -> dict:
     """Train with TRON; returns dict(result, setup_seconds, seconds (train, excluding setup),
     fun/grad/hess seconds, n_fun, n_hess, backend)."""
-    backend = resolve(backend) if isinstance(backend, str) else backend
+    backend = as_backend(backend)
     t0 = time.perf_counter()
     objective = TimedObjective(data, C, backend, geometry)
     setup = time.perf_counter() - t0

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import Backend, resolve
+from ..backend import Backend, as_backend
 from .data import RankingData
 from .ops import RankGeometry, make_ops
 
@@ -34,7 +34,7 @@ class RankObjective:
             raise ValueError(f"C must be a positive number, got {C}")
         self.data = data
         self.C = float(C)
-        self.backend = None if ops is not None else (resolve(backend) if isinstance(backend, str) else backend)
+        self.backend = None if ops is not None else as_backend(backend)
         self.ops = ops if ops is not None else make_ops(data, self.backend, geometry)
         self.n = data.n_features
         self._w_trial: np.ndarray | None = None
