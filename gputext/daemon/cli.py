@@ -34,7 +34,9 @@ def status():
         return
     reply = _ask(server_key, {"status": True})
     if reply is None:
-        click.echo(f"warm server: {key.server_state(server_key)} (socket {path}; the next command starts one)")
+        state = key.server_state(server_key)
+        then = "warming up" if state == "starting" else "the next command starts one"
+        click.echo(f"warm server: {state} (socket {path}; {then})")
         return
     took = reply.get("preload", {})
     click.echo(f"warm server: running, pid {reply['pid']}, {reply['commands']} commands answered, "
