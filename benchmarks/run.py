@@ -122,7 +122,8 @@ class Round:
                  params={**params, "cache": "filled by the cold run", "env": "GPUTEXT_DAEMON=0"})
         if timing.server is not None:
             self.add(entry, "cli-warm", timing.server, shlex.join(argv), dev, runs=[r.wall for r in timing.server_runs],
-                     params={**params, "cache": "filled by the cold run", "server": "warm server, started first"})
+                     params={**params, "cache": "filled by the cold run", "server": "warm server, started first",
+                             "resident": True})
 
     def profiled(self, entry, args, env, out) -> dict:
         """{"profile.<category>": seconds} of one more warm run under cProfile (benchmarks/breakdown.py:

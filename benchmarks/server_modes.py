@@ -1,5 +1,6 @@
-"""`knn search` in fresh processes two ways, measured from outside: each command in its own
-process (GPUTEXT_DAEMON=0) and through the warm server; on the GPU and on the CPU, the kernel
+"""`knn search` in fresh processes three ways, measured from outside: each command in its own
+process (GPUTEXT_DAEMON=0), through the warm server forking a process for it (GPUTEXT_RESIDENT=0)
+and through the warm server's resident (the default); on the GPU and on the CPU, the kernel
 cache filled first. Every output is compared with the own-process one (the same neighbours and
 scores). Prints one line per run and writes a JSON report.
 
@@ -20,7 +21,8 @@ import numpy as np
 from . import fresh, records
 from .run import resolve_device
 
-MODES = {"own": {"GPUTEXT_DAEMON": "0"}, "server": {"GPUTEXT_DAEMON": "1"}}
+MODES = {"own": {"GPUTEXT_DAEMON": "0"}, "server-fork": {"GPUTEXT_DAEMON": "1", "GPUTEXT_RESIDENT": "0"},
+         "server": {"GPUTEXT_DAEMON": "1"}}
 GPUTEXT = [sys.executable, "-m", "gputext"]
 
 

@@ -10,6 +10,7 @@ Nothing here imports ``numba.cuda`` until a question about CUDA is asked.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
@@ -67,6 +68,13 @@ def cuda_status() -> tuple[bool, str]:
     first's answer)."""
     with _status_lock:
         return _cuda_status()
+
+
+def driver_started() -> bool:
+    """Whether this process has started the CUDA driver (cuInit succeeded), without starting it."""
+    mod = sys.modules.get("numba.cuda.cudadrv.driver")
+    drv = getattr(mod, "driver", None) if mod is not None else None
+    return getattr(drv, "pid", None) is not None  # numba-cuda sets it when cuInit succeeds
 
 
 def start_cuda_early(argv: list[str]) -> None:

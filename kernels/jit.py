@@ -328,17 +328,18 @@ def cpu_jit(fn=None, **options):
     return wrap(fn) if fn is not None else wrap
 
 
-def preload_cpu() -> int:
+def preload_cpu(parallel: bool = False) -> int:
     """Load the cached machine code of every serial CPU twin of this code version into this process
     (the warm server does, before it forks a process per command); returns how many overloads.
     Only entries whose key matches this process (signature, CPU, code) are loaded: nothing is
-    compiled. Parallel twins are left to the command: loading one starts numba's threads."""
+    compiled. Parallel twins only with ``parallel`` (the server's resident, which never forks):
+    loading one starts numba's threads, which a fork cannot copy."""
     from numba.core.registry import cpu_target
     codegen = cpu_target.target_context.codegen()
     loaded = 0
     for dispatcher in list(_cpu_dispatchers):
-        if dispatcher.targetoptions.get("parallel"):
-            continue  # loading parallel code starts numba's thread pool, which a fork cannot copy
+        if dispatcher.targetoptions.get("parallel") and not parallel:
+            continue
         cache = getattr(dispatcher, "_cache", None)
         index = getattr(cache, "_cache_file", None)
         if index is None or not hasattr(index, "_load_index"):

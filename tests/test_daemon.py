@@ -172,3 +172,78 @@ def test_off_switch_and_private_folder(tmp_path):
     r = run(["corpus", "synth", "--preset", "demo", "-o", str(tmp_path / "x.h5")], env)
     assert r.returncode == 0 and (tmp_path / "x.h5").exists()
     assert not list((shared / "gputext").iterdir())
+
+
+def _resident(env, timeout=120.0) -> tuple[int, int]:
+    """(pid, commands answered) of the server's resident, once it is ready."""
+    deadline = time.time() + timeout
+    while True:
+        out = run(["daemon", "status"], env).stdout.decode()
+        line = next((ln for ln in out.splitlines() if "resident:" in ln), "")
+        if ", ready," in line:
+            pid = int(line.split("pid ")[1].split(",")[0])
+            return pid, int(line.split("ready, ")[1].split()[0])
+        assert time.time() < deadline, out
+        time.sleep(0.1)
+
+
+def test_resident_runs_commands_in_itself_and_puts_state_back(runtime):
+    """Commands one after another run in the resident (one process), each with its own folder,
+    environment, umask and soft file-size limit, and give what they give in their own process."""
+    env, base = runtime
+    for name in ("r1", "r2"):
+        (base / name).mkdir(exist_ok=True)
+    run(["corpus", "synth", "--preset", "demo", "-o", str(base / "r.h5")], own(env))
+    pid, before = _resident(env)
+    outs = {}
+    for mode, e in (("server", env), ("own", own(env))):
+        for folder, columns in (("r1", "50"), ("r2", "100")):
+            line = (f"umask 077; {' '.join(GPUTEXT)} knn search --index ../r.h5 --queries ../r.h5 -k 4 --device cpu "
+                    f"-q -o {mode}.h5 && {' '.join(GPUTEXT)} corpus info --help")
+            r = subprocess.run(["bash", "-c", line], env=dict(e, COLUMNS=columns), cwd=base / folder,
+                               capture_output=True, timeout=300)
+            assert r.returncode == 0, r.stderr.decode()
+            outs[mode, folder] = r.stdout
+            assert (base / folder / f"{mode}.h5").stat().st_mode & 0o077 == 0
+    assert _resident(env) == (pid, before + 4)
+    assert outs["server", "r1"] == outs["own", "r1"] != outs["server", "r2"] == outs["own", "r2"]
+    with h5py.File(base / "r1" / "server.h5") as a, h5py.File(base / "r2" / "own.h5") as b:
+        assert np.array_equal(a["obsm/knn_indices"][()], b["obsm/knn_indices"][()])
+    # a soft file-size limit is the command's alone: the next command in the resident writes freely
+    soft = [subprocess.run(["bash", "-c", f"ulimit -S -f 64; {' '.join(GPUTEXT)} corpus synth --preset demo -o s.h5"],
+                           env=e, cwd=base / "r1", capture_output=True, timeout=300) for e in (env, own(env))]
+    assert soft[0].returncode == soft[1].returncode == 2 and soft[0].stderr == soft[1].stderr
+    r = run(["corpus", "synth", "--preset", "demo", "-o", "s.h5"], env, cwd=base / "r1")
+    assert r.returncode == 0 and (base / "r1" / "s.h5").stat().st_size > 64 * 1024
+    assert _resident(env) == (pid, before + 6)
+
+
+def test_busy_resident_forks_and_is_replaced_after_ctrl_c_and_dead_client(runtime):
+    """A command that comes while the resident is busy is forked; a command interrupted in the
+    resident (Ctrl-C, its client killed) unwinds, and the resident retires for a fresh one."""
+    env, base = runtime
+    pid, _ = _resident(env)
+    p = _blocked_command(env, base)  # in the resident, waiting on its stdin
+    r = run(["corpus", "synth", "--preset", "demo", "-o", "busy.h5"], env, cwd=base)  # forked meanwhile
+    assert r.returncode == 0, r.stderr.decode()
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=60)
+    assert p.returncode == 130
+    second, count = _resident(env)
+    assert second != pid and count == 0
+    p = _blocked_command(env, base)
+    p.kill()
+    p.wait()
+    third, count = _resident(env)
+    assert third not in (pid, second) and count == 0
+
+
+def test_a_signal_that_kills_the_resident_reaches_the_client_and_a_new_resident_starts(runtime):
+    env, base = runtime
+    pid, _ = _resident(env)
+    p = _blocked_command(env, base)
+    p.send_signal(signal.SIGHUP)  # ends a command in its own process; so it ends the resident
+    p.wait(timeout=60)
+    assert p.returncode == -signal.SIGHUP
+    new, count = _resident(env)
+    assert new != pid and count == 0

@@ -44,18 +44,31 @@ def status():
     click.echo(f"  socket {path}")
     click.echo(f"  preloaded {took.get('modules', 0)} modules in {took.get('imports_s', 0)} s, numba's registries in "
                f"{took.get('registries_s', 0)} s, {took.get('cpu_overloads', 0)} CPU overloads in {took.get('cpu_loads_s', 0)} s")
+    res = reply.get("resident")
+    if res is None:
+        click.echo("  resident: none (each command forks)")
+    else:
+        warm = res.get("warm") or {}
+        gpu = f"GPU {warm['gpu']} started in {warm.get('cuda_s', 0)} s" if warm.get("gpu") else "no GPU"
+        click.echo(f"  resident: pid {res['pid']}, {res['state']}, {res['commands']} commands answered"
+                   + (f"; {gpu}, {warm.get('cpu_overloads', 0)} CPU overloads in {warm.get('cpu_loads_s', 0)} s"
+                      if warm else ""))
 
 
 @daemon.command("start")
 @click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait for it to answer.")
 def start(timeout):
-    """Start the server (if none runs) and wait until it answers."""
+    """Start the server (if none runs) and wait until it and its resident answer."""
     if not key.enabled():
         raise click.ClickException("the warm server is off (GPUTEXT_DAEMON=0, or no fork/SCM_RIGHTS here)")
     server_key = key.server_key()
     t0 = time.perf_counter()
     client.start_server(server_key)
-    while _ask(server_key, {"status": True}) is None:
+    while True:
+        reply = _ask(server_key, {"status": True})
+        res = (reply or {}).get("resident") or {}
+        if reply is not None and res.get("state") != "warming up":
+            break  # answering, and its resident (if any) ready or busy
         if time.perf_counter() - t0 > timeout:
             _, lock = key.paths(server_key)
             raise click.ClickException(f"no answer after {timeout:.0f} s; its log: {lock[:-5]}.log")

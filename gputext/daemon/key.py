@@ -14,7 +14,7 @@ import sys
 KEYED = ("NUMBA_", "CUDA_", "NVIDIA_", "GPUTEXT_", "PYTHON", "OMP_", "MKL_", "OPENBLAS_", "TBB_",
          "NUMEXPR_", "LD_", "HDF5_", "LC_", "LANG", "DASK_", "SLURM_JOB_ID", "HOME", "XDG_CACHE_HOME",
          "TMPDIR")
-UNKEYED = ("GPUTEXT_DAEMON", "GPUTEXT_DAEMON_IDLE", "GPUTEXT_PROFILE", "PYTHONUNBUFFERED")  # read per command
+UNKEYED = ("GPUTEXT_DAEMON", "GPUTEXT_DAEMON_IDLE", "GPUTEXT_RESIDENT", "GPUTEXT_PROFILE", "PYTHONUNBUFFERED")  # read per command
 
 
 def enabled(environ=os.environ) -> bool:

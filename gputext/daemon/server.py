@@ -17,12 +17,8 @@ import sys
 import threading
 import time
 
-from . import key, protocol
-
-
-def log(message: str) -> None:
-    sys.stderr.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} [{os.getpid()}] {message}\n")
-    sys.stderr.flush()
+from . import key, protocol, resident
+from .command import apply_request, log, run_command
 
 
 def _import_commands() -> int:
@@ -62,12 +58,6 @@ def _load_registries() -> None:
     cuda_target.target_context.refresh()
 
 
-def _driver_started() -> bool:
-    mod = sys.modules.get("numba.cuda.cudadrv.driver")
-    drv = getattr(mod, "driver", None) if mod is not None else None
-    return getattr(drv, "pid", None) is not None  # numba-cuda sets it when cuInit succeeds
-
-
 def preload() -> dict:
     """Everything a command would import or load before its work; returns what it took."""
     t0 = time.perf_counter()
@@ -86,81 +76,11 @@ def preload() -> dict:
         raise RuntimeError("numba's thread pool was started while preloading")
     if threading.active_count() > 1:
         raise RuntimeError("threads started while preloading: " + ", ".join(t.name for t in threading.enumerate()))
-    if _driver_started():
+    from ..backend import driver_started
+    if driver_started():
         raise RuntimeError("the CUDA driver was started while preloading")
     return {"modules": modules, "imports_s": round(t1 - t0, 3), "registries_s": round(t2 - t1, 3),
             "cpu_overloads": twins, "cpu_loads_s": round(t3 - t2, 3)}
-
-
-def _apply(request: dict, fds: list[int]) -> None:
-    """Make this (forked) process the client's: descriptors, folder, environment, limits."""
-    import resource
-    for target, fd in zip((0, 1, 2), fds):
-        if fd != target:
-            os.dup2(fd, target)
-            os.close(fd)
-    os.environ.clear()
-    os.environ.update(request["env"])
-    os.umask(int(request["umask"]))
-    for name, (soft, hard) in request.get("rlimits", {}).items():
-        try:
-            resource.setrlimit(getattr(resource, name), (soft, hard))
-        except (ValueError, OSError, AttributeError):
-            pass
-    if request.get("affinity") and hasattr(os, "sched_setaffinity"):
-        try:
-            os.sched_setaffinity(0, request["affinity"])
-        except OSError:
-            pass
-    sys.argv = list(request["argv"])
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.reconfigure(line_buffering=os.isatty(stream.fileno()))
-        except (AttributeError, OSError, ValueError):
-            pass
-    os.chdir(request["cwd"])
-
-
-def _run_command() -> int:
-    """gputext.cli.main in this process; its exit status."""
-    import atexit
-    import traceback
-    code = 0
-    profile = None
-    if os.environ.get("GPUTEXT_PROFILE"):  # benchmarks/breakdown.py --server: the command under cProfile
-        import cProfile
-        profile = cProfile.Profile()
-        profile.enable()
-    try:
-        from ..cli import main
-        main()
-    except SystemExit as exc:
-        if exc.code is None:
-            code = 0
-        elif isinstance(exc.code, int):
-            code = exc.code & 0xFF
-        else:
-            sys.stderr.write(f"{exc.code}\n")
-            code = 1
-    except KeyboardInterrupt:
-        code = 130
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    if profile is not None:
-        profile.disable()
-        profile.dump_stats(os.environ["GPUTEXT_PROFILE"])
-    try:
-        threading._shutdown()  # what the interpreter does at exit: wait for non-daemon threads
-        atexit._run_exitfuncs()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                if stream is sys.stdout and code == 0:
-                    code = 120  # as the interpreter: stdout could not be flushed at exit
-    return code
 
 
 def _tidy(folder: str, keep: str, older_than: float = 86400.0) -> None:
@@ -191,6 +111,10 @@ class Server:
         self.served = 0
         self.started = time.time()
         self.took: dict = {}
+        self.resident: resident.Handle | None = None
+        self.resident_failures = 0  # residents that died before they were ready, in a row
+        self.own_limits: dict = {}
+        self.own_affinity = None
 
     def run(self) -> None:
         lock = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -215,6 +139,9 @@ class Server:
         os.replace(tmp, self.sock_path)  # the socket appears only once the server is warm
         self.inode = os.stat(self.sock_path).st_ino
         self.listener = listener
+        from .client import request as own_request
+        mine = own_request()
+        self.own_limits, self.own_affinity = mine["rlimits"], mine["affinity"]
         gc.collect()
         gc.freeze()  # children do not copy pages for the collector's sake
         try:
@@ -232,6 +159,9 @@ class Server:
         if self.ours():
             os.unlink(self.sock_path)
         self.listener.close()
+        if self.resident is not None and self.resident.sock is not None:
+            self.resident.sock.close()  # it exits at the end of its socket (after its command, if any)
+        os.close(self.lock)  # "not running" from now on, not only once this process has exited
         log("stopped")
 
     def loop(self) -> None:
@@ -246,13 +176,18 @@ class Server:
         self.sel = sel = selectors.DefaultSelector()
         sel.register(self.listener, selectors.EVENT_READ, "accept")
         sel.register(wake_r, selectors.EVENT_READ, "wake")
+        self.spawn_resident()
         last = time.monotonic()
         while not self.stop:
-            timeout = None if self.children else max(0.0, self.idle - (time.monotonic() - last))
-            events = sel.select(min(timeout, 10.0) if timeout is not None else 10.0)
+            busy = self.busy()
+            timeout = None if busy else max(0.0, self.idle - (time.monotonic() - last))
+            tick = 1.0 if self.resident is not None and self.resident.kill_at is not None else 10.0
+            events = sel.select(min(timeout, tick) if timeout is not None else tick)
             for item, _ in events:
                 if item.data == "accept":
                     self.accept()
+                elif item.data == "resident":
+                    self.from_resident()
                 elif item.data == "wake":
                     try:
                         while os.read(wake_r, 512):
@@ -263,7 +198,9 @@ class Server:
                 else:
                     self.from_client(item.fileobj)
             self.reap()
-            if self.children or events:
+            if self.resident is not None:
+                self.resident.overdue()
+            if self.busy() or events:
                 last = time.monotonic()
             elif time.monotonic() - last >= self.idle:
                 log(f"idle for {self.idle:.0f} s")
@@ -276,6 +213,94 @@ class Server:
 
     def _stop(self, *_):
         self.stop = True
+
+    def busy(self) -> int:
+        """Commands running: forked ones and the resident's."""
+        return len(self.children) + (self.resident is not None and self.resident.client is not None)
+
+    # ------------------------------------------------------------------ the resident (resident.py)
+
+    def spawn_resident(self) -> None:
+        if self.resident is not None or self.stop or self.resident_failures >= 3:
+            return
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                mine.close()
+                self.let_go()
+                resident.main(theirs)
+            finally:
+                os._exit(code)
+        theirs.close()
+        self.resident = resident.Handle(pid, mine)
+        self.sel.register(mine, selectors.EVENT_READ, "resident")
+        log(f"resident {pid} started")
+
+    def from_resident(self) -> None:
+        res = self.resident
+        try:
+            message, _ = protocol.receive(res.sock)
+        except (OSError, ValueError):
+            message = None
+        if message is None:  # it exits (retires, or dies): reap() reports and replaces it
+            self.sel.unregister(res.sock)
+            res.sock.close()
+            res.sock = None
+            return
+        if "ready" in message or "free" in message:
+            if "ready" in message:
+                res.warm = message["ready"]
+                self.resident_failures = 0
+                log("resident ready: " + json.dumps(res.warm))
+            res.ready = True
+        elif "exit" in message and res.client is not None:
+            self.finish(res.client, {"exit": int(message["exit"])})
+            res.client = None
+            res.kill_at = None
+
+    def finish(self, conn: socket.socket, message: dict) -> None:
+        """Tell a client how its command ended and let go of its connection."""
+        try:
+            protocol.send(conn, message)
+        except OSError:
+            pass
+        if conn in self.conns:
+            self.sel.unregister(conn)
+            self.conns.pop(conn)
+        conn.close()
+
+    def resident_died(self, status: int) -> None:
+        res = self.resident
+        self.resident = None
+        if res.sock is not None:
+            self.sel.unregister(res.sock)
+            res.sock.close()
+        if not res.warm:
+            self.resident_failures += 1
+        if res.client is not None:  # killed with its command (a forwarded signal, or overdue)
+            if os.WIFSIGNALED(status):
+                self.finish(res.client, {"signal": os.WTERMSIG(status)})
+            else:
+                self.finish(res.client, {"exit": os.waitstatus_to_exitcode(status) or 1})
+        log(f"resident {res.pid} ended after {res.commands} commands")
+        self.spawn_resident()
+
+    def let_go(self) -> None:
+        """In a forked process: close everything that is the server's."""
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        self.sel.close()
+        self.listener.close()
+        for other in self.conns:
+            other.close()
+        if self.resident is not None and self.resident.sock is not None:
+            self.resident.sock.close()
+        for fd in (*self.wake, self.lock):
+            os.close(fd)
 
     def accept(self) -> None:
         conn, _ = self.listener.accept()
@@ -297,23 +322,39 @@ class Server:
                 self.stop = True
             if request is not None and request.get("status"):
                 try:
+                    res = self.resident
                     protocol.send(conn, {"pid": os.getpid(), "started": self.started, "commands": self.served,
-                                         "running": len(self.children), "idle_s": self.idle, "preload": self.took})
+                                         "running": self.busy(), "idle_s": self.idle, "preload": self.took,
+                                         "resident": None if res is None else {
+                                             "pid": res.pid, "commands": res.commands, "warm": res.warm,
+                                             "state": "running a command" if res.client is not None
+                                             else "ready" if res.ready else "warming up"}})
                 except OSError:
                     pass
             conn.close()
             return
         self.served += 1
-        pid = os.fork()
-        if pid == 0:
-            self.child(conn, request, fds)
+        res = self.resident
+        if res is not None and res.ready and resident.takes(request, self.own_limits, self.own_affinity):
+            try:
+                res.give(request, fds, conn)
+                pid = res.pid
+            except OSError:  # the resident is going away: fork as usual
+                res.client = None
+                pid = None
+        else:
+            pid = None
+        if pid is None:
+            pid = os.fork()
+            if pid == 0:
+                self.child(conn, request, fds)
+            self.children[pid] = conn
         for fd in fds:
             os.close(fd)
         try:
             protocol.send(conn, {"pid": pid})
         except OSError:
             pass
-        self.children[pid] = conn
         self.conns[conn] = pid
         self.sel.register(conn, selectors.EVENT_READ, "client")
 
@@ -322,18 +363,10 @@ class Server:
         command, run it; never returns."""
         code = 1
         try:
-            signal.set_wakeup_fd(-1)
-            for sig in (signal.SIGCHLD, signal.SIGTERM):
-                signal.signal(sig, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            self.sel.close()
-            self.listener.close()
-            for other in (*self.conns, conn):
-                other.close()
-            for fd in (*self.wake, self.lock):
-                os.close(fd)
-            _apply(request, fds)
-            code = _run_command()
+            self.let_go()
+            conn.close()
+            apply_request(request, fds)
+            code = run_command()
         except KeyboardInterrupt:
             code = 130
         except BaseException as exc:  # before the command ran: one line on its stderr (the client's, once applied)
@@ -352,12 +385,20 @@ class Server:
             message = None
         if pid is None:
             return
+        res = self.resident
+        in_resident = res is not None and res.client is conn
         if message is None:  # the client is gone: so is the command's reader
             self.sel.unregister(conn)
             self.conns.pop(conn, None)
-            self._kill(pid, signal.SIGTERM)
+            if in_resident:
+                res.client_gone()
+            else:
+                self._kill(pid, signal.SIGTERM)
         elif "signal" in message:
-            self._kill(pid, int(message["signal"]))
+            if in_resident:
+                res.signal(int(message["signal"]))
+            else:
+                self._kill(pid, int(message["signal"]))
 
     @staticmethod
     def _kill(pid: int, sig: int) -> None:
@@ -374,21 +415,16 @@ class Server:
                 return
             if pid == 0:
                 return
+            if self.resident is not None and pid == self.resident.pid:
+                self.resident_died(status)
+                continue
             conn = self.children.pop(pid, None)
             if conn is None:
                 continue
             if os.WIFSIGNALED(status):
-                message = {"signal": os.WTERMSIG(status)}
+                self.finish(conn, {"signal": os.WTERMSIG(status)})
             else:
-                message = {"exit": os.waitstatus_to_exitcode(status)}
-            try:
-                protocol.send(conn, message)
-            except OSError:
-                pass
-            if conn in self.conns:
-                self.sel.unregister(conn)
-                self.conns.pop(conn)
-            conn.close()
+                self.finish(conn, {"exit": os.waitstatus_to_exitcode(status)})
 
 
 def serve() -> None:

@@ -303,6 +303,26 @@ class Resources:
 _BY_DEVICE: dict = {}  # device id -> Resources: the one registry of per-device state
 
 
+def trim(keep_bytes: int) -> int:
+    """Between commands of a long-lived process (the warm server's resident, gputext.daemon):
+    drop every device's workspace and pinned buffers when together they hold more than
+    ``keep_bytes``, then run numba's deferred frees; returns the bytes still held. Small buffers
+    stay for the next command (re-pinning and re-allocating cost milliseconds each)."""
+    held = 0
+    for dev, res in list(_BY_DEVICE.items()):
+        pinned = sum(b.nbytes for b in res.pinned.buffers.values())
+        if res.workspace.nbytes + pinned > keep_bytes:
+            del _BY_DEVICE[dev]
+        else:
+            held += res.workspace.nbytes + pinned
+    import gc
+    gc.collect()
+    from ..backend import driver_started
+    if driver_started():
+        free_deferred()
+    return held
+
+
 def resources() -> Resources:
     """The current device's Resources (made on first use)."""
     from ..backend import simulator_enabled

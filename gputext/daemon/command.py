@@ -1,0 +1,90 @@
+"""One command in this process, as the client asked (server.py forks a process per command; the
+resident, resident.py, runs commands in itself): the client's descriptors, folder, environment and
+limits applied, ``gputext.cli.main`` run, its exit status returned."""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+
+def log(message: str) -> None:
+    sys.stderr.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} [{os.getpid()}] {message}\n")
+    sys.stderr.flush()
+
+
+def apply_request(request: dict, fds: list[int], limits: tuple[str, ...] | None = None) -> None:
+    """Make this process the client's: descriptors, folder, environment, limits (``limits``: only
+    those named; the resident, resident.py, puts them back afterwards)."""
+    import resource
+    for target, fd in zip((0, 1, 2), fds):
+        if fd != target:
+            os.dup2(fd, target)
+            os.close(fd)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.umask(int(request["umask"]))
+    for name, (soft, hard) in request.get("rlimits", {}).items():
+        if limits is not None and name not in limits:
+            continue
+        try:
+            resource.setrlimit(getattr(resource, name), (soft, hard))
+        except (ValueError, OSError, AttributeError):
+            pass
+    if request.get("affinity") and hasattr(os, "sched_setaffinity"):
+        try:
+            os.sched_setaffinity(0, request["affinity"])
+        except OSError:
+            pass
+    sys.argv = list(request["argv"])
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=os.isatty(stream.fileno()))
+        except (AttributeError, OSError, ValueError):
+            pass
+    os.chdir(request["cwd"])
+
+
+def run_command(at_exit: bool = True) -> int:
+    """gputext.cli.main in this process; its exit status. ``at_exit``: then wait for the command's
+    threads and run the exit handlers, as the interpreter would (not in the resident, which stays)."""
+    import atexit
+    import traceback
+    code = 0
+    profile = None
+    if os.environ.get("GPUTEXT_PROFILE"):  # benchmarks/breakdown.py --server: the command under cProfile
+        import cProfile
+        profile = cProfile.Profile()
+        profile.enable()
+    try:
+        from ..cli import main
+        main()
+    except SystemExit as exc:
+        if exc.code is None:
+            code = 0
+        elif isinstance(exc.code, int):
+            code = exc.code & 0xFF
+        else:
+            sys.stderr.write(f"{exc.code}\n")
+            code = 1
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    if profile is not None:
+        profile.disable()
+        profile.dump_stats(os.environ["GPUTEXT_PROFILE"])
+    try:
+        if at_exit:
+            threading._shutdown()  # what the interpreter does at exit: wait for non-daemon threads
+            atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                if stream is sys.stdout and code == 0:
+                    code = 120  # as the interpreter: stdout could not be flushed at exit
+    return code
