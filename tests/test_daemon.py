@@ -247,3 +247,43 @@ def test_a_signal_that_kills_the_resident_reaches_the_client_and_a_new_resident_
     assert p.returncode == -signal.SIGHUP
     new, count = _resident(env)
     assert new != pid and count == 0
+
+
+def _datasets(path: Path) -> dict:
+    out = {}
+    with h5py.File(path) as f:
+        f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+    return out
+
+
+def test_every_documented_command_gives_the_same_files_in_the_resident(runtime):
+    """doctor --compile's steps (every family's documented commands) one after another through the
+    resident and in their own processes: the same exit codes, stdout and output datasets, so no
+    command leaves state behind that changes the next one's answer."""
+    from gputext.warmup import WARMUP_STEPS, step_args
+    env, base = runtime
+    pid, before = _resident(env)
+    results = {}
+    for mode, e in (("server", env), ("own", own(env))):
+        folder = base / f"steps_{mode}"
+        folder.mkdir()
+        for label, template in WARMUP_STEPS:
+            if label == "knn search dense":
+                continue  # GPU only
+            r = run(step_args(template, str(folder), "cpu"), e, cwd=folder)
+            results[mode, label] = (r.returncode, r.stdout)
+            assert r.returncode == 0, (mode, label, r.stderr.decode())
+    steps = [label for label, _ in WARMUP_STEPS if label != "knn search dense"]
+    assert _resident(env) == (pid, before + len(steps))  # all in one resident
+    for label in steps:
+        assert results["server", label] == results["own", label], label
+    files = sorted(p.relative_to(base / "steps_own") for p in (base / "steps_own").rglob("*.h5"))
+    assert len(files) >= 12
+    for rel in files:
+        a, b = _datasets(base / "steps_server" / rel), _datasets(base / "steps_own" / rel)
+        assert a.keys() == b.keys(), rel
+        for name in a:
+            if name.startswith("uns/") and np.ndim(a[name]) == 0 and isinstance(a[name], (float, np.floating)):
+                continue  # run facts (seconds, rates, latencies) differ between any two runs
+            x = a[name].replace(b"steps_server", b"steps_own") if isinstance(a[name], bytes) else a[name]
+            assert np.array_equal(x, b[name]), (rel, name)
