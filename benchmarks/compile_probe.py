@@ -68,6 +68,7 @@ def main(argv=None) -> int:
     if current:
         commands.append(current)
     t_import = time.perf_counter()
+    import click
     from gputext.cli import cli
     from gputext.kernels.jit import cache_folder
     t_import = time.perf_counter() - t_import
@@ -82,8 +83,11 @@ def main(argv=None) -> int:
             rc = 0
         except SystemExit as exc:
             rc = exc.code if isinstance(exc.code, int) else 1
-        except Exception as exc:  # a user error (click's exceptions) or a failure: reported, next command
-            rc = getattr(exc, "exit_code", 1)
+        except click.ClickException as exc:  # a user error: as the command line shows it, then the next command
+            exc.show()
+            rc = exc.exit_code
+        except Exception as exc:  # a failure: reported, next command
+            rc = 1
             print(f"{shlex.join(args)}: {type(exc).__name__}: {exc}", file=sys.stderr)
         wall = time.perf_counter() - t0
         mine = log[start:]

@@ -131,3 +131,23 @@ def test_runner_runs_a_registered_script_by_name(tmp_path):
     assert run.main(["--script", "synth", "--args", "--quick --sizes 300", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "scripts" / "synth" / "bench_synth.json").read_text())["rows"]
     assert rows and rows[0]["docs"] > 0
+
+
+def test_compile_probe_counts_what_a_command_compiles_or_loads(tmp_path):
+    """benchmarks.compile_probe: a command's first run in a fresh process compiles or loads its CPU
+    twins (numba's own counters), the same command again in that process neither; a bad command is
+    reported with its exit code and the next one still runs."""
+    import subprocess
+    corpus = tmp_path / "c.h5"
+    subprocess.run([sys.executable, "-m", "gputext", "corpus", "synth", "--preset", "demo", "-q", "-o", str(corpus)],
+                   check=True, cwd=ROOT)
+    knn = ["knn", "search", "--index", str(corpus), "--exclude-self", "-k", "3", "--device", "cpu", "-q", "-o"]
+    out = tmp_path / "probe.json"
+    r = subprocess.run([sys.executable, "-m", "benchmarks.compile_probe", "--out", str(out), "--",
+                        *knn, str(tmp_path / "a.h5"), ";;", "corpus", "info", str(tmp_path / "missing.h5"), ";;",
+                        *knn, str(tmp_path / "b.h5")], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr
+    first, bad, second = json.loads(out.read_text())["commands"]
+    assert first["rc"] == 0 and sum(v["count"] for v in first["entries"].values()) > 0
+    assert bad["rc"] == 2 and "missing.h5" in r.stderr
+    assert second["rc"] == 0 and second["entries"] == {}
