@@ -221,6 +221,9 @@ def one_line_warning(message, category, filename, lineno, line=None) -> str:
     return f"Warning: {category.__name__}: {_one_line(message)}\n"
 
 
+_freeze_at_exit = False
+
+
 def main() -> None:
     import atexit
     import gc
@@ -233,7 +236,9 @@ def main() -> None:
     # are closed and renamed inside the commands, never left to finalizers. Registered first, so
     # it runs after every other exit handler; an in-process caller of main() is unaffected until
     # its interpreter exits.
-    atexit.register(gc.freeze)
+    global _freeze_at_exit
+    if not _freeze_at_exit:  # once per process: the server's resident calls main() for every command
+        _freeze_at_exit = bool(atexit.register(gc.freeze))
     warnings.formatwarning = one_line_warning
     raise_on_sigterm()  # SIGTERM unwinds like Ctrl-C: temporary files are removed
     from .backend import start_cuda_early

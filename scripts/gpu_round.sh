@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU round on the device host: environment probe, GPU tests, then benchmarks.
 # Usage (device tool, carry .whl):  bash scripts/gpu_round.sh [STEP ...]
-#   steps: probe tests tests-only tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-tiles knn-tiles-1e7 knn-ncu-1e7 knn-issue19 knn-growth knn-latency knn-shard-sweep knn-5e7 knn-ncu stream-sanitizer pruning bench-cli server-modes tests-all bench-readme bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify multi-1e8 multi-1e8-one multi-families multi-rank
+#   steps: compile-probe resident-profile probe tests tests-only tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-tiles knn-tiles-1e7 knn-ncu-1e7 knn-issue19 knn-growth knn-latency knn-shard-sweep knn-5e7 knn-ncu stream-sanitizer pruning bench-cli server-modes tests-all bench-readme bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify multi-1e8 multi-1e8-one multi-families multi-rank
 #   (knn_classify reads the real datasets from .data/, an ignored copy of ../shared/datasets carried along)
 # Logs go to $OUT (default out/gpu). Each step has its own time limit so one slow step cannot eat the round.
 set -u
@@ -88,6 +88,29 @@ for step in "${steps[@]}"; do
     # own process) on 20NG and the LETOR sample, then knn search both ways on GPU and CPU with outputs compared
     bench-cli) run bench-cli "${LIMIT_bench_cli:-420}" python3 -m benchmarks.run --suite cli --device cuda --datasets "${GPUTEXT_DATASETS:-.data}" --repeats 3 --only /20ng/,letor-sample,startup --budget "${BUDGET_bench_cli:-330}" --out /tmp/bench --records "$OUT/records.jsonl" ;;
     server-modes) run server-modes 180 python3 -m benchmarks.server_modes --train /tmp/bench/data/20ng-1/train.h5 --test /tmp/bench/data/20ng-1/test.h5 --runs 5 --out "$OUT/modes.json" --work /tmp/modes ;;
+    # what a command compiles or loads, per kernel (benchmarks/compile_probe.py): one process, an empty
+    # kernel cache, 20NG's knn search twice, with k = 10, then synthetic corpora of 5x10^4 to 8x10^5
+    # documents (does a new size class compile with a filled cache?) -> $OUT/probe.json; after bench-cli
+    # (its 20NG files). The corpora are made in parallel and waited for by pid: a bare `wait` would also
+    # wait for a caller's `exec > >(tee ...)` (2026-11-27: two rounds hung on it until their limit).
+    compile-probe) DEVICE_probe=${DEVICE_probe:-cuda} run compile-probe "${LIMIT_compile_probe:-300}" bash -c '
+      set -e; TR=/tmp/bench/data/20ng-1/train.h5; TE=/tmp/bench/data/20ng-1/test.h5; mkdir -p /tmp/sz; pids=()
+      for n in 50000 200000 800000; do GPUTEXT_DAEMON=0 python3 -m gputext corpus synth --preset demo --n-docs $n -q -o /tmp/sz/i$n.h5 & pids+=($!); done
+      wait "${pids[@]}"
+      GPUTEXT_DAEMON=0 python3 -m gputext corpus synth --preset demo --n-docs 2000 --seed 1 --idf-from /tmp/sz/i50000.h5 -q -o /tmp/sz/q.h5
+      K="knn search --device ${DEVICE_probe:-cuda} -q"
+      GPUTEXT_DAEMON=0 GPUTEXT_CACHE_DIR=/tmp/probe-cache python3 -m benchmarks.compile_probe --out '"$OUT"'/probe.json -- \
+        $K -k 30 --index $TR --queries $TE -o /tmp/p1.h5 ";;" $K -k 30 --index $TR --queries $TE -o /tmp/p2.h5 ";;" \
+        $K -k 10 --index $TR --queries $TE -o /tmp/p3.h5 ";;" $K -k 30 --index /tmp/sz/i50000.h5 --queries /tmp/sz/q.h5 -o /tmp/p4.h5 ";;" \
+        $K -k 30 --index /tmp/sz/i200000.h5 --queries /tmp/sz/q.h5 -o /tmp/p5.h5 ";;" \
+        $K -k 30 --index /tmp/sz/i800000.h5 --queries /tmp/sz/q.h5 -o /tmp/p6.h5 ";;" \
+        $K -k 30 --index /tmp/sz/i800000.h5 --queries /tmp/sz/i50000.h5 -o /tmp/p7.h5' ;;
+    # knn search in the server's resident under cProfile (its second command), GPU and CPU -> two JSONs
+    resident-profile) run resident-profile 120 bash -c '
+      TR=/tmp/bench/data/20ng-1/train.h5; TE=/tmp/bench/data/20ng-1/test.h5; python3 -m gputext daemon start
+      for dev in cuda cpu; do python3 -m gputext knn search --index $TR --queries $TE -k 30 --device $dev -q -o /tmp/w.h5
+        python3 -m benchmarks.breakdown --server --top 30 --out '"$OUT"' --name resident_${dev}_20ng -- knn search --index $TR --queries $TE -k 30 --device $dev -q -o /tmp/w.h5; done
+      python3 -m gputext daemon status; python3 -m gputext daemon stop' ;;
     # the whole pytest -m gpu, Dask's tests included, on the host's cores: WHEELS a folder with
     # pytest-xdist and dask/distributed together (405 s with 16 workers on an H100, 2026-11-27)
     tests-all) run tests-all "${LIMIT_tests_all:-560}" bash -c "cd /tmp && GPUTEXT_TEST_LOG=$OUT/tests.live python3 -m pytest -q -rfE -p no:cacheprovider -m gpu -n ${WORKERS:-16} --durations=15 $PWD/tests" ;;
