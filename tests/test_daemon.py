@@ -287,3 +287,24 @@ def test_every_documented_command_gives_the_same_files_in_the_resident(runtime):
                 continue  # run facts (seconds, rates, latencies) differ between any two runs
             x = a[name].replace(b"steps_server", b"steps_own") if isinstance(a[name], bytes) else a[name]
             assert np.array_equal(x, b[name]), (rel, name)
+
+
+def test_the_next_command_in_the_resident_shows_a_warning_again():
+    """Python shows a warning once per place and process; what the resident puts back after a
+    command makes the next command show it again, as a fresh process would."""
+    import warnings
+
+    from gputext.daemon.resident import _Saved
+    shown, registry = [], {}
+
+    def emit():
+        warnings.warn_explicit("again", RuntimeWarning, "f.py", 1, module="m", registry=registry)
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = lambda *a, **k: shown.append(a[0])
+        emit()
+        emit()
+        assert len(shown) == 1
+        _Saved().restore()  # what the resident does after each command
+        emit()
+        assert len(shown) == 2

@@ -178,6 +178,8 @@ class _Saved:
         for name, limits in self.limits.items():
             resource.setrlimit(getattr(resource, name), limits)
         warnings.filters[:] = self.filters
+        # forget which warnings were shown: the next command shows its own once, as in a fresh process
+        getattr(warnings, "_filters_mutated", lambda: None)()
         warnings.showwarning = self.showwarning
         warnings.formatwarning = self.formatwarning
         np.seterr(**self.numpy_errors)
