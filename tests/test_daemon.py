@@ -308,3 +308,31 @@ def test_the_next_command_in_the_resident_shows_a_warning_again():
         _Saved().restore()  # what the resident does after each command
         emit()
         assert len(shown) == 2
+
+
+@pytest.mark.parametrize("leak", [False, True])
+def test_a_command_that_keeps_the_clients_stdout_open_retires_the_resident(monkeypatch, tmp_path, leak):
+    """A descriptor of the client's stdout left open by a command would keep the client's reader
+    waiting for the pipe's end: the resident then retires (its exit closes it); a command that
+    closes what it opened leaves the resident in place."""
+    from gputext.daemon import resident
+    kept = []
+
+    def command(at_exit=True):
+        fd = os.open("/dev/stdout", os.O_WRONLY)  # a new descriptor of the client's stdout
+        os.write(fd, b"out\n")
+        kept.append(fd) if leak else os.close(fd)
+        return 0
+    monkeypatch.setattr(resident, "run_command", command)
+    r, w = os.pipe()
+    umask = os.umask(0)
+    os.umask(umask)
+    request = {"argv": ["gputext"], "cwd": str(tmp_path), "env": dict(os.environ), "umask": umask, "rlimits": {},
+               "affinity": None}
+    code, retire = resident.run_one(request, [os.open(os.devnull, os.O_RDONLY), w, os.dup(2)])
+    assert code == 0 and retire is leak
+    assert os.read(r, 100) == b"out\n"
+    for fd in kept:
+        os.close(fd)
+    assert os.read(r, 100) == b""  # every writer gone: the reader sees the end
+    os.close(r)

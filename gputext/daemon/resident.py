@@ -13,14 +13,15 @@ not ready, or cannot take the command's limits (``takes``).
 A command in the resident gets what a forked one gets: the client's stdin, stdout and stderr
 (``dup2`` onto 0, 1, 2), working folder, environment, umask and file-size limit, ``sys.argv``,
 Ctrl-C as KeyboardInterrupt and SIGTERM as the CLI's Terminated (both unwind, so temporary
-outputs are removed and the resident stays). Afterwards everything is put back; the command's
+outputs are removed). Afterwards everything is put back (``_Saved``); the command's young
 garbage is collected and device buffers above ``KEEP_DEVICE_BYTES`` are released
-(``device.memory.trim``). The resident retires (exits; the server forks a fresh one) after a
-command that ended other than 0 or 2 (an unexpected error may have left state behind), that left
-a thread running, or after which it holds more than ``MAX_RSS_BYTES`` of host memory; and it is
-killed when its command's client is gone and the command did not stop within ``KILL_AFTER_S``
-of SIGTERM. Other signals a client forwards (SIGHUP, SIGQUIT, ...) kill it as they would kill a
-command in its own process, and the server reports that signal to the client.
+(``device.memory.trim``); a full collection waits until the resident is idle. The resident
+retires (exits; the server forks a fresh one) after a command that ended other than 0 or 2 (an
+interrupted or failed command may have left state behind), that left a thread running, that kept
+a descriptor of the client's streams open, or after which it holds more than ``MAX_RSS_BYTES`` of
+host memory; and it is killed when its command's client is gone and the command did not stop
+within ``KILL_AFTER_S`` of SIGTERM. Other signals a client forwards (SIGHUP, SIGQUIT, ...) kill it
+as they would kill a command in its own process, and the server reports that signal to the client.
 
 Messages on the socket pair between server and resident (protocol.py's framing): server ->
 resident one request per command with the client's three descriptors; resident -> server
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import io
 import os
+import select
 import signal
 import socket
 import sys
@@ -43,6 +45,7 @@ from .command import apply_request, log, run_command
 
 KEEP_DEVICE_BYTES = 1 << 30
 MAX_RSS_BYTES = 4 << 30
+IDLE_COLLECT_S = 1.0
 KILL_AFTER_S = 10.0
 _ADJUSTABLE = ("RLIMIT_FSIZE",)  # soft limits a command may lower for its run; the rest must match
 
@@ -199,8 +202,32 @@ def _left_threads(before: set) -> list[str]:
     return left
 
 
+def _open_fds() -> set[int]:
+    try:
+        return {int(name) for name in os.listdir("/proc/self/fd")}
+    except OSError:  # no /proc: nothing to compare
+        return set()
+
+
+def _identity(fd: int):
+    try:
+        st = os.fstat(fd)
+        return st.st_dev, st.st_ino
+    except OSError:
+        return None
+
+
+def _holds_client_streams(before: set[int], client: set) -> list[int]:
+    """Descriptors opened since ``before`` that still refer to one of the client's stdin, stdout
+    or stderr (a dup the command kept, an unclosed /dev/stdout): while one is open, a reader of the
+    client's pipe never sees its end."""
+    return [fd for fd in sorted(_open_fds() - before) if _identity(fd) in client]
+
+
 def run_one(request: dict, fds: list[int]) -> tuple[int, bool]:
     """Run one command in this process; (exit code, whether to retire afterwards)."""
+    client = {ident for ident in map(_identity, fds) if ident is not None}
+    before = _open_fds() - set(fds)
     saved = _Saved()
     code = 1
     try:
@@ -221,6 +248,12 @@ def run_one(request: dict, fds: list[int]) -> tuple[int, bool]:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a late forwarded Ctrl-C must not end the resident
         saved.restore()
     retire = code not in (0, 2)
+    if client and _holds_client_streams(before, client):
+        import gc
+        gc.collect()  # a file object the command dropped: its finaliser closes it
+        if _holds_client_streams(before, client):
+            retire = True  # exiting closes it: the client's reader then sees the end of its pipe
+            log("resident retires: the command kept a descriptor of the client's streams open")
     left = _left_threads(saved.threads)
     if left:
         retire = True
@@ -229,8 +262,10 @@ def run_one(request: dict, fds: list[int]) -> tuple[int, bool]:
 
 
 def tidy() -> bool:
-    """After a command: its garbage collected, large device buffers released; whether this
-    process is still small enough to stay."""
+    """After a command: its young garbage collected, large device buffers released (milliseconds:
+    the resident is free again before a shell can start the next command); whether this process
+    is still small enough to stay. The full collection (40-90 ms on the 2-core VM) waits until the
+    resident has been idle for IDLE_COLLECT_S (``main``)."""
     from ..device.memory import trim
     trim(KEEP_DEVICE_BYTES)
     return _rss() <= MAX_RSS_BYTES
@@ -243,7 +278,13 @@ def main(sock: socket.socket) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         protocol.send(sock, {"ready": warm_up()})
+        dirty = False  # commands ran since the last full garbage collection
         while True:
+            if dirty and not select.select([sock], [], [], IDLE_COLLECT_S)[0]:
+                import gc
+                gc.collect()
+                dirty = False
+                continue
             request, fds = protocol.receive(sock, max_fds=3)
             if request is None:
                 break
@@ -253,6 +294,7 @@ def main(sock: socket.socket) -> None:
                 continue
             exit_code, retire = run_one(request, fds)
             protocol.send(sock, {"exit": exit_code})
+            dirty = True
             if retire or not tidy():
                 break
             protocol.send(sock, {"free": True})
