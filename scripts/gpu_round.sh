@@ -28,7 +28,14 @@ run() {  # name, seconds, command...
   tail -n 40 "$OUT/$name.log"
   echo "=== $name rc=$rc"
 }
+ng20() {  # 20 Newsgroups as the cli suite builds it, in /tmp/bench/data/20ng-1, unless there already
+  local d=/tmp/bench/data/20ng-1 src="${GPUTEXT_DATASETS:-.data}/20newsgroups"
+  [ -f $d/test.h5 ] && return 0
+  mkdir -p $d && GPUTEXT_DAEMON=0 python3 -m gputext corpus build "$src/20newsgroups-train.tab" -o $d/train.h5 -q &&
+    GPUTEXT_DAEMON=0 python3 -m gputext corpus build "$src/20newsgroups-test.tab" --vocab-from $d/train.h5 -o $d/test.h5 -q
+}
 for step in "${steps[@]}"; do
+  case $step in server-modes|compile-probe|resident-profile) ng20 || echo "no 20 Newsgroups (carry .data)";; esac
   case $step in
     probe) run probe 120 bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; (cd scripts && python3 -m harness); cd /tmp && python3 -m gputext doctor' ;;
     tests) run tests 330 bash -c "cd /tmp && python3 -m pytest -x -q -p no:cacheprovider -m gpu $PWD/tests" ;;
@@ -91,7 +98,7 @@ for step in "${steps[@]}"; do
     # what a command compiles or loads, per kernel (benchmarks/compile_probe.py): one process, an empty
     # kernel cache, 20NG's knn search twice, with k = 10, then synthetic corpora of 5x10^4 to 8x10^5
     # documents (does a new size class compile with a filled cache?) -> $OUT/probe.json; after bench-cli
-    # (its 20NG files). The corpora are made in parallel and waited for by pid: a bare `wait` would also
+    # (its 20NG files, else ng20). The corpora are made in parallel and waited for by pid: a bare `wait` would also
     # wait for a caller's `exec > >(tee ...)` (2026-11-27: two rounds hung on it until their limit).
     compile-probe) DEVICE_probe=${DEVICE_probe:-cuda} run compile-probe "${LIMIT_compile_probe:-300}" bash -c '
       set -e; TR=/tmp/bench/data/20ng-1/train.h5; TE=/tmp/bench/data/20ng-1/test.h5; mkdir -p /tmp/sz; pids=()
@@ -105,7 +112,8 @@ for step in "${steps[@]}"; do
         $K -k 30 --index /tmp/sz/i200000.h5 --queries /tmp/sz/q.h5 -o /tmp/p5.h5 ";;" \
         $K -k 30 --index /tmp/sz/i800000.h5 --queries /tmp/sz/q.h5 -o /tmp/p6.h5 ";;" \
         $K -k 30 --index /tmp/sz/i800000.h5 --queries /tmp/sz/i50000.h5 -o /tmp/p7.h5' ;;
-    # knn search in the server's resident under cProfile (its second command), GPU and CPU -> two JSONs
+    # knn search in the server's resident under cProfile (its second command), GPU and CPU -> two JSONs.
+    # server-modes, compile-probe and resident-profile build 20NG first when bench-cli has not (carry .data)
     resident-profile) run resident-profile 120 bash -c '
       TR=/tmp/bench/data/20ng-1/train.h5; TE=/tmp/bench/data/20ng-1/test.h5; python3 -m gputext daemon start
       for dev in cuda cpu; do python3 -m gputext knn search --index $TR --queries $TE -k 30 --device $dev -q -o /tmp/w.h5
