@@ -315,6 +315,7 @@ def test_a_command_that_keeps_the_clients_stdout_open_retires_the_resident(monke
     """A descriptor of the client's stdout left open by a command would keep the client's reader
     waiting for the pipe's end: the resident then retires (its exit closes it); a command that
     closes what it opened leaves the resident in place."""
+    from gputext.daemon import command as daemon_command
     from gputext.daemon import resident
     kept = []
 
@@ -323,7 +324,7 @@ def test_a_command_that_keeps_the_clients_stdout_open_retires_the_resident(monke
         os.write(fd, b"out\n")
         kept.append(fd) if leak else os.close(fd)
         return 0
-    monkeypatch.setattr(resident, "run_command", command)
+    monkeypatch.setattr(daemon_command, "run_command", command)
     r, w = os.pipe()
     umask = os.umask(0)
     os.umask(umask)

@@ -3,6 +3,7 @@ resident, resident.py, runs commands in itself): the client's descriptors, folde
 limits applied, ``gputext.cli.main`` run, its exit status returned."""
 from __future__ import annotations
 
+import io
 import os
 import sys
 import threading
@@ -44,6 +45,27 @@ def apply_request(request: dict, fds: list[int], limits: tuple[str, ...] | None 
         except (AttributeError, OSError, ValueError):
             pass
     os.chdir(request["cwd"])
+
+
+def serve_request(request: dict, fds: list[int], limits: tuple[str, ...] | None = None, at_exit: bool = True) -> int:
+    """apply_request, a fresh ``sys.stdin`` on the client's (no bytes another command's stdin left
+    in a buffer), then run_command; its exit status. A failure before the command ran is one line
+    on the command's stderr (the client's, once applied); Ctrl-C there is 130."""
+    try:
+        apply_request(request, fds, limits)
+        old = sys.stdin
+        sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "rb", closefd=False)),
+                                     encoding=old.encoding, errors=old.errors)
+        return run_command(at_exit)
+    except KeyboardInterrupt:
+        return 130
+    except BaseException as exc:
+        try:
+            sys.stderr.write(f"gputext: {type(exc).__name__}: {exc}\n")
+            sys.stderr.flush()
+        except Exception:
+            pass
+        return 1
 
 
 def run_command(at_exit: bool = True) -> int:

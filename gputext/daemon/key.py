@@ -17,10 +17,14 @@ KEYED = ("NUMBA_", "CUDA_", "NVIDIA_", "GPUTEXT_", "PYTHON", "OMP_", "MKL_", "OP
 UNKEYED = ("GPUTEXT_DAEMON", "GPUTEXT_DAEMON_IDLE", "GPUTEXT_RESIDENT", "GPUTEXT_PROFILE", "PYTHONUNBUFFERED")  # read per command
 
 
+def switched_off(name: str, environ=os.environ) -> bool:
+    """Whether the variable ``name`` says 0, off, no or false (unset: on)."""
+    return environ.get(name, "1").strip().lower() in ("0", "off", "no", "false")
+
+
 def enabled(environ=os.environ) -> bool:
     """Whether commands may go through a server (``GPUTEXT_DAEMON`` 0/off/no/false: never)."""
-    value = environ.get("GPUTEXT_DAEMON", "1").strip().lower()
-    if value in ("0", "off", "no", "false"):
+    if switched_off("GPUTEXT_DAEMON", environ):
         return False
     return hasattr(os, "fork") and hasattr(socket, "send_fds")
 

@@ -30,7 +30,6 @@ outputs are closed and its descriptors given back, and ``{"free": true}`` once t
 that retires exits instead)."""
 from __future__ import annotations
 
-import io
 import os
 import select
 import signal
@@ -41,7 +40,8 @@ import time
 import warnings
 
 from . import protocol
-from .command import apply_request, log, run_command
+from .command import log, serve_request
+from .key import switched_off
 
 KEEP_DEVICE_BYTES = 1 << 30
 MAX_RSS_BYTES = 4 << 30
@@ -55,7 +55,7 @@ def takes(request: dict, own_limits: dict, own_affinity) -> bool:
     (``GPUTEXT_RESIDENT=0``), the same resource limits as the server's (only RLIMIT_FSIZE's soft
     limit may differ: it is set for the command and put back) and the same CPU affinity (numba's
     threads were started with the server's)."""
-    if request.get("env", {}).get("GPUTEXT_RESIDENT", "1").strip().lower() in ("0", "off", "no", "false"):
+    if switched_off("GPUTEXT_RESIDENT", request.get("env", {})):
         return False
     for name, limits in request.get("rlimits", {}).items():
         mine = own_limits.get(name)
@@ -229,21 +229,10 @@ def run_one(request: dict, fds: list[int]) -> tuple[int, bool]:
     client = {ident for ident in map(_identity, fds) if ident is not None}
     before = _open_fds() - set(fds)
     saved = _Saved()
-    code = 1
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the CLI makes it raise Terminated
-        apply_request(request, fds, limits=_ADJUSTABLE)
-        sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "rb", closefd=False)),
-                                     encoding=saved.stdin.encoding, errors=saved.stdin.errors)
-        code = run_command(at_exit=False)
-    except KeyboardInterrupt:
-        code = 130
-    except BaseException as exc:
-        try:
-            sys.stderr.write(f"gputext: {type(exc).__name__}: {exc}\n")
-        except Exception:
-            pass
+        code = serve_request(request, fds, limits=_ADJUSTABLE, at_exit=False)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a late forwarded Ctrl-C must not end the resident
         saved.restore()

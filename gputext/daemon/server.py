@@ -18,7 +18,7 @@ import threading
 import time
 
 from . import key, protocol, resident
-from .command import apply_request, log, run_command
+from .command import log, serve_request
 
 
 def _import_commands() -> int:
@@ -226,13 +226,12 @@ class Server:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         pid = os.fork()
         if pid == 0:
-            code = 1
             try:
                 mine.close()
                 self.let_go()
-                resident.main(theirs)
+                resident.main(theirs)  # never returns
             finally:
-                os._exit(code)
+                os._exit(1)
         theirs.close()
         self.resident = resident.Handle(pid, mine)
         self.sel.register(mine, selectors.EVENT_READ, "resident")
@@ -365,17 +364,9 @@ class Server:
         try:
             self.let_go()
             conn.close()
-            apply_request(request, fds)
-            code = run_command()
-        except KeyboardInterrupt:
-            code = 130
-        except BaseException as exc:  # before the command ran: one line on its stderr (the client's, once applied)
-            try:
-                sys.stderr.write(f"gputext: {type(exc).__name__}: {exc}\n")
-                sys.stderr.flush()
-            except Exception:
-                pass
-        os._exit(code)
+            code = serve_request(request, fds)
+        finally:
+            os._exit(code)
 
     def from_client(self, conn) -> None:
         pid = self.conns.get(conn)

@@ -303,27 +303,23 @@ class Resources:
 _BY_DEVICE: dict = {}  # device id -> Resources: the one registry of per-device state
 
 
-def trim(keep_bytes: int) -> int:
+def trim(keep_bytes: int) -> None:
     """Between commands of a long-lived process (the warm server's resident, gputext.daemon):
     drop every device's workspace and pinned buffers when together they hold more than
-    ``keep_bytes``, then run numba's deferred frees; returns the bytes still held. Small buffers
-    stay for the next command (re-pinning and re-allocating cost milliseconds each). The garbage
-    collector runs over the young generations (milliseconds), over everything when buffers were
-    dropped (they may sit in reference cycles)."""
-    held, dropped = 0, False
+    ``keep_bytes``, then run numba's deferred frees. Small buffers stay for the next command
+    (re-pinning and re-allocating cost milliseconds each). The garbage collector runs over the
+    young generations (milliseconds), over everything when buffers were dropped (they may sit in
+    reference cycles)."""
+    dropped = False
     for dev, res in list(_BY_DEVICE.items()):
-        pinned = sum(b.nbytes for b in res.pinned.buffers.values())
-        if res.workspace.nbytes + pinned > keep_bytes:
+        if res.workspace.nbytes + sum(b.nbytes for b in res.pinned.buffers.values()) > keep_bytes:
             del _BY_DEVICE[dev]
             dropped = True
-        else:
-            held += res.workspace.nbytes + pinned
     import gc
-    gc.collect() if dropped else gc.collect(1)
+    gc.collect(2 if dropped else 1)
     from ..backend import driver_started
     if driver_started():
         free_deferred()
-    return held
 
 
 def resources() -> Resources:
