@@ -35,7 +35,7 @@ from .primitives import better_dev, chunk_offsets, last_le_dev, lower_bound_cpu,
 from .scoring import contribution_cpu, contribution_dev, score_key_cpu, score_key_dev
 from .select import make_segment_keys, offer_cpu, select_cap, select_top_keys
 from .unit_select import doc_key_dev
-from .jit import cpu_jit, cuda_kernel
+from .jit import cpu_jit, cuda_kernel, device_function
 
 
 # ----------------------------------------------------------------------------- per-item functions
@@ -96,16 +96,16 @@ def _make_term_range(block_range, short_range):
 
 
 posting_value_cpu = numba.njit(inline="always")(_make_posting_value(contribution_cpu))
-posting_value_dev = cuda.jit(device=True, inline=True)(_make_posting_value(contribution_dev))
+posting_value_dev = device_function(_make_posting_value(contribution_dev))
 block_range_cpu = numba.njit(inline="always")(_make_block_range(lower_bound_cpu))
-block_range_dev = cuda.jit(device=True, inline=True)(_make_block_range(lower_bound_dev))
+block_range_dev = device_function(_make_block_range(lower_bound_dev))
 term_range_cpu = numba.njit(inline="always")(_make_term_range(
     block_range_cpu, numba.njit(inline="always")(_make_short_range(lower_bound_cpu))))
-term_range_dev = cuda.jit(device=True, inline=True)(_make_term_range(
-    block_range_dev, cuda.jit(device=True, inline=True)(_make_short_range(lower_bound_dev))))
+term_range_dev = device_function(_make_term_range(
+    block_range_dev, device_function(_make_short_range(lower_bound_dev))))
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _add_posting(i, r, ctx):
     """Posting r of the chunk's entry i into the shared accumulator of its query row: a shared-memory
     atomic add of posting_value (int64 fixed point: exact and order-free).
@@ -124,7 +124,7 @@ def _entry_scratch(block: int):
     blocked_topk_kernel and rows_accumulate_kernel."""
     off_len = block + 1
 
-    @cuda.jit(device=True, inline=True)
+    @device_function
     def scratch():
         # one array a line: the simulator tells shared arrays apart by the line that declares them
         e_start = cuda.shared.array(block, numba.int64)
@@ -142,7 +142,7 @@ def entry_scratch_bytes(block: int) -> int:
     return 24 * block + 4 * (block + 1)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _document_key(loc, d, ctx):
     """score_key of document d (accumulator row0 + loc). ctx = (acc, row0, metric, scale, qnorm, dn)."""
     acc, row0, metric, sc, qnorm, dn = ctx
@@ -342,7 +342,7 @@ def rows_shared_bytes(block: int, docs: int, rows: int) -> int:
 
 # The posting loop below indexes with U32 / U64 (kernels.indices): about ten array accesses a posting,
 # each with a signed index's wrap otherwise (about a quarter of the loop's PTX, 2026-11-27).
-@cuda.jit(device=True, inline=True)
+@device_function
 def _walk_to(i, p, t_off):
     """The chunk segment holding flattened position p, walking forward from segment i."""
     while t_off[U32(i + 1)] <= p:
@@ -350,13 +350,13 @@ def _walk_to(i, p, t_off):
     return i
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _position(i, p, e_start, t_off):
     """The posting (uint64 position in the lists) at flattened position p of the chunk's segment i."""
     return U64(e_start[U32(i)] + (p - t_off[U32(i)]))
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _add_entry(sw, hi0, i, d, x, ctx):
     """Posting (document d, weight x) of the chunk's segment i into its row's counter (_add_split).
     ctx = (e_row, e_w, e_scale, metric)."""
@@ -365,7 +365,7 @@ def _add_entry(sw, hi0, i, d, x, ctx):
     _add_split(sw, hi0, e_row[u] + d, posting_value_dev(metric, e_w[u], x, e_scale[u]))
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _add_split(sw, hi0, j, v):
     """Add int64 v into counter j, kept as two uint32 words, sw[j] (low) and sw[hi0 + j] (high),
     with native 32-bit shared atomics: the low word's carry (seen in the old value its atomic
@@ -379,7 +379,7 @@ def _add_split(sw, hi0, j, v):
     cuda.atomic.add(sw, j + U32(hi0), numba.uint32(((v >> 32) + carry) & 0xFFFFFFFF))
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _split_value(sw, hi0, j):
     """The int64 held by counter j as two uint32 words (_add_split): sw[j] low, sw[hi0 + j] high."""
     j = U32(j)
@@ -398,7 +398,7 @@ def keys_registers(block: int) -> int:
     return max(32, min(255, 65536 // (4 * block)))
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _store_key(j, x, bk, bd, ctx):
     """Document d_lo + j's key (unit_select.doc_key_dev of its split counter, norm term x) stored
     at acc[row + j]; returns the thread's best (key, document) so far, a strictly larger key
@@ -413,7 +413,7 @@ def _store_key(j, x, bk, bd, ctx):
     return bk, bd
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _store_keys(n, tid, block, dn, ctx):
     """The keys of the block's documents d_lo + j, j = tid, tid + block, ... < n (_store_key), four
     at a time (their norm terms' loads from dn issued together); returns the thread's best (key,
@@ -439,7 +439,7 @@ def _store_keys(n, tid, block, dn, ctx):
     return bk, bd
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _unit_best(keys, docs, u, unit):
     """The best (key, document) by the tie rule of threads [u * unit, (u + 1) * unit)'s bests in
     keys float64 / docs int32 (shared)."""
@@ -677,7 +677,7 @@ def _bound_key(metric, s_ub, qn, dn_min):
 
 
 bound_key_cpu = numba.njit(inline="always")(_bound_key)
-bound_key_dev = cuda.jit(device=True, inline=True)(_bound_key)
+bound_key_dev = device_function(_bound_key)
 
 
 @cpu_jit(parallel=True)

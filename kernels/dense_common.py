@@ -9,8 +9,7 @@ import math
 
 import numba
 import numpy as np
-from numba import cuda
-from .jit import cpu_jit
+from .jit import cpu_jit, device_function
 
 EXACT_LANES = 32
 SIGN_BIT = 2147483648  # 2**31
@@ -32,7 +31,7 @@ def _final_score_py(metric, cross, qq, dd):
 
 
 final_cpu = cpu_jit(inline="always")(_final_score_py)
-final_dev = cuda.jit(device=True, inline=True)(_final_score_py)
+final_dev = device_function(_final_score_py)
 
 
 def ordered_to_float32(ordered: np.ndarray) -> np.ndarray:

@@ -15,7 +15,7 @@ from .dense_common import ALL32, EXACT_LANES, SIGN_BIT, canonical_cross, final_c
 from .primitives import block_tree_sum_dev, ordered_bits_cpu, ordered_bits_dev, sort_pairs_scored_dev
 from .select import ORDERED_LOW as _LOW
 from .select import block_select_scratch, make_block_select, offer_cpu
-from .jit import cpu_jit, cuda_kernel
+from .jit import cpu_jit, cuda_kernel, device_function
 
 
 @cpu_jit(parallel=True)
@@ -157,7 +157,7 @@ def _make_lane_cross(unroll: int, l1: bool):
     UN = int(unroll)
     is_l1 = bool(l1)
 
-    @cuda.jit(device=True, inline=True)
+    @device_function
     def lane_cross(X, Q, d, row, lane, xs, qs):
         n_terms = X.shape[1]
         acc = 0.0

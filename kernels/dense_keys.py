@@ -11,7 +11,7 @@ import numpy as np
 from numba import cuda, float32, uint64
 
 from ._factory import jit_kernel
-from .jit import cpu_jit, cuda_kernel
+from .jit import cpu_jit, cuda_kernel, device_function
 
 
 def _finish_key(acc, metric, rq, rd, half_sqd):
@@ -28,7 +28,7 @@ def _finish_key(acc, metric, rq, rd, half_sqd):
 
 
 _finish_key_cpu = cpu_jit(inline="always")(_finish_key)
-_finish_key_dev = cuda.jit(device=True, inline=True)(_finish_key)
+_finish_key_dev = device_function(_finish_key)
 
 
 def _term(qv, x, is_l1):
@@ -39,7 +39,7 @@ def _term(qv, x, is_l1):
 
 
 _term_cpu = cpu_jit(inline="always")(_term)
-_term_dev = cuda.jit(device=True, inline=True)(_term)
+_term_dev = device_function(_term)
 
 
 @cpu_jit(parallel=True)

@@ -35,7 +35,7 @@ from .primitives import lower_bound_dev, make_chunk_walk
 from .scoring import contribution_cpu, contribution_dev, score_key_cpu, score_key_dev
 from .select import (fit_geometry, make_segment_keys, merge_sorted_lists, offer_cpu, select_top_keys, topk_scratch,
                      write_first_k)
-from .jit import cpu_jit, cuda_kernel
+from .jit import cpu_jit, cuda_kernel, device_function
 
 
 def _accumulators(metrics):
@@ -51,7 +51,7 @@ def _accumulators(metrics):
 
 
 _accumulators_cpu = numba.njit(inline="always")(_accumulators)
-_accumulators_dev = cuda.jit(device=True, inline=True)(_accumulators)
+_accumulators_dev = device_function(_accumulators)
 
 
 @cpu_jit(inline="always")
@@ -156,7 +156,7 @@ def grouped_shared_bytes(block: int, items: int, cap: int) -> int:
     return 24 * block * items + 24 * block + 4 + 12 * cap + 4
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _segment_postings(t, s, seg_lo, seg_hi, use_table, seg_table, term_ptr, post_doc):
     """(first, last): the positions of term t's postings that fall in segment s (documents
     [seg_lo, seg_hi)), from the table made by segment_offsets or by two binary searches (post_doc
@@ -168,7 +168,7 @@ def _segment_postings(t, s, seg_lo, seg_hi, use_table, seg_table, term_ptr, post
     return first, lower_bound_dev(post_doc, first, min(end, first + (seg_hi - seg_lo)), seg_hi)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _add_grouped_posting(i, r, ctx):
     """Posting r of the chunk's term i into the shared accumulators (dot and/or L1) with
     shared-memory atomics (int64 fixed point: exact, order-free).
@@ -186,7 +186,7 @@ def _add_grouped_posting(i, r, ctx):
 _add_chunk = make_chunk_walk(_add_grouped_posting)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _grouped_key(loc, d, ctx):
     """score_key of document d for metric m (the L1 or the dot accumulator at loc).
     ctx = (acc_dot, acc_l1, metric, scale, qnorm, dn, m)."""

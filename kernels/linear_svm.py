@@ -49,7 +49,7 @@ from numba import cuda, prange
 
 from ._factory import kernel_cache
 from .primitives import block_inclusive_scan_dev
-from .jit import cpu_jit, cuda_kernel
+from .jit import cpu_jit, cuda_kernel, device_function
 
 # empty stand-ins for the arguments a shared CPU loop does not read on its other path
 _NO_ROWS = np.zeros(0, np.int32)
@@ -122,8 +122,8 @@ def _make_rows_column_sum(gathered: bool):
     return rows_column_sum
 
 
-rows_column_sum_dev = cuda.jit(device=True, inline=True)(_make_rows_column_sum(False))
-gathered_column_sum_dev = cuda.jit(device=True, inline=True)(_make_rows_column_sum(True))
+rows_column_sum_dev = device_function(_make_rows_column_sum(False))
+gathered_column_sum_dev = device_function(_make_rows_column_sum(True))
 _is_active_cpu = cpu_jit(inline="always")(_is_active)
 
 
@@ -407,10 +407,10 @@ def _column_tree(buf, acc, tx, ty):
     return buf[0, tx]
 
 
-column_tree_dev = cuda.jit(device=True, inline=True)(_column_tree)
+column_tree_dev = device_function(_column_tree)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def column_lane():
     """(x, y, column) of a column-reduction thread: block (32, 8), lane x on column
     blockIdx.y * 32 + x of its grid row (hinge_loss, col_dots)."""
@@ -419,7 +419,7 @@ def column_lane():
 
 
 def _device_functions():
-    return cuda.jit(device=True, inline=True)(_hinge_terms), cuda.jit(device=True, inline=True)(_is_active)
+    return device_function(_hinge_terms), device_function(_is_active)
 
 
 @kernel_cache

@@ -22,7 +22,7 @@ from numba import cuda, prange
 
 from .metrics import COSINE, L1, L2
 from .primitives import last_le_dev, lower_bound_cpu, lower_bound_dev
-from .jit import cpu_jit, cuda_kernel
+from .jit import cpu_jit, cuda_kernel, device_function
 
 
 @cpu_jit
@@ -187,7 +187,7 @@ def _make_block_start(lower_bound):
 
 
 block_start_cpu = numba.njit(inline="always")(_make_block_start(lower_bound_cpu))
-block_start_dev = cuda.jit(device=True, inline=True)(_make_block_start(lower_bound_dev))
+block_start_dev = device_function(_make_block_start(lower_bound_dev))
 
 
 @cuda_kernel

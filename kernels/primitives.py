@@ -1,6 +1,6 @@
 """Device building blocks, each written once as plain Python and compiled twice.
 
-``NAME_dev`` is the CUDA device function (``cuda.jit(device=True, inline=True)``: inlined into the
+``NAME_dev`` is the CUDA device function (``jit.device_function``: inlined into the
 calling kernel, which therefore compiles to the code it would have with the lines written out) and
 ``NAME_cpu`` the ``numba.njit(inline="always")`` twin that CPU twins call.
 
@@ -58,6 +58,7 @@ import numba
 from numba import cuda
 
 from .indices import U64
+from .jit import device_function
 
 
 # ----------------------------------------------------------------------------- scalar functions
@@ -264,8 +265,7 @@ def _make_block_tree_sum(barrier):
 
 # ----------------------------------------------------------------------------- the two compilations
 
-def _dev(fn):
-    return cuda.jit(device=True, inline=True)(fn)
+_dev = device_function
 
 
 def _cpu(fn):
@@ -283,7 +283,7 @@ _ascending_key_dev, _ascending_key_cpu = _dev(_ascending_key), _cpu(_ascending_k
 _no_barrier_cpu = _cpu(_no_barrier)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _sync():
     # a device function, not cuda.syncthreads itself: the simulator provides cuda.syncthreads only
     # inside running kernels
@@ -321,7 +321,7 @@ block_tree_sum_cpu = _cpu(_make_block_tree_sum(_no_barrier_cpu))
 
 # ----------------------------------------------------------------------------- device-only: a chunk's balanced walk
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def chunk_offsets(cnt, t_off, tid, block):
     """Every thread of a block brings ``cnt`` (its segment's length); t_off (int32, block + 1)
     becomes their exclusive prefix sum with t_off[block] = the total, which is returned.
@@ -347,7 +347,7 @@ def make_chunk_walk(visit):
     values. Synchronises after the scan (t_off complete) and at the end (start and t_off may be
     rewritten). Used by the blocked and grouped top-k kernels for their accumulation chunks.
     """
-    @cuda.jit(device=True, inline=True)
+    @device_function
     def walk(cnt, start, t_off, tid, block, ctx):
         total = chunk_offsets(cnt, t_off, tid, block)
         p = tid

@@ -17,9 +17,9 @@ from .linear_svm import rows_column_sum_dev
 from .primitives import (block_inclusive_scan2_dev, block_inclusive_scan_dev, block_tree_sum_dev,
                          lower_bound_dev, sort_pairs_ascending_dev)
 from .ranksvm import eval_row, make_items
-from .jit import cuda_kernel
+from .jit import cuda_kernel, device_function
 
-_eval_row_dev = cuda.jit(device=True, inline=True)(eval_row)
+_eval_row_dev = device_function(eval_row)
 
 
 @cuda_kernel
@@ -68,10 +68,10 @@ def _device_items():
     """The per-item functions as CUDA device functions (made on first use), then ``block_query``:
     (tid, st, n, base) of the calling thread, its block's query as query_rows gives it (n = -1
     past the last query), the prologue of every per-query kernel."""
-    items = make_items(lambda fn: cuda.jit(device=True, inline=True)(fn))
+    items = make_items(lambda fn: device_function(fn))
     query_rows = items[0]
 
-    @cuda.jit(device=True, inline=True)
+    @device_function
     def block_query(starts):
         st, n, base = query_rows(starts, cuda.blockIdx.x)
         return cuda.threadIdx.x, st, n, base

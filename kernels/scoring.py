@@ -52,7 +52,7 @@ from .primitives import block_exclusive_scan_dev, last_le_dev
 from .postings import term_maxabs_cpu  # noqa: F401 (kept for host code: gputext.distributed)
 from .select import (merge_sorted_lists, offer_cpu, rank_in_lists_dev, select_top_keys, topk_geometry, topk_scratch,
                      write_first_k)
-from .jit import cpu_jit, cuda_kernel
+from .jit import cpu_jit, cuda_kernel, device_function
 
 NEG_INF = -np.inf
 
@@ -89,8 +89,8 @@ def _score_key(metric, acc, scale, qn, dn):
 
 contribution_cpu = numba.njit(inline="always")(_contribution)
 score_key_cpu = numba.njit(inline="always")(_score_key)
-contribution_dev = cuda.jit(device=True, inline=True)(_contribution)
-score_key_dev = cuda.jit(device=True, inline=True)(_score_key)
+contribution_dev = device_function(_contribution)
+score_key_dev = device_function(_score_key)
 
 
 @cpu_jit(inline="always")
@@ -175,7 +175,49 @@ def norm_terms(d_sq, d_l1, metric):
 
 # ----------------------------------------------------------------------------- host: tiles of a search
 
-@cpu_jit(inline="always")
+@cpu_jit
+def merge_sort(a):
+    """Sort int64 a (n,) in place, ascending: a bottom-up merge of its ascending runs (tile_one's
+    keys come as one run per query, so log2(queries a tile) passes). np.sort would do, but its
+    quicksort adds 2-3 s of compiling to a command's first search (2-core VM, 2026-11-27)."""
+    n = a.shape[0]
+    bounds = np.empty(n + 1, np.int64)  # runs r = [bounds[r], bounds[r + 1])
+    runs = 0
+    for i in range(n):
+        if i == 0 or a[i] < a[i - 1]:
+            bounds[runs] = i
+            runs += 1
+    bounds[runs] = n
+    src = a
+    dst = np.empty(n, np.int64)
+    in_a = True
+    while runs > 1:
+        w = 0
+        for r in range(0, runs, 2):
+            lo = bounds[r]
+            mid = bounds[r + 1]
+            hi = bounds[r + 2] if r + 2 <= runs else mid
+            i = lo
+            j = mid
+            for o in range(lo, hi):
+                if j >= hi or (i < mid and src[i] <= src[j]):
+                    dst[o] = src[i]
+                    i += 1
+                else:
+                    dst[o] = src[j]
+                    j += 1
+            bounds[w] = lo
+            w += 1
+        bounds[w] = n
+        runs = w
+        src, dst = dst, src
+        in_a = not in_a
+    if not in_a:
+        for i in range(n):
+            a[i] = src[i]
+
+
+@cpu_jit
 def tile_one(g, q_indptr, q_indices, q_data, df, tile, term_order, scale, qn, self_doc, doc_lo, doc_hi,
              seg_off, seg, weights, qinfo):
     """Tile g of tile_inputs (below), which see; returns its postings."""
@@ -193,15 +235,20 @@ def tile_one(g, q_indptr, q_indices, q_data, df, tile, term_order, scale, qn, se
         qinfo[q, 1] = qn[q]
         qinfo[q, 2] = numba.float64(me - doc_lo) if doc_lo <= me < doc_hi else -1.0
         qinfo[q, 3] = numba.float64(q_indptr[q] - s0)  # its first segment in the tile, (query, term) order
-    order = np.argsort(key) if term_order and hi - lo > 1 else np.arange(n)
+    by_term = term_order and hi - lo > 1
+    if by_term:  # (term, query) order: sort key * 2^31 + segment (key < 2^32: terms * tile; segment < 2^31)
+        for j in range(n):
+            key[j] = (key[j] << 31) | j
+        merge_sort(key)
     o0 = s0 + g
     seg_off[o0] = 0
     total = numba.int64(0)
     for i in range(n):
-        j = order[i]
-        t = key[j] // tile
+        kk = key[i] >> 31 if by_term else key[i]
+        j = key[i] & 2147483647 if by_term else i
+        t = kk // tile
         seg[s0 + i, 0] = t
-        seg[s0 + i, 1] = key[j] - t * tile
+        seg[s0 + i, 1] = kk - t * tile
         weights[s0 + i] = q_data[s0 + j]
         total += df[t]
         seg_off[o0 + i + 1] = total
@@ -399,7 +446,7 @@ def threshold_cpu(q_indptr, q_indices, q_data, scale, qn, self_doc, after, term_
 
 # ----------------------------------------------------------------------------- GPU: scoring
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def threshold_hit_dev(acc, row, d, q, qinfo, dn, metric, min_key):
     """(hit, key) of document d < n_docs in query q's score row acc[row + d] (qinfo float64 (Q, 4)
     = (scale, norm term, self document, after)): a hit has key >= min_key, is not the query's own

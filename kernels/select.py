@@ -33,7 +33,7 @@ from ._factory import kernel_cache
 from .geometry import next_pow2
 from .primitives import (before_cpu, better_cpu, block_exclusive_scan_dev, better_dev, ordered_bits_dev,
                          sort_keys_ascending_dev, sort_keys_descending_dev, sort_pairs_best_first_dev)
-from .jit import cpu_jit
+from .jit import cpu_jit, device_function
 
 
 @cpu_jit(inline="always")
@@ -57,7 +57,7 @@ def offer_cpu(key, d, keys, docs, filled, k, larger):
     return filled
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def kth_largest_shared(vals, v, k, tid, block):
     """The k-th largest (k <= block) of vals (float64 shared [block], thread tid's value v at
     vals[tid], written and synchronised by the caller), returned to every thread: each thread
@@ -80,7 +80,7 @@ def kth_largest_shared(vals, v, k, tid, block):
     return vals[0]
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def first_k_by_counting(keys, docs, n, k, tmp_key, tmp_doc, tid, block):
     """Put the best min(k, n) of keys/docs[:n] (shared; documents distinct and >= 0) first, in
     _better order, without sorting: entry i's rank = the number of entries better than it
@@ -112,7 +112,7 @@ def make_segment_keys(key_of):
     key_of(loc, d, ctx) for document d = d_lo + loc when d < d_hi and d != me (the query's own
     document, or -1), else -inf; returns the largest key it wrote (select_top_keys' ``best``).
     ctx is a tuple of the caller's arrays and values. No synchronisation."""
-    @cuda.jit(device=True, inline=True)
+    @device_function
     def segment_keys(keys, n_items, d_lo, d_hi, me, tid, block, ctx):
         best = -math.inf
         for i in range(n_items):
@@ -128,7 +128,7 @@ def make_segment_keys(key_of):
     return segment_keys
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def select_top_keys(keys, items, best, base, k, cap, tmax, cand_key, cand_doc, counter, flags, tid, block,
                      counting):
     """Block-wide top-k of a segment's keys, in shared memory; every thread of the block calls it.
@@ -197,7 +197,7 @@ def topk_scratch(block: int, cap: int):
     calls it; select_top_keys also takes int32 flags [>= block], which a kernel may share with
     scratch of its own."""
 
-    @cuda.jit(device=True, inline=True)
+    @device_function
     def scratch():
         # one array a line: the simulator tells shared arrays apart by the line that declares them
         tmax = cuda.shared.array(block, numba.float64)
@@ -209,7 +209,7 @@ def topk_scratch(block: int, cap: int):
     return scratch
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def merge_sorted_lists(keys, docs, src_doc, src_key, lo, n_entries, k, width, tid, block):
     """Merge sorted top-k lists: entries e < n_entries of the lists src_doc int32 / src_key float64
     (n_lists, k) from list lo on (entry e is slot e % k of list lo + e // k) go into the shared
@@ -258,7 +258,7 @@ def _make_rank_in_lists(better):
     return rank_in_lists
 
 
-rank_in_lists_dev = cuda.jit(device=True, inline=True)(_make_rank_in_lists(better_dev))
+rank_in_lists_dev = device_function(_make_rank_in_lists(better_dev))
 rank_in_lists_cpu = numba.njit(inline="always")(_make_rank_in_lists(better_cpu))
 
 
@@ -282,7 +282,7 @@ def merge_rank_cpu(in_doc, in_key, group, k, out_doc, out_key):
                     out_key[q, g, r] = keys[e]
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def write_first_k(out_doc, out_key, docs, keys, k, tid, block):
     """out_doc[:k], out_key[:k] = docs[:k], keys[:k] (a selection's result row), threads strided."""
     for j in range(tid, k, block):
@@ -348,7 +348,7 @@ def _elem_py(keys, kidx, use_kidx, ordered_in, p, selfcol):
     return c
 
 
-_elem_dev = cuda.jit(device=True, inline=True)(_elem_py)
+_elem_dev = device_function(_elem_py)
 
 
 @lru_cache(maxsize=None)
@@ -358,7 +358,7 @@ def block_select_scratch(threads_per_block: int, buffer_size: int, max_candidate
     make_block_select's selection, declared once per kernel that calls it."""
     TPB, CAP, MAXC = int(threads_per_block), int(buffer_size), int(max_candidates)
 
-    @cuda.jit(device=True, inline=True)
+    @device_function
     def scratch():
         # one array a line: the simulator tells shared arrays apart by the line that declares them
         gmax = cuda.shared.array(TPB, int64)
@@ -405,7 +405,7 @@ def make_block_select(threads_per_block: int, buffer_size: int, max_candidates: 
     G0 = min(TPB, 64)
     UNR = 4  # list entries loaded per thread before any is used (phases A and B)
 
-    @cuda.jit(device=True, inline=True)
+    @device_function
     def load_round(vv, keys, kidx, use_kidx, ordered_in, p, lo, hi, selfcol):
         # UNR entries p, p + TPB, ... (0 past hi), every load issued before any is used
         for h in range(UNR):
@@ -414,7 +414,7 @@ def make_block_select(threads_per_block: int, buffer_size: int, max_candidates: 
             if q_ >= hi:
                 vv[h] = uint64(0)
 
-    @cuda.jit(device=True, inline=True)
+    @device_function
     def block_select(keys, kidx, use_kidx, ordered_in, lo, hi, selfcol, kprime, tid, gmax, buf, hist, st, sp, win):
         vv = cuda.local.array(UNR, uint64)
         G = G0

@@ -29,7 +29,7 @@ from numba import cuda, prange
 
 from ._factory import kernel_cache
 from .primitives import block_exclusive_scan_dev, block_tree_sum_dev, last_le_dev, lower_bound_cpu
-from .jit import cpu_jit, cuda_kernel
+from .jit import cpu_jit, cuda_kernel, device_function
 
 FIX_BITS = 40
 FIX_SCALE = float(2 ** FIX_BITS)
@@ -68,11 +68,11 @@ def _relevance_value(count, dv):
 
 
 fixed_weight = cpu_jit(_fixed_weight)
-_fixed_weight_dev = cuda.jit(device=True, inline=True)(_fixed_weight)
+_fixed_weight_dev = device_function(_fixed_weight)
 _neighbour_count_cpu = numba.njit(inline="always")(_neighbour_count)
-_neighbour_count_dev = cuda.jit(device=True, inline=True)(_neighbour_count)
+_neighbour_count_dev = device_function(_neighbour_count)
 _relevance_value_cpu = numba.njit(inline="always")(_relevance_value)
-_relevance_value_dev = cuda.jit(device=True, inline=True)(_relevance_value)
+_relevance_value_dev = device_function(_relevance_value)
 
 
 @cpu_jit

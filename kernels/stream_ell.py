@@ -46,7 +46,7 @@ from numba import cuda, prange
 
 from ._factory import kernel_cache
 from .primitives import better_cpu, better_dev, lower_bound_cpu, lower_bound_dev
-from .jit import cpu_jit, cuda_kernel
+from .jit import cpu_jit, cuda_kernel, device_function
 
 EMPTY = -1
 ALIGN = 32  # elements: 128 bytes for int32/float32 columns
@@ -114,10 +114,10 @@ def _make_slot(probe):
     return slot
 
 
-probe_dev = cuda.jit(device=True, inline=True)(_probe)
+probe_dev = device_function(_probe)
 probe_cpu = numba.njit(inline="always")(_probe)
-slot_dev = cuda.jit(device=True, inline=True)(_make_slot(probe_dev))
-offsets_dev = cuda.jit(device=True, inline=True)(_offsets)
+slot_dev = device_function(_make_slot(probe_dev))
+offsets_dev = device_function(_offsets)
 offsets_cpu = numba.njit(inline="always")(_offsets)
 slot_cpu = numba.njit(inline="always")(_make_slot(probe_cpu))
 SCAN_UNROLL = 8  # term loads a scanning thread issues at once (a fully unrolled loop in the kernel)

@@ -45,7 +45,7 @@ from .indices import U32, U64
 from .primitives import better_cpu, better_dev, sort_pairs_best_first_dev
 from .select import first_k_by_counting, offer_cpu
 from .scoring import score_key_cpu, score_key_dev
-from .jit import cpu_jit
+from .jit import cpu_jit, device_function
 
 
 # ----------------------------------------------------------------------------- per-item functions
@@ -91,7 +91,7 @@ def _make_doc_key(score_key):
 
 
 _host = numba.njit(inline="always")
-_device = cuda.jit(device=True, inline=True)
+_device = device_function
 unit_doc_cpu = _host(_unit_doc)  # the twins' enumeration of units
 unit_first_cpu, unit_first_dev = _host(_unit_first), _device(_unit_first)
 entry_doc_cpu, entry_doc_dev = _host(_entry_doc), _device(_entry_doc)
@@ -136,7 +136,7 @@ def shared_bytes(block: int, cap: int) -> int:
 
 # ----------------------------------------------------------------------------- device: block-wide steps
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def kth_best_shared(vk, vd, th_key, th_doc, key, d, k, tid, block):
     """th_key[0] / th_doc[0] (shared, one entry) = the k-th best of every thread's (key, d) in the
     tie rule's order, or (-inf, -1) when fewer than k threads hold a document (d >= 0): the pairs
@@ -153,7 +153,7 @@ def kth_best_shared(vk, vd, th_key, th_doc, key, d, k, tid, block):
     cuda.syncthreads()  # theta visible, vk / vd read
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _offer(key, d, ok, tk, td, cand_key, cand_doc, cap, counter):
     """(key, d) to the next candidate slot (shared atomic counter) when ok and at least theta
     (tk, td); slots past cap are counted, not written."""
@@ -173,7 +173,7 @@ def make_gather(fetch):
     again (the module docstring: why this ends and stays exact). Items are fetched four at a
     time, their loads issued together. Returns n <= cap (the same in every thread).
     Synchronises."""
-    @cuda.jit(device=True, inline=True)
+    @device_function
     def gather(n_items, th_key, th_doc, cand_key, cand_doc, cap, counter, k, tid, block, ctx):
         while True:
             if tid == 0:
@@ -207,7 +207,7 @@ def make_gather(fetch):
     return gather
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _best(key, d, bk, bd):
     """The better of (key, d) and (bk, bd) in the tie rule's order."""
     if better_dev(key, d, bk, bd):
@@ -215,14 +215,14 @@ def _best(key, d, bk, bd):
     return bk, bd
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _unit_max(i, ctx):
     """Unit i's best (key, document) of score row q. ctx = (ukey, udoc, q)."""
     ukey, udoc, q = ctx
     return ukey[q, U64(i)], udoc[q, U64(i)]
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _unit_entry(i, ctx):
     """Entry i of the listed units' documents (unit m = i // (items * unit), its entry_doc from
     its first document base[m]): (key, document), or (-inf, -1) past the unit's accumulation block
@@ -241,7 +241,7 @@ _gather_units = make_gather(_unit_max)
 _gather_entries = make_gather(_unit_entry)
 
 
-@cuda.jit(device=True, inline=True)
+@device_function
 def _order_first_k(cand_key, cand_doc, n, k, cap, vk, vd, tid, block):
     """The best min(n, k) of cand_*[:n] first, best first: by counting ranks (n^2 / block
     comparisons a thread) when n <= 4 * block, else a bitonic sort of the next power of two

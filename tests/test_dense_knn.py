@@ -287,8 +287,8 @@ def test_gemm_kernel_keeps_accumulators_in_registers_and_uses_vector_loads():
     """The default 128x128x16 GEMM: no local memory (spilled accumulators), the slice unrolled with
     128-bit shared loads (4 per term step, a few may split), one barrier per slice plus the prologue's,
     and the product loop free of numba's negative-index wraparound selects."""
-    from numba import cuda
-    ptx, _ = cuda.compile_ptx(kd.make_gemm_kernel(128, 128, 16, 8, 8, False).py_func, kd._KEYS_SIG, cc=(9, 0))
+    from gputext.kernels.jit import compile_ptx
+    ptx = compile_ptx(kd.make_gemm_kernel(128, 128, 16, 8, 8, False), kd._KEYS_SIG, cc=(9, 0))
     assert "ld.local" not in ptx and "st.local" not in ptx
     assert ptx.count("ld.shared.v4.f32") >= 60 and ptx.count("fma.rn.f32") >= 16 * 64
     assert ptx.count("bar.sync") == 2
