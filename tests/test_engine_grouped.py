@@ -167,3 +167,19 @@ def test_parallel_postings_build_equals_serial(n_chunks):
     parallel = postings.build_postings(*arrays, 40, n_chunks=n_chunks)
     for a, b in zip(serial, parallel):
         assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_merge_sort_equals_numpy_sort_on_runs_and_random_keys():
+    """tile_one's sort (kernels.scoring.merge_sort): ascending runs (one per query, its usual
+    input), random keys with repeats, and the corner sizes 0, 1 and 2."""
+    from gputext.kernels.scoring import merge_sort
+    rng = np.random.default_rng(7)
+    cases = [np.zeros(0, np.int64), np.array([5], np.int64), np.array([2, 1], np.int64), np.arange(9, dtype=np.int64)]
+    for _ in range(40):
+        runs = [np.sort(rng.integers(0, 1000, rng.integers(0, 40))) for _ in range(rng.integers(1, 13))]
+        cases.append(np.concatenate(runs).astype(np.int64))
+        cases.append(rng.integers(-50, 50, rng.integers(0, 300)).astype(np.int64))
+    for keys in cases:
+        got = keys.copy()
+        merge_sort(got)
+        assert np.array_equal(got, np.sort(keys))
