@@ -28,7 +28,8 @@ first-answer  2*10^7 documents (gpu_dask_multi.py's chunk files, made here by --
               2*10^7 on 1 GPU (issue 34).
 meta          meta-features (k = 30, cosine/L1/L2 + centroids) of 10,000 queries against 10^7
               training documents (the first chunk files of first-answer's corpus) with 20 classes:
-              compute_metafeatures(train_rows=False); read (this process, read_row_pieces + labels).
+              compute_metafeatures(train_rows=False), on the cluster with train_path (each worker reads
+              its rows and orders them by class); read (this process, read_row_pieces + labels).
 kill          a worker killed mid-search on the cluster: DistributedIndex.from_path over the 10^7
               documents, 10,000 queries in batches of 500 (read, first call, steady), then the same
               search again with one worker SIGKILLed a third of the way in (its tasks re-run on the
@@ -384,8 +385,9 @@ def meta(a, client, workers, report):
     (X, y, n_classes), read_s = timed(lambda: read_labelled(paths))
     a.queries = int(a.sizes["meta_queries"])
     Q = multi.queries(a, df, ref_docs)
-    run = lambda X_, Q_, client_: compute_metafeatures(X_, y[:X_.shape[0]], n_classes, Q_, k=30, method="inverted",  # noqa: E731
-                                                       device=a.device, train_rows=False, client=client_)
+    run = lambda X_, Q_, client_, path=None: compute_metafeatures(  # noqa: E731
+        X_, y[:X_.shape[0]], n_classes, Q_, k=30, method="inverted", device=a.device, train_rows=False, client=client_,
+        train_path=path)
     (_, warm_s) = timed(lambda: (run(X[:20000], Q[:50], None), run(X[:20000], Q[:50], client)))  # compile / load
     release_everywhere(client)
     report.row("meta-features", "read (this process) / warm-ups", f"{read_s:.1f} s / {warm_s:.1f} s",
@@ -398,7 +400,9 @@ def meta(a, client, workers, report):
         st = m.info.get("stages", {})
         return {"stages_ms": {k: round(v, 1) for k, v in st.items() if isinstance(v, (int, float))}}
 
-    out = compare(a, "meta", "meta-features", report, lambda: run(X, Q, None), lambda: run(X, Q, client), same, details)
+    # the cluster's workers read their rows from the chunk files and order them by class themselves
+    out = compare(a, "meta", "meta-features", report, lambda: run(X, Q, None), lambda: run(X, Q, client, paths), same,
+                  details)
     out.update(generate_s=gen_s, read_s=read_s, warmup_s=warm_s, docs=X.shape[0], nnz=X.nnz, queries=Q.shape[0],
                classes=n_classes)
     return out

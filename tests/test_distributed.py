@@ -109,6 +109,34 @@ def test_metafeatures_identical(client, X, Q):
     assert np.array_equal(want.train, got.train) and np.array_equal(want.queries, got.queries)
 
 
+@pytest.mark.parametrize("n_shards", [1, 2, 3])
+def test_metafeatures_from_the_file_identical(client, X, Q, tmp_path, n_shards):
+    """train_path: each worker reads its rows and orders them by class itself (nothing shipped but
+    labels); unlabelled rows and an empty class; the training rows' own meta-features too."""
+    from gputext.knn.metafeatures import compute_metafeatures
+    y = np.random.default_rng(3).integers(-1, 4, X.shape[0])
+    y[y == 3] = 2  # class 3 empty
+    path = str(tmp_path / "train.h5")
+    write_corpus(Corpus(X), path)
+    want = compute_metafeatures(X, y, 4, Q, k=5, method="inverted", device="cpu")
+    index = DistributedIndex.from_path(path, client, n_shards=n_shards, labels=y, n_classes=4)
+    try:
+        assert index.n_docs == int((y >= 0).sum()) and [s.docs for s in index.shards][-1][1] == index.n_docs
+        with pytest.raises(InputError, match="grouped searches only"):
+            index.search_threshold(Q, 0.5)
+    finally:
+        index.close()
+    got = compute_metafeatures(X, y, 4, Q, k=5, device="cpu", client=client, train_path=path)
+    assert np.array_equal(want.train, got.train) and np.array_equal(want.queries, got.queries)
+    other = X.copy()
+    other.data[0] = 0
+    other.eliminate_zeros()
+    with pytest.raises(InputError, match="not the file it was read from"):
+        compute_metafeatures(other, y, 4, Q, k=5, device="cpu", client=client, train_path=path)
+    with pytest.raises(InputError, match="labels for 319 documents"):
+        compute_metafeatures(X[:-1], y[:-1], 4, Q, k=5, device="cpu", client=client, train_path=path)
+
+
 def test_star_graph_and_clusters_identical(client, X):
     from gputext.cluster.star import cluster_star
     want = cluster_star(X, 0.3, "cpu", shards=3, batch_size=50)

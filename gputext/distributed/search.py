@@ -31,19 +31,26 @@ class DistributedIndex:
     from_path(path, client): each worker reads its rows of the corpus file (shared filesystem);
     from_path([path, ...], client): a corpus stored as several files, rows concatenated in order;
     from_csr(X, client): the client's CSR rows are scattered once, one block to each worker.
+    from_path(path, client, labels=y, n_classes=c): only the rows in a class (y >= 0), each
+    worker's rows ordered by class (shards.ByLabel): the index of a grouped search by class
+    (meta-features) without the client ordering and shipping the matrix. Its documents: shard
+    after shard, each shard's by class then row (``doc_of_row``).
     n_shards: default one per worker; workers: the worker addresses to use (default all).
     ``cuts``: row offsets whose suffix term maxima to know (the star graph's row shards; 0 always).
     """
 
     def __init__(self, client, source: S.Source, indptr: np.ndarray, X=None, n_shards: int | None = None,
-                 cuts=(0,), quiet: bool = True, workers=None):
+                 cuts=(0,), quiet: bool = True, workers=None, labels=None, n_classes: int = 0):
         self.client = client
         self.source = source
         self.X = X  # the client's matrix (from_csr), else None
         self.shards = S.plan_shards(indptr, list(workers) if workers else worker_addresses(client), n_shards)
         self.blocks = [None] * len(self.shards)
+        self.by_label = labels is not None
         if X is not None:  # one block per shard, scattered once to its worker
             self.blocks = [client.scatter(X[s.lo:s.hi], workers=[s.worker], hash=False) for s in self.shards]
+        elif self.by_label:
+            self._plan_by_label(np.asarray(labels, np.int64), int(n_classes), cuts)
         self.cuts = tuple(sorted({0, *(int(c) for c in cuts)}))
         parts = gather(client, [submit(client, S.task_term_maxabs, s, source, s, b, self.cuts)
                                 for s, b in zip(self.shards, self.blocks)], f"indexing {self._name()}")
@@ -52,11 +59,12 @@ class DistributedIndex:
         self.quiet = quiet
 
     @classmethod
-    def from_path(cls, path, client, n_shards: int | None = None, cuts=(0,), quiet: bool = True, workers=None):
+    def from_path(cls, path, client, n_shards: int | None = None, cuts=(0,), quiet: bool = True, workers=None,
+                  labels=None, n_classes: int = 0):
         source, indptr = S.file_source(path)
         if source.n_docs == 0:
             raise InputError(f"{source.name}: the corpus has zero documents")
-        return cls(client, source, indptr, None, n_shards, cuts, quiet, workers)
+        return cls(client, source, indptr, None, n_shards, cuts, quiet, workers, labels, n_classes)
 
     @classmethod
     def from_csr(cls, X, client, n_shards: int | None = None, cuts=(0,), quiet: bool = True, workers=None):
@@ -65,9 +73,32 @@ class DistributedIndex:
             raise InputError("the indexed matrix contains NaN or infinite weights")
         return cls(client, S.array_source(X), X.indptr.astype(np.int64), X, n_shards, cuts, quiet, workers)
 
+    def _plan_by_label(self, labels: np.ndarray, n_classes: int, cuts) -> None:
+        """Each shard's ByLabel block (its rows' labels) and document numbers; doc_of_row int64
+        (rows,): the document each row became, -1 for a row in no class."""
+        if labels.shape != (self.source.n_docs,):
+            raise InputError(f"{self.source.name} holds {self.source.n_docs} documents, labels for {labels.size} "
+                             "documents were given")
+        if labels.size and (labels.max() >= n_classes or labels.min() < -1):
+            raise InputError(f"labels must be class codes in [0, {n_classes}) or -1")
+        if tuple(cuts) != (0,):
+            raise InputError("an index by class has no row cuts")
+        shards, blocks, at = [], [], 0
+        self.doc_of_row = np.full(labels.size, -1, np.int64)
+        for s in self.shards:
+            block = S.ByLabel(labels[s.lo:s.hi], n_classes)
+            order = block.order()
+            self.doc_of_row[s.lo + order] = at + np.arange(order.size)
+            shards.append(S.Shard(s.position, s.lo, s.hi, s.worker, at, at + order.size))
+            blocks.append(self.client.scatter(block, workers=[s.worker], hash=False))
+            at += order.size
+        self.shards, self.blocks, self.n_labelled = shards, blocks, at
+        counts = np.bincount(labels[labels >= 0], minlength=n_classes)
+        self.class_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # the classes as groups
+
     @property
     def n_docs(self) -> int:
-        return self.source.n_docs
+        return self.n_labelled if self.by_label else self.source.n_docs
 
     @property
     def n_terms(self) -> int:
@@ -169,6 +200,8 @@ class DistributedIndex:
         """As gputext.engine.search_threshold: CSR float32 (n_q, n_docs). Q may be ('rows', lo, hi)
         of this corpus. term_maxabs_from: score with the term maxima of rows >= that cut (one of
         ``cuts``), as an engine Index of X[cut:] would (the star graph's row shards)."""
+        if self.by_label:
+            raise InputError("an index by class answers grouped searches only")
         if not np.isfinite(threshold):
             raise InputError(f"threshold must be a finite number, got {threshold!r}")
         _code(metric)
@@ -212,7 +245,12 @@ class DistributedIndex:
         if out is not None and (not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.ndim != 3
                                 or not out.flags.c_contiguous or out.shape[:2] != (n_q, n_g) or out.shape[2] < n_m * k):
             raise InputError(f"out must be a C-contiguous float32 array ({n_q}, {n_g}, >= {n_m * k})")
-        wanted = lambda s, lo, hi: bool(np.any((g[:-1] < s.hi) & (g[1:] > s.lo)))  # noqa: E731
+        if self.by_label:  # each shard's groups are its own classes
+            if not np.array_equal(g, self.class_ptr):
+                raise InputError("an index by class is searched with its classes as the groups (class_ptr)")
+            wanted = lambda s, lo, hi: s.doc_hi > s.doc_lo  # noqa: E731
+        else:
+            wanted = lambda s, lo, hi: bool(np.any((g[:-1] < s.hi) & (g[1:] > s.lo)))  # noqa: E731
         # the run is synchronous: host work first would serialise; submit, work, then collect
         args = (S.task_grouped, Qarg, n_q, batch_size, quiet,
                 lambda lo, hi: (int(k), g, metrics, device, self_doc[lo:hi], batch_size), wanted)

@@ -50,12 +50,47 @@ class Source:
 
 @dataclass(frozen=True)
 class Shard:
-    """Rows [lo, hi) of the source, at ``position`` in the merge order, preferably on ``worker``."""
+    """Rows [lo, hi) of the source, at ``position`` in the merge order, preferably on ``worker``.
+    Its documents are numbered [doc_lo, doc_hi) in the index (the rows' numbers, unless the
+    index orders each shard's rows by class: ByLabel)."""
 
     position: int
     lo: int
     hi: int
     worker: str
+    doc_lo: int = -1
+    doc_hi: int = -1
+
+    @property
+    def docs(self) -> tuple[int, int]:
+        """[first, end) of the shard's document numbers."""
+        return (self.lo, self.hi) if self.doc_lo < 0 else (self.doc_lo, self.doc_hi)
+
+
+class ByLabel:
+    """A shard indexed by class: of its rows (labels int64 (rows,), -1 for a row in no class, left
+    out), those in a class ordered by (class, row), so that each class is one group of the shard's
+    documents (group_ptr int64 (n_classes + 1,)). Scattered once to the shard's worker in place of
+    a block of rows, which the worker reads from the file. Within a class the order is the file's,
+    as in an index of the whole class-ordered matrix: scores and the tie rule's order agree."""
+
+    def __init__(self, labels: np.ndarray, n_classes: int):
+        self.labels = np.ascontiguousarray(labels, np.int64)
+        self.n_classes = int(n_classes)
+
+    def order(self) -> np.ndarray:
+        """The shard's rows (local numbers) in document order: in a class, by class then row."""
+        inside = np.flatnonzero(self.labels >= 0)
+        return inside[np.argsort(self.labels[inside], kind="stable")]
+
+    def group_ptr(self) -> np.ndarray:
+        counts = np.bincount(self.labels[self.labels >= 0], minlength=self.n_classes)
+        return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    @property
+    def token(self) -> str:
+        import hashlib
+        return "by-label:" + hashlib.sha256(self.labels.tobytes()).hexdigest()[:16] + f":{self.n_classes}"
 
 
 def file_source(paths) -> tuple[Source, np.ndarray]:
@@ -144,13 +179,16 @@ def shard_index(source: Source, shard: Shard, block):
     from ..engine import Index
     from .client import limit_threads
     limit_threads()
-    key = (source.token, shard.lo, shard.hi)
+    by_label = isinstance(block, ByLabel)
+    key = (source.token, shard.lo, shard.hi) + ((block.token,) if by_label else ())
     index = _CACHE.get(key)
     if index is None:
-        X = block if block is not None else read_source_rows(source, shard.lo, shard.hi)
+        X = block if block is not None and not by_label else read_source_rows(source, shard.lo, shard.hi)
         if X.shape != (shard.hi - shard.lo, source.n_terms):
             raise InputError(f"shard rows [{shard.lo}, {shard.hi}) on {_where()} have shape {X.shape}, expected "
                              f"({shard.hi - shard.lo}, {source.n_terms}): the corpus changed while in use")
+        if by_label:
+            X = X[block.order()]
         index = Index.from_csr(X)  # postings built on first search, kept with the Index
         _CACHE[key] = index
     return index
@@ -190,8 +228,9 @@ def query_rows(source: Source, queries):
 def local_docs(docs: np.ndarray, shard: Shard) -> np.ndarray:
     """Global document indices (int64, -1 none) -> the shard's local ones (-1 outside it)."""
     docs = np.asarray(docs, np.int64)
-    inside = (docs >= shard.lo) & (docs < shard.hi)
-    return np.where(inside, docs - shard.lo, -1)
+    lo, hi = shard.docs
+    inside = (docs >= lo) & (docs < hi)
+    return np.where(inside, docs - lo, -1)
 
 
 def task_topk(source: Source, shard: Shard, block, maxabs, queries, k, metric, device, self_doc, batch_size):
@@ -200,7 +239,7 @@ def task_topk(source: Source, shard: Shard, block, maxabs, queries, k, metric, d
     index = shard_index(source, shard, block).with_term_maxabs(maxabs)
     docs, keys = search_topk_keys(index, query_rows(source, queries), k, metric, device,
                                   exclude_self=local_docs(self_doc, shard), batch_size=batch_size, quiet=True)
-    return np.where(docs >= 0, docs + shard.lo, -1).astype(np.int32), keys
+    return np.where(docs >= 0, docs + shard.docs[0], -1).astype(np.int32), keys
 
 
 def task_threshold(source: Source, shard: Shard, block, maxabs, queries, threshold, metric, device, self_doc,
@@ -217,11 +256,16 @@ def task_threshold(source: Source, shard: Shard, block, maxabs, queries, thresho
 def task_grouped(source: Source, shard: Shard, block, maxabs, queries, k, groups, metrics, device, self_doc,
                  batch_size):
     """The shard's part of every group: (scores float32 (n_q, n_groups, n_metrics, k), NaN none;
-    docs int64 global, -1 none)."""
+    docs int64 global, -1 none). Groups are ranges of the index's documents, or with a ByLabel
+    block the shard's own classes."""
     from ..engine import search_topk_grouped
     index = shard_index(source, shard, block).with_term_maxabs(maxabs)
-    local_groups = np.clip(np.asarray(groups, np.int64) - shard.lo, 0, shard.hi - shard.lo)
+    lo, hi = shard.docs
+    if isinstance(block, ByLabel):
+        local_groups = block.group_ptr()
+    else:
+        local_groups = np.clip(np.asarray(groups, np.int64) - lo, 0, hi - lo)
     scores, docs = search_topk_grouped(index, query_rows(source, queries), k, local_groups, metrics, device,
                                        exclude_self=local_docs(self_doc, shard), pad="nan", batch_size=batch_size,
                                        quiet=True)
-    return scores, np.where(docs >= 0, docs + shard.lo, -1)
+    return scores, np.where(docs >= 0, docs + lo, -1)

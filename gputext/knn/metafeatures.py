@@ -103,7 +103,7 @@ def centroid_features(Q: sp.csr_matrix, Xc: sp.csr_matrix, own: np.ndarray, sq: 
 
 def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: int = 30, method: str = "auto",
                          device: str | Backend = "auto", categories=None, quiet: bool = True,
-                         train_rows: bool = True, client=None) -> MetaFeatures:
+                         train_rows: bool = True, client=None, train_path=None) -> MetaFeatures:
     """Meta-features of every training document (left out of its own class) and of every query.
     ``train_rows=False``: the queries' only (MetaFeatures.train is then empty), at the cost of the
     queries alone (gputext.KNNMetaFeatures.transform).
@@ -113,7 +113,10 @@ def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: in
     None. method: inverted | dense | auto (dense_fits on the training matrix). Returns MetaFeatures.
     client: a dask.distributed Client: the grouped search runs on its workers (the class-ordered
     training rows scattered over them, gputext.distributed), the centroid columns here; identical
-    values (inverted method only).
+    values (inverted method only). train_path: the corpus file (or files, rows in order) X_train
+    was read from; with a client each worker then reads its own rows there and orders them by
+    class itself (DistributedIndex.from_path with labels), so that nothing is shipped but labels:
+    identical values again, since within a class every worker keeps the file's order.
     """
     from .method import choose_method
 
@@ -153,7 +156,7 @@ def compute_metafeatures(X_train, y_train, n_classes: int, X_queries=None, k: in
         sq, l1 = _row_norms(Q)
         M = _dense_per_class(X_train, y, n_classes, Q, k, backend, sq, l1, quiet, info, lead)
     else:
-        M = _grouped(X_train, y, n_classes, Q, k, backend, quiet, info, lead, client, device)
+        M = _grouped(X_train, y, n_classes, Q, k, backend, quiet, info, lead, client, device, train_path)
         info["stages"]["prepare_ms"] = 1e3 * (t0 - t_start)  # validation, stacking, method choice
     info["seconds"] = time.perf_counter() - t0
     names = column_names(categories if categories is not None else range(n_classes), k)
@@ -170,7 +173,8 @@ def _vstack(A: sp.csr_matrix, B: sp.csr_matrix) -> sp.csr_matrix:
     return out
 
 
-def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info, lead: int, client=None, device="auto") -> np.ndarray:
+def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info, lead: int, client=None, device="auto",
+             train_path=None) -> np.ndarray:
     """Inverted method: one engine index over the labelled training documents ordered by class
     (classes are contiguous groups), one grouped search for cosine, l1 and l2 at once writing
     straight into the meta-feature matrix, then the centroid columns for all classes at once.
@@ -193,18 +197,30 @@ def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info, lead: int, clien
     else:
         from ..distributed import DistributedIndex
         from ..distributed.knn import as_device
-        index = DistributedIndex.from_csr(X_train[order], client, quiet=quiet)
+        if train_path is None:
+            index = DistributedIndex.from_csr(X_train[order], client, quiet=quiet)
+        else:
+            index = DistributedIndex.from_path(train_path, client, quiet=quiet, labels=y, n_classes=n_classes)
+            if (index.source.n_docs, index.source.n_terms, index.source.nnz) != (X_train.shape[0], X_train.shape[1],
+                                                                                  X_train.nnz):
+                index.close()
+                raise InputError(f"{index.source.name} holds {index.source.n_docs} x {index.source.n_terms} with "
+                                 f"{index.source.nnz} nonzeros, the training matrix {X_train.shape[0]} x "
+                                 f"{X_train.shape[1]} with {X_train.nnz}: not the file it was read from")
         search = lambda *a, **kw: index.search_topk_grouped(*a, as_device(device), **kw)  # noqa: E731
     self_doc = np.full(n_all, -1, np.int64)
     if lead:
-        self_doc[order] = np.arange(order.size)
+        if client is not None and train_path is not None:
+            self_doc[:lead] = index.doc_of_row
+        else:
+            self_doc[order] = np.arange(order.size)
     M = np.empty((n_all, n_classes, width), np.float32)
     stages = {"index_ms": 1e3 * (time.perf_counter() - t)}
     centroids = np.empty((n_all, n_classes, 2), np.float32)
 
     def centroid_columns():  # host work, overlapped with the device's on cuda
         t = time.perf_counter()
-        ip, ix, dx = csr_arrays(index.X)
+        ip, ix, dx = csr_arrays(index.X if index.X is not None else X_train[order])
         S, ss = kc.group_sums_cpu(ip, ix, dx, group_ptr, index.n_terms)
         own_group = np.full(n_all, -1, np.int64)
         own_group[:lead] = y[:lead]
