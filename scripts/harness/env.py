@@ -20,7 +20,10 @@ def _version(name: str) -> str | None:
 
 
 def git_commit() -> str | None:
-    """The checkout's commit (None where the copy has no .git, as on the device host)."""
+    """The checkout's commit: $GPUTEXT_BENCH_COMMIT where set (the device host's copy of the
+    checkout may carry a stale .git; benchmarks.records does the same), else git's; None without."""
+    if os.environ.get("GPUTEXT_BENCH_COMMIT"):
+        return os.environ["GPUTEXT_BENCH_COMMIT"]
     try:
         out = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
                              timeout=5)
