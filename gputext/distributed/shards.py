@@ -188,7 +188,8 @@ def shard_index(source: Source, shard: Shard, block):
             raise InputError(f"shard rows [{shard.lo}, {shard.hi}) on {_where()} have shape {X.shape}, expected "
                              f"({shard.hi - shard.lo}, {source.n_terms}): the corpus changed while in use")
         if by_label:
-            X = X[block.order()]
+            from ..kernels.csr_rows import take_rows
+            X = take_rows(X, block.order())
         index = Index.from_csr(X)  # postings built on first search, kept with the Index
         _CACHE[key] = index
     return index

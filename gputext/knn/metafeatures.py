@@ -182,6 +182,7 @@ def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info, lead: int, clien
     from ..engine import Index, search_topk_grouped
     from ..io.corpus import csr_arrays
     from ..kernels import centroids as kc
+    from ..kernels.csr_rows import take_rows
 
     n_all = Q.shape[0]
     width = 3 * k + 2
@@ -192,13 +193,13 @@ def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info, lead: int, clien
     group_ptr = np.zeros(n_classes + 1, np.int64)
     np.cumsum(counts, out=group_ptr[1:])
     if client is None:
-        index = Index.from_csr(X_train[order])
+        index = Index.from_csr(take_rows(X_train, order))
         search = lambda *a, **kw: search_topk_grouped(index, *a, backend, **kw)  # noqa: E731
     else:
         from ..distributed import DistributedIndex
         from ..distributed.knn import as_device
         if train_path is None:
-            index = DistributedIndex.from_csr(X_train[order], client, quiet=quiet)
+            index = DistributedIndex.from_csr(take_rows(X_train, order), client, quiet=quiet)
         else:
             index = DistributedIndex.from_path(train_path, client, quiet=quiet, labels=y, n_classes=n_classes)
             if (index.source.n_docs, index.source.n_terms, index.source.nnz) != (X_train.shape[0], X_train.shape[1],
@@ -220,7 +221,7 @@ def _grouped(X_train, y, n_classes, Q, k, backend, quiet, info, lead: int, clien
 
     def centroid_columns():  # host work, overlapped with the device's on cuda
         t = time.perf_counter()
-        ip, ix, dx = csr_arrays(index.X if index.X is not None else X_train[order])
+        ip, ix, dx = csr_arrays(index.X if index.X is not None else take_rows(X_train, order))
         S, ss = kc.group_sums_cpu(ip, ix, dx, group_ptr, index.n_terms)
         own_group = np.full(n_all, -1, np.int64)
         own_group[:lead] = y[:lead]

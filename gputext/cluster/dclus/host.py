@@ -223,17 +223,6 @@ def upper_owner_rows(indptr, indices, weights, rows):
     return ptr, out_idx, out_w
 
 
-@cpu_jit(parallel=True)
-def gather_rows_into(indptr, indices, weights, rows, out_ptr, out_idx, out_w):
-    for k in numba.prange(rows.shape[0]):
-        v = rows[k]
-        s = indptr[v]
-        d = out_ptr[k]
-        for p in range(indptr[v + 1] - s):
-            out_idx[d + p] = indices[s + p]
-            out_w[d + p] = weights[s + p]
-
-
 # ----------------------------------------------------------------------------- symmetric rows, degree sums
 
 @cpu_jit(parallel=True)

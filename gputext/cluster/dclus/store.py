@@ -48,8 +48,9 @@ from ...io.append import growable
 from ...io.commit import committed_length, current_lengths, read_committed, write_record
 from ...io.corpus import corpus_shape, growable_chunk, str_values
 from ...kernels import star as kstar
+from ...kernels.csr_rows import gather_rows
 from ..graph import StarGraph
-from .host import fnv1a64, gather_rows_into, symmetric_from_owner, upper_owner_rows
+from .host import fnv1a64, symmetric_from_owner, upper_owner_rows
 from .pccs import PCCs, pcc_layout
 
 GRAPH_KEY = "uns/gputext/star/graph"
@@ -313,19 +314,6 @@ def load_pcc_rows(f: h5py.File, meta: GraphOnDisk, pccs: np.ndarray, extra: int 
         if hi > lo:
             ds.read_direct(buf, np.s_[lo:hi], np.s_[at:at + hi - lo])
     return positions, row_start, row_len, buf
-
-
-def gather_rows(indptr, indices, weights, rows):
-    """Rows ``rows`` of a CSR, concatenated: (ptr int64 (len+1,), indices, weights)."""
-    rows = np.asarray(rows, np.int64)
-    lengths = indptr[rows + 1] - indptr[rows]
-    ptr = np.zeros(len(rows) + 1, np.int64)
-    np.cumsum(lengths, out=ptr[1:])
-    out_idx = np.empty(ptr[-1], indices.dtype)
-    out_w = np.empty(ptr[-1], weights.dtype)
-    if len(rows):
-        gather_rows_into(indptr, indices, weights, rows, ptr, out_idx, out_w)
-    return ptr, out_idx, out_w
 
 
 
