@@ -22,7 +22,7 @@ demo: $(STAMP)
 	@mkdir -p $(DEMO)
 	$(BIN)/gputext doctor
 	@if $(BIN)/python -c "import sys; from gputext.backend import resolve; sys.exit(resolve('auto').name != 'cuda')"; then \
-	  $(BIN)/gputext doctor --compile; fi  # a GPU: every command's kernels into the kernel cache, once
+	  $(BIN)/gputext doctor --compile --jobs 0; fi  # a GPU: every command's kernels into the kernel cache, once
 	$(BIN)/gputext corpus synth --preset demo -o $(DEMO)/corpus.h5
 	$(BIN)/gputext corpus info $(DEMO)/corpus.h5
 	$(BIN)/gputext corpus split $(DEMO)/corpus.h5 --test-size 0.2 --seed 1 -o $(DEMO)/split

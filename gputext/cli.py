@@ -100,10 +100,13 @@ def cli():
                    "later processes load them), with a progress bar and the time each step took.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
               help="With --compile: the device to compile for (auto: the GPU when one is usable).")
+@click.option("--jobs", type=click.IntRange(0), default=1, show_default=True,
+              help="With --compile: run the steps in this many processes at once (0: one a CPU core, at most "
+                   "as many as there are steps).")
 @click.option("--clear-cache", is_flag=True,
               help="Remove the kernel cache's folders of other code versions (and this one's with --compile, "
                    "before compiling afresh).")
-def doctor(scheduler, compile_, device, clear_cache):
+def doctor(scheduler, compile_, device, clear_cache, jobs):
     """Print versions, the CUDA device and driver (or why there is none), what --device auto picks,
     and where the kernel cache is.
 
@@ -117,6 +120,7 @@ def doctor(scheduler, compile_, device, clear_cache):
     Example:
       gputext doctor
       gputext doctor --compile
+      gputext doctor --compile --jobs 0
       gputext doctor --scheduler tcp://head:8786
     """
     import numba
@@ -153,7 +157,7 @@ def doctor(scheduler, compile_, device, clear_cache):
     from .distributed.client import versions
     dask_versions = versions()
     click.echo("dask        " + ", ".join(f"{name} {v}" for name, v in dask_versions.items()))
-    _kernel_cache(compile_, device, clear_cache)
+    _kernel_cache(compile_, device, clear_cache, jobs)
     click.echo(f"server      {_server_line()}")
     if scheduler:
         from .distributed.client import connect, describe_cluster
@@ -177,8 +181,8 @@ def _server_line() -> str:
     return f"{key.server_state(server_key)}, socket {path} (gputext daemon status)"
 
 
-def _kernel_cache(compile_: bool, device: str, clear_cache: bool) -> None:
-    """doctor's kernel-cache lines: the folder and its entries; --clear-cache, --compile."""
+def _kernel_cache(compile_: bool, device: str, clear_cache: bool, jobs: int = 1) -> None:
+    """doctor's kernel-cache lines: the folder and its entries; --clear-cache, --compile (--jobs)."""
     from .kernels.jit import cache_folder, clear_other_versions, why_not_cached
     from .warmup import WARMUP_STEPS, cache_entries, compile_all
 
@@ -197,20 +201,24 @@ def _kernel_cache(compile_: bool, device: str, clear_cache: bool) -> None:
         return
     from .backend import resolve
     backend = resolve(device)
+    if jobs == 0:
+        jobs = max(1, min(os.cpu_count() or 1, len(WARMUP_STEPS)))
     done = []
     t0 = time.perf_counter()
     with click.progressbar(length=len(WARMUP_STEPS), label=f"compiling for {backend.describe()}", file=sys.stderr,
                            show_pos=True, item_show_func=lambda label: label) as bar:
-        def on_step(label):
+        def on_step(label):  # a step starts in this process, or ends in a job's
             if done:
                 bar.update(1, done[-1])
             done.append(label)
-        report = compile_all(cli, backend.name, on_step=on_step)
+        report = compile_all(cli, backend.name, on_step=on_step, jobs=jobs)
         bar.update(1, done[-1])
     for label, seconds, added in report.steps:
-        click.echo(f"  {label:<26} {seconds:7.2f} s  {added:4d} new entries")
+        click.echo(f"  {label:<26} {seconds:7.2f} s  " + (f"{added:4d} new entries" if added is not None else
+                                                          "(in a job of its own)"))
     click.echo(f"compiled    {report.entries_after - report.entries_before} new entries in "
-               f"{time.perf_counter() - t0:.1f} s on {backend.describe()}; cache {report.folder or 'none'}")
+               f"{time.perf_counter() - t0:.1f} s on {backend.describe()}"
+               + (f", {jobs} processes at once" if jobs > 1 else "") + f"; cache {report.folder or 'none'}")
 
 
 add_optional_commands(cli, FAMILIES)

@@ -6,6 +6,12 @@ process, on a small synthetic corpus in a temporary folder: the kernels they com
 the kernel cache (kernels/jit.py) and every later process loads them instead of compiling. A
 command that later runs with other parameters (another k or metric, a corpus size that picks
 another geometry) compiles what it still lacks once, on its first run.
+
+With ``jobs`` > 1 the steps after the corpora (SETUP) run as separate ``gputext`` processes, that
+many jobs at once: compiling holds Python's lock, so only processes compile side by side, and the
+kernel cache is safe for processes that fill it together. A job is a step and the steps that
+FOLLOW it (they read its output, or launch the kernels it compiles and would compile them again
+if they ran beside it), one after another. Each process pays its imports (and the GPU's context).
 """
 from __future__ import annotations
 
@@ -15,6 +21,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .errors import GputextError
 
 # (label, arguments after `gputext`): {d} is the temporary folder, {dev} the device. The corpus
 # is sized like a small real one (thousands of documents) so that the commands take the same
@@ -40,6 +48,11 @@ WARMUP_STEPS = [
     ("rank predict", "rank predict {d}/model.h5 {d}/ltr.h5 -o {d}/scores.h5"),
 ]
 DEVICE_FREE = ("corpus ",)  # steps that take no --device
+SETUP = ("corpus synth", "corpus split", "corpus synth ltr")  # the corpora every other step reads
+FOLLOW = {"knn search cosine k=30": ("knn search cosine k=10", "knn search dot", "knn search l2", "knn search l1",
+                                     "knn search dense", "knn search exclude-self", "knn classify vote"),
+          "knn classify svm meta": ("knn classify svm both",), "cluster star": ("cluster star update",),
+          "rank train": ("rank predict",)}
 GPU_ONLY = ("knn search dense",)  # on the CPU, auto never picks the dense method (it scores every document)
 
 
@@ -65,18 +78,21 @@ def step_args(template: str, folder: str, device: str) -> list[str]:
     return args + ["--quiet"]
 
 
-def compile_all(cli, device: str, on_step=None) -> WarmupReport:
+def compile_all(cli, device: str, on_step=None, jobs: int = 1) -> WarmupReport:
     """Run WARMUP_STEPS through the click group ``cli`` (gputext's, passed in by the doctor command
-    that lives in it) on ``device`` ("cpu" or "cuda"); ``on_step(label)`` before each step."""
+    that lives in it) on ``device`` ("cpu" or "cuda"); ``on_step(label)`` as each step starts (in
+    this process) or ends (in a job's process). ``jobs`` > 1: the steps after SETUP in that many
+    processes at once; a step's entries added are then None (the processes share the cache)."""
     from .kernels.jit import cache_folder
 
     folder = cache_folder()
     report = WarmupReport(device=device, folder=str(folder) if folder else "",
                           entries_before=cache_entries(folder))
     t_all = time.perf_counter()
+    steps = [(label, template) for label, template in WARMUP_STEPS if device == "cuda" or label not in GPU_ONLY]
     with tempfile.TemporaryDirectory(prefix="gputext-warmup-") as tmp:
-        for label, template in WARMUP_STEPS:
-            if device != "cuda" and label in GPU_ONLY:
+        for label, template in steps:
+            if jobs > 1 and label not in SETUP:
                 continue
             if on_step is not None:
                 on_step(label)
@@ -85,6 +101,44 @@ def compile_all(cli, device: str, on_step=None) -> WarmupReport:
             with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):  # metrics lines
                 cli.main(step_args(template, tmp, device), prog_name="gputext", standalone_mode=False)
             report.steps.append((label, time.perf_counter() - t, cache_entries(folder) - before))
+        if jobs > 1:
+            _run_jobs([(label, t) for label, t in steps if label not in SETUP], tmp, device, jobs, report, on_step)
     report.seconds = time.perf_counter() - t_all
     report.entries_after = cache_entries(folder)
     return report
+
+
+def _run_jobs(steps, folder: str, device: str, jobs: int, report: WarmupReport, on_step) -> None:
+    """``steps`` as `python -m gputext` processes in jobs (a step and those that FOLLOW it), ``jobs``
+    at once; each step's (label, seconds, None) into the report in the order they end. A failed
+    step: GputextError (one line, exit code 2) with its last line of output."""
+    import subprocess
+    import sys
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    templates = dict(steps)
+    followers = {label for group in FOLLOW.values() for label in group}
+    chains = [[label] + [f for f in FOLLOW.get(label, ()) if f in templates] for label, _ in steps
+              if label not in followers]
+    chains.sort(key=len, reverse=True)  # the long jobs first
+    env = dict(os.environ, GPUTEXT_DAEMON="0")  # each step its own process, not the warm server's
+    lock = threading.Lock()
+
+    def run(chain):
+        for label in chain:
+            t = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "gputext", *step_args(templates[label], folder, device)],
+                                  env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True)
+            if done.returncode != 0:
+                last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+                raise GputextError(f"warm-up step {label!r} exited with {done.returncode}: {last}")
+            with lock:
+                report.steps.append((label, time.perf_counter() - t, None))
+                if on_step is not None:
+                    on_step(label)
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for future in [pool.submit(run, chain) for chain in chains]:
+            future.result()
