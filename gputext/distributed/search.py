@@ -93,8 +93,7 @@ class DistributedIndex:
             blocks.append(self.client.scatter(block, workers=[s.worker], hash=False))
             at += order.size
         self.shards, self.blocks, self.n_labelled = shards, blocks, at
-        counts = np.bincount(labels[labels >= 0], minlength=n_classes)
-        self.class_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # the classes as groups
+        self.class_ptr = S.ByLabel(labels, n_classes).group_ptr()  # the classes as the groups, over all shards
 
     @property
     def n_docs(self) -> int:

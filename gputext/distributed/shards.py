@@ -11,6 +11,7 @@ Every function named ``task_*`` runs on a worker.
 """
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from dataclasses import dataclass
@@ -87,8 +88,9 @@ class ByLabel:
         counts = np.bincount(self.labels[self.labels >= 0], minlength=self.n_classes)
         return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
-    @property
+    @functools.cached_property
     def token(self) -> str:
+        """The worker cache's key part (once per block: every task of the shard asks for it)."""
         import hashlib
         return "by-label:" + hashlib.sha256(self.labels.tobytes()).hexdigest()[:16] + f":{self.n_classes}"
 
