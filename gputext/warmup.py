@@ -121,7 +121,7 @@ def _run_jobs(steps, folder: str, device: str, jobs: int, report: WarmupReport, 
     followers = {label for group in FOLLOW.values() for label in group}
     chains = [[label] + [f for f in FOLLOW.get(label, ()) if f in templates] for label, _ in steps
               if label not in followers]
-    chains.sort(key=len, reverse=True)  # the long jobs first
+    chains.sort(key=len, reverse=True)  # the jobs of most steps first
     env = dict(os.environ, GPUTEXT_DAEMON="0")  # each step its own process, not the warm server's
     lock = threading.Lock()
 
