@@ -96,10 +96,21 @@ def test_file_size_limit_applies_to_the_command(runtime):
     assert not (base / "big.h5").exists() and not list(base.glob("big.h5.*"))
 
 
-def _blocked_command(env, base):
+def _dispositions(ignored=()):
+    """A child's preexec_fn: the signals a client forwards at their defaults, ``ignored`` ignored
+    (whatever this test process inherited: `nohup make test` ignores SIGHUP, a background job SIGINT)."""
+    from gputext.daemon.client import FORWARDED
+
+    def preexec():
+        for sig in FORWARDED:
+            signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.SIG_DFL)
+    return preexec
+
+
+def _blocked_command(env, base, ignored=()):
     """A command through the server that waits on its stdin (a pipe kept open)."""
     p = subprocess.Popen([*GPUTEXT, "corpus", "info", "-"], env=env, cwd=base, stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_dispositions(ignored))
     deadline = time.time() + 60
     while _running(env) == 0:
         assert time.time() < deadline, "the command never started in the server"
@@ -247,6 +258,21 @@ def test_a_signal_that_kills_the_resident_reaches_the_client_and_a_new_resident_
     assert p.returncode == -signal.SIGHUP
     new, count = _resident(env)
     assert new != pid and count == 0
+
+
+def test_a_signal_the_client_ignores_is_ignored_by_its_command(runtime):
+    """A client run under nohup (SIGHUP ignored) neither forwards SIGHUP nor has its command in the
+    resident end by it: the command ends when its input does, in the same resident."""
+    env, base = runtime
+    pid, _ = _resident(env)
+    run(["corpus", "synth", "--preset", "demo", "--n-docs", "50", "-o", str(base / "hup.h5")], own(env))
+    p = _blocked_command(env, base, ignored=(signal.SIGHUP,))
+    p.send_signal(signal.SIGHUP)
+    time.sleep(0.5)
+    assert p.poll() is None  # still running
+    out, err = p.communicate((base / "hup.h5").read_bytes(), timeout=60)
+    assert p.returncode == 0 and b"50" in out, err
+    assert _resident(env)[0] == pid
 
 
 def _datasets(path: Path) -> dict:

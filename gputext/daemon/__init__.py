@@ -8,10 +8,12 @@ removes the rest, the way Gradle's daemon, Bazel's server and Nailgun do for the
 
 - ``gputext`` (the console script, ``client.main``) imports nothing but the standard library. It
   computes the server's key (``key.py``), connects to that server's Unix socket, hands it the
-  command line, the working folder, the environment, the umask, the resource limits and the CPU
-  affinity, and passes its own stdin, stdout and stderr as file descriptors (SCM_RIGHTS). It
-  forwards Ctrl-C and SIGTERM, waits, and exits with the command's exit status (a command killed
-  by a signal kills the client with the same signal). With no server it runs the command itself,
+  command line, the working folder, the environment, the umask, the resource limits, the CPU
+  affinity and the signals it ignores, and passes its own stdin, stdout and stderr as file
+  descriptors (SCM_RIGHTS). It forwards Ctrl-C, SIGTERM, SIGHUP, SIGQUIT and SIGUSR1/2 unless it
+  ignores them (under ``nohup`` the command ignores SIGHUP, as it would in its own process,
+  whatever the server inherited), waits, and exits with the command's exit status (a command
+  killed by a signal kills the client with the same signal). With no server it runs the command itself,
   as before, and starts a server in the background for the next command.
 - The server (``server.py``) imports the whole CLI, numba and numba-cuda, loads numba's
   registries for both targets and the CPU twins' cached machine code, and then waits. Each

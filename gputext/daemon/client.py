@@ -34,7 +34,13 @@ def request() -> dict:
             limits[name] = resource.getrlimit(getattr(resource, name))
     affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     return {"argv": sys.argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask,
-            "rlimits": limits, "affinity": affinity}
+            "rlimits": limits, "affinity": affinity, "ignored_signals": ignored_signals()}
+
+
+def ignored_signals() -> list[int]:
+    """The FORWARDED signals this process ignores (``nohup`` ignores SIGHUP, a shell's background
+    job SIGINT): the command ignores them too, and they are not forwarded."""
+    return [int(sig) for sig in FORWARDED if signal.getsignal(sig) == signal.SIG_IGN]
 
 
 def connect(server_key: str) -> socket.socket | None:
@@ -77,7 +83,8 @@ def through_server() -> tuple[str, int] | None:
             except OSError:
                 pass
 
-        old = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+        ignored = ignored_signals()
+        old = {sig: signal.signal(sig, forward) for sig in FORWARDED if int(sig) not in ignored}
         try:
             while True:
                 message, _ = protocol.receive(sock)

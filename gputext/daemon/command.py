@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import sys
 import threading
 import time
@@ -15,10 +16,20 @@ def log(message: str) -> None:
     sys.stderr.flush()
 
 
+# Signals whose disposition a command takes from its client: ignored where the client ignores
+# them (nohup: SIGHUP), else the default, whatever the server inherited from the process that
+# started it. SIGINT and SIGTERM are set by whoever runs the command (the forked child, the resident).
+CLIENT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"))
+
+
 def apply_request(request: dict, fds: list[int], limits: tuple[str, ...] | None = None) -> None:
     """Make this process the client's: descriptors, folder, environment, limits (``limits``: only
-    those named; the resident, resident.py, puts them back afterwards)."""
+    those named; the resident, resident.py, puts them back afterwards), CLIENT_SIGNALS'
+    dispositions."""
     import resource
+    ignored = set(request.get("ignored_signals", ()))
+    for sig in CLIENT_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN if int(sig) in ignored else signal.SIG_DFL)
     for target, fd in zip((0, 1, 2), fds):
         if fd != target:
             os.dup2(fd, target)

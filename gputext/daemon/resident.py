@@ -40,7 +40,7 @@ import time
 import warnings
 
 from . import protocol
-from .command import log, serve_request
+from .command import CLIENT_SIGNALS, log, serve_request
 from .key import switched_off
 
 KEEP_DEVICE_BYTES = 1 << 30
@@ -150,7 +150,7 @@ class _Saved:
         self.showwarning = warnings.showwarning
         self.formatwarning = warnings.formatwarning
         self.numpy_errors = np.geterr()
-        self.signals = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        self.signals = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, *CLIENT_SIGNALS)}
         self.threads = set(threading.enumerate())
         self.line_buffering = [s.line_buffering for s in (sys.stdout, sys.stderr)]
 
