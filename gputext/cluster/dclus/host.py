@@ -90,7 +90,9 @@ def _link(pu, pv, parent, links, k):
     if a != b:
         if k == links.shape[0]:
             grown = np.empty((2 * k, 2), np.int32)
-            grown[:k] = links[:k]
+            for r in range(k):  # element by element: a slice assignment compiles numba's shape-error path (3 s)
+                grown[r, 0] = links[r, 0]
+                grown[r, 1] = links[r, 1]
             links = grown
         links[k, 0] = min(pu, pv)
         links[k, 1] = max(pu, pv)
