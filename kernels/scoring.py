@@ -437,11 +437,15 @@ def threshold_cpu(q_indptr, q_indices, q_data, scale, qn, self_doc, after, term_
             if not write:
                 counts[i] = m
                 continue
-            order = np.argsort(hits[:m])
+            packed = np.empty(m, np.int64)  # document * 2^32 + hit: merge_sort, not np.argsort (3 s to compile)
+            for j in range(m):
+                packed[j] = (numba.int64(hits[j]) << 32) | j
+            merge_sort(packed)
             base = out_ptr[i]
             for j in range(m):
-                out_doc[base + j] = hits[order[j]]
-                out_key[base + j] = hk[order[j]]
+                h = packed[j] & 4294967295
+                out_doc[base + j] = hits[h]
+                out_key[base + j] = hk[h]
 
 
 # ----------------------------------------------------------------------------- GPU: scoring
