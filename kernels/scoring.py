@@ -48,7 +48,7 @@ from ._factory import kernel_cache
 from .metrics import COSINE, DOT, L1, L2
 from .metrics import METRIC_CODE as METRICS  # noqa: F401 (scoring.METRICS: name -> code, kept for host code)
 from .indices import U64
-from .primitives import block_exclusive_scan_dev, last_le_dev
+from .primitives import block_exclusive_scan_dev, last_le_dev, merge_sort_cpu
 from .postings import term_maxabs_cpu  # noqa: F401 (kept for host code: gputext.distributed)
 from .select import (merge_sorted_lists, offer_cpu, rank_in_lists_dev, select_top_keys, topk_geometry, topk_scratch,
                      write_first_k)
@@ -176,48 +176,6 @@ def norm_terms(d_sq, d_l1, metric):
 # ----------------------------------------------------------------------------- host: tiles of a search
 
 @cpu_jit
-def merge_sort(a):
-    """Sort int64 a (n,) in place, ascending: a bottom-up merge of its ascending runs (tile_one's
-    keys come as one run per query, so log2(queries a tile) passes). np.sort would do, but its
-    quicksort adds 2-3 s of compiling to a command's first search (2-core VM, 2026-11-27)."""
-    n = a.shape[0]
-    bounds = np.empty(n + 1, np.int64)  # runs r = [bounds[r], bounds[r + 1])
-    runs = 0
-    for i in range(n):
-        if i == 0 or a[i] < a[i - 1]:
-            bounds[runs] = i
-            runs += 1
-    bounds[runs] = n
-    src = a
-    dst = np.empty(n, np.int64)
-    in_a = True
-    while runs > 1:
-        w = 0
-        for r in range(0, runs, 2):
-            lo = bounds[r]
-            mid = bounds[r + 1]
-            hi = bounds[r + 2] if r + 2 <= runs else mid
-            i = lo
-            j = mid
-            for o in range(lo, hi):
-                if j >= hi or (i < mid and src[i] <= src[j]):
-                    dst[o] = src[i]
-                    i += 1
-                else:
-                    dst[o] = src[j]
-                    j += 1
-            bounds[w] = lo
-            w += 1
-        bounds[w] = n
-        runs = w
-        src, dst = dst, src
-        in_a = not in_a
-    if not in_a:
-        for i in range(n):
-            a[i] = src[i]
-
-
-@cpu_jit
 def tile_one(g, q_indptr, q_indices, q_data, df, tile, term_order, scale, qn, self_doc, doc_lo, doc_hi,
              seg_off, seg, weights, qinfo):
     """Tile g of tile_inputs (below), which see; returns its postings."""
@@ -239,7 +197,7 @@ def tile_one(g, q_indptr, q_indices, q_data, df, tile, term_order, scale, qn, se
     if by_term:  # (term, query) order: sort key * 2^31 + segment (key < 2^32: terms * tile; segment < 2^31)
         for j in range(n):
             key[j] = (key[j] << 31) | j
-        merge_sort(key)
+        merge_sort_cpu(key)
     o0 = s0 + g
     seg_off[o0] = 0
     total = numba.int64(0)
@@ -437,10 +395,10 @@ def threshold_cpu(q_indptr, q_indices, q_data, scale, qn, self_doc, after, term_
             if not write:
                 counts[i] = m
                 continue
-            packed = np.empty(m, np.int64)  # document * 2^32 + hit: merge_sort, not np.argsort (3 s to compile)
+            packed = np.empty(m, np.int64)  # document * 2^32 + hit: merge_sort_cpu, not np.argsort (3 s to compile)
             for j in range(m):
                 packed[j] = (numba.int64(hits[j]) << 32) | j
-            merge_sort(packed)
+            merge_sort_cpu(packed)
             base = out_ptr[i]
             for j in range(m):
                 h = packed[j] & 4294967295

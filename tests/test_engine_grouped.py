@@ -170,9 +170,9 @@ def test_parallel_postings_build_equals_serial(n_chunks):
 
 
 def test_merge_sort_equals_numpy_sort_on_runs_and_random_keys():
-    """tile_one's sort (kernels.scoring.merge_sort): ascending runs (one per query, its usual
+    """tile_one's sort (kernels.primitives.merge_sort_cpu): ascending runs (one per query, its usual
     input), random keys with repeats, and the corner sizes 0, 1 and 2."""
-    from gputext.kernels.scoring import merge_sort
+    from gputext.kernels.primitives import merge_sort_cpu as merge_sort
     rng = np.random.default_rng(7)
     cases = [np.zeros(0, np.int64), np.array([5], np.int64), np.array([2, 1], np.int64), np.arange(9, dtype=np.int64)]
     for _ in range(40):

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import click
 
@@ -275,7 +274,7 @@ def metafeatures(train_path, test_path, k, output, train_output, method, device,
     with scheduler_client(scheduler, quiet) as client:
         mf = compute_metafeatures(train.X, cat.codes, len(cat.categories), test.X, k=k, method=method, device=backend,
                                   categories=cat.categories, quiet=quiet, client=client,
-                                  train_path=None if client is None else os.path.abspath(train_path))
+                                  train_path=None if client is None else train_path)  # its workers read it
     params = {"metafeatures": {"k": int(k), "train": str(train_path), "method": mf.info["method"],
                                "backend": mf.info["backend"], "seconds": float(mf.info["seconds"]),
                                "classes": np.asarray(cat.categories, dtype=object),
