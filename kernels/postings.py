@@ -1,10 +1,18 @@
 """The inverted index's build (postings grouped by term, document norms) on the device and its
 CPU twins. See kernels/scoring.py for how the index is scored.
 
-Device build: ``count_df`` (document frequencies), an exclusive scan (kernels/scan.py) into
-term_ptr, ``scatter_postings`` (atomic cursor per term: order within a list arbitrary, which the
-fixed-point accumulation makes irrelevant), ``doc_norms`` and ``doc_norm_terms``. The CPU twin
-``build_postings`` writes every list sorted by document.
+Sorted build (the default, lists sorted by document, the same arrays on the device and the
+host): the rows are cut into chunks of about equal postings (``chunk_rows``); each chunk counts its
+terms, the counts turn into each chunk's cursor into every list (the chunks before it first), and
+each chunk scatters its rows in order. ``build_postings`` does it with a thread a chunk on the
+host (``_build_postings_chunks``; ``build_postings_cpu`` serially), ``count_chunk_terms`` +
+``chunk_cursors`` + ``scatter_chunk_rows`` with a block a chunk on the device, so an index is
+built where it is searched instead of on the host and uploaded. Norms: ``row_norm`` (a row's
+|d|_2^2 and |d|_1 in float64, summed in row order), shared by ``doc_norms`` and ``row_norms_cpu``.
+
+Atomic build (Geometry.sorted_postings=False): ``count_df``, an exclusive scan (kernels/scan.py)
+into term_ptr, ``scatter_postings`` (atomic cursor per term: order within a list arbitrary, which
+the fixed-point accumulation makes irrelevant), ``doc_norms``; ``doc_norm_terms``.
 
 Block starts: on a sorted index, ``block_starts_kernel`` (twin ``block_starts_cpu``) tabulates
 where each document block of a fixed size begins in the lists that hold at least one posting a
@@ -25,24 +33,41 @@ from .primitives import last_le_dev, lower_bound_cpu, lower_bound_dev
 from .jit import cpu_jit, cuda_kernel, device_function
 
 
+def _row_norm(indptr, data, d):
+    """Row d's (|d|_2^2, |d|_1), float64, summed in row order: the same bits on both sides."""
+    sq = 0.0
+    l1 = 0.0
+    for p in range(indptr[d], indptr[d + 1]):
+        w = numba.float64(data[p])
+        sq += w * w
+        l1 += abs(w)
+    return sq, l1
+
+
+row_norm_cpu = numba.njit(inline="always")(_row_norm)
+row_norm_dev = device_function(_row_norm)
+
+
+@cpu_jit(parallel=True)
+def row_norms_cpu(indptr, data, d_sq, d_l1):
+    """Every row's |d|_2^2 and |d|_1 into d_sq, d_l1 float64 (n_docs,), rows in parallel (twin of
+    doc_norms; the norms without the postings, for an index whose postings live on the device)."""
+    for d in prange(d_sq.shape[0]):
+        d_sq[d], d_l1[d] = row_norm_cpu(indptr, data, d)
+
+
 @cpu_jit
 def _count_rows(indptr, indices, data, lo, hi, counts, maxabs, d_sq, d_l1):
     """Rows [lo, hi): each term's count into counts int64 (n_terms,) and largest |weight| into
-    maxabs float32 (n_terms,); each row's |d|_2^2 and |d|_1 (float64, summed in row order)."""
+    maxabs float32 (n_terms,); each row's norms (row_norm)."""
     for d in range(lo, hi):
-        sq = 0.0
-        l1 = 0.0
         for p in range(indptr[d], indptr[d + 1]):
             t = indices[p]
             counts[t] += 1
             a = abs(data[p])
             if a > maxabs[t]:
                 maxabs[t] = a
-            w = np.float64(data[p])
-            sq += w * w
-            l1 += abs(w)
-        d_sq[d] = sq
-        d_l1[d] = l1
+        d_sq[d], d_l1[d] = row_norm_cpu(indptr, data, d)
 
 
 @cpu_jit
@@ -155,11 +180,18 @@ def build_postings(indptr, indices, data, n_terms, n_chunks=None):
     n_docs = indptr.shape[0] - 1
     if n_chunks <= 1 or n_docs < 2:
         return build_postings_cpu(indptr, indices, data, n_terms)
-    targets = (np.arange(n_chunks + 1, dtype=np.int64) * nnz) // n_chunks
+    return _build_postings_chunks(indptr, indices, data, n_terms, chunk_rows(indptr, n_chunks))
+
+
+def chunk_rows(indptr: np.ndarray, n_chunks: int) -> np.ndarray:
+    """row_lo int64 (n_chunks + 1,): rows cut into n_chunks ranges [row_lo[c], row_lo[c+1]) of
+    about equal postings (some empty when rows are long), row_lo[0] = 0, row_lo[-1] = n_docs."""
+    n_docs = indptr.shape[0] - 1
+    nnz = int(indptr[-1]) if n_docs >= 0 else 0
+    targets = (np.arange(n_chunks + 1, dtype=np.int64) * nnz) // max(n_chunks, 1)
     row_lo = np.searchsorted(indptr, targets, side="left").astype(np.int64)
     row_lo[0], row_lo[-1] = 0, n_docs
-    row_lo = np.maximum.accumulate(np.minimum(row_lo, n_docs))
-    return _build_postings_chunks(indptr, indices, data, n_terms, row_lo)
+    return np.maximum.accumulate(np.minimum(row_lo, n_docs))
 
 
 @cpu_jit
@@ -252,17 +284,57 @@ def scatter_postings(indptr, indices, data, term_ptr, cursor, post_doc, post_w):
 
 @cuda_kernel
 def doc_norms(indptr, data, d_sq, d_l1):
-    """Thread d (one per row): |d|_2^2 and |d|_1 in float64, summed in row order (as the twin)."""
+    """Thread d (one per row): row_norm into d_sq, d_l1 float64 (n_docs,). Twin: row_norms_cpu."""
     d = cuda.grid(1)
     if d < d_sq.shape[0]:
-        sq = 0.0
-        l1 = 0.0
-        for p in range(indptr[d], indptr[d + 1]):
-            w = numba.float64(data[p])
-            sq += w * w
-            l1 += abs(w)
-        d_sq[d] = sq
-        d_l1[d] = l1
+        d_sq[d], d_l1[d] = row_norm_dev(indptr, data, d)
+
+
+@cuda_kernel
+def count_chunk_terms(indptr, indices, row_lo, counts):
+    """Block c counts the terms of its rows [row_lo[c], row_lo[c+1]) (row_lo int64 (n_chunks+1,)):
+    counts[c, t] int32 (n_chunks, n_terms), zeroed, += 1 for each stored entry of term t; the
+    block's threads stride over the chunk's entries (atomics within the chunk's row of counts).
+    Twin: _count_rows's counts, a chunk each (_build_postings_chunks)."""
+    c = cuda.blockIdx.x
+    if c < counts.shape[0]:
+        for p in range(indptr[row_lo[c]] + cuda.threadIdx.x, indptr[row_lo[c + 1]], cuda.blockDim.x):
+            cuda.atomic.add(counts, (c, indices[p]), 1)
+
+
+@cuda_kernel
+def chunk_cursors(counts, df):
+    """Thread t (one per term): counts[c, t] int32 becomes the postings of term t in chunks before
+    c (chunk c's offset into list t), df[t] int32 the list's length. Twin: _chunk_cursors."""
+    t = cuda.grid(1)
+    if t < df.shape[0]:
+        run = 0
+        for c in range(counts.shape[0]):
+            n = counts[c, t]
+            counts[c, t] = run
+            run += n
+        df[t] = run
+
+
+@cuda_kernel
+def scatter_chunk_rows(indptr, indices, data, row_lo, term_ptr, cursor, post_doc, post_w):
+    """Block c writes its rows [row_lo[c], row_lo[c+1]) in order into their lists: a row's entries
+    (distinct terms: canonical CSR) go out side by side, one thread each, to slot term_ptr[t] +
+    cursor[c, t] (int32 (n_chunks, n_terms), chunk_cursors's offsets, advanced); post_doc[slot] =
+    the row, post_w[slot] its weight. The block synchronises after every row, so each list gets
+    chunk c's rows ascending, after the chunks before it: every list sorted by document, the
+    arrays of build_postings_cpu bit for bit. Twin: _scatter_rows, a chunk each."""
+    c = cuda.blockIdx.x
+    if c < cursor.shape[0]:
+        for d in range(row_lo[c], row_lo[c + 1]):
+            for p in range(indptr[d] + cuda.threadIdx.x, indptr[d + 1], cuda.blockDim.x):
+                t = indices[p]
+                at = cursor[c, t]
+                cursor[c, t] = at + 1
+                slot = term_ptr[t] + at
+                post_doc[slot] = d
+                post_w[slot] = data[p]
+            cuda.syncthreads()
 
 
 @cuda_kernel
@@ -287,6 +359,10 @@ def ptx_kernels():
         ("scatter_postings", scatter_postings,
          "void(int64[::1], int32[::1], float32[::1], int64[::1], int32[::1], int32[::1], float32[::1])"),
         ("doc_norms", doc_norms, "void(int64[::1], float32[::1], float64[::1], float64[::1])"),
+        ("count_chunk_terms", count_chunk_terms, "void(int64[::1], int32[::1], int64[::1], int32[:, ::1])"),
+        ("chunk_cursors", chunk_cursors, "void(int32[:, ::1], int32[::1])"),
+        ("scatter_chunk_rows", scatter_chunk_rows,
+         "void(int64[::1], int32[::1], float32[::1], int64[::1], int64[::1], int32[:, ::1], int32[::1], float32[::1])"),
         ("doc_norm_terms", doc_norm_terms, "void(float64[::1], float64[::1], int64, float64[::1])"),
         ("block_starts_kernel", block_starts_kernel, "void(int64[::1], int32[::1], int32[::1], int64, int32[:, ::1])"),
     ]

@@ -180,7 +180,6 @@ def topk_blocked_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geo
     block, items, tile, cap = geometry_for(k, n_q, n_docs, geom, res.simulator)
     seg_len = block * items
     n_seg = blocks(n_docs, seg_len)
-    dev = sorted_index(index, packed=True)
     key = ("blocked_dn", code)
     if key not in index.device_cache:
         index.device_cache[key] = cuda.to_device(index.norm_terms(code))
@@ -198,6 +197,7 @@ def topk_blocked_cuda(index: Index, Q, k, code, self_doc, batch_size, quiet, geo
         bound_len = seg_len
         d_row, d_bmax, d_dnmin = (cuda.to_device(np.zeros(1, np.int32)), cuda.to_device(np.zeros((1, 1), np.float32)),
                                   cuda.to_device(np.zeros(1)))
+    dev = sorted_index(index, geom, packed=True)  # after the bounds: their host build, when made, is uploaded
     per_query = 24 * (n_seg + (n_probe if prune else 0)) * k + 64
     if batch_size:
         rows = max(1, int(batch_size))

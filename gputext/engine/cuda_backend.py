@@ -3,7 +3,8 @@ fixed-point score rows, then a selector (gputext.kernels.scoring for the kernels
 
 Memory plan (reported in the SearchReport): an index shard takes 8 bytes a posting (doc int32 + weight
 float32) + 8 a term + 16 a document, and 16 bytes a posting while the device builds it (the CSR
-rows are on the device then; the CPU twin's build, uploaded by default, needs only its 8: build_bytes),
+rows are on the device then; where that does not fit, the host builds the lists and uploads its 8:
+build_bytes, sorted_postings_device),
 plus, on sorted lists, its block-starts table (DeviceShard.block_table: at most half a byte a posting,
 within the room the shares below leave);
 score rows take 8 bytes per (query, document) for the queries scored
@@ -66,7 +67,7 @@ class DeviceShard:
     rows_dirty: bool = False  # score rows not yet re-zeroed by a selector
     plans: dict = field(default_factory=dict)  # TopkPlan per (k, metric, rows, geometry)
     res: object = field(default_factory=resources)  # the Resources of the device that holds the shard
-    sorted_lists: bool = False  # every posting list sorted by document (the CPU twin's build): the shared accumulation's searches need it
+    sorted_lists: bool = False  # every posting list sorted by document (Geometry.sorted_postings): the shared accumulation's searches need it
     block_tables: dict = None  # documents a block -> (brow, bstart) device arrays (block_table), made on first use
 
     def buffer(self, name: str, shape: tuple, dtype, zeroed: bool = False):
@@ -137,26 +138,104 @@ class DeviceShard:
 def build_shard(X: sp.csr_matrix, doc_lo: int, doc_hi: int, geom, cpu_postings=None) -> DeviceShard:
     """Build rows [doc_lo, doc_hi) of X into a device index.
 
-    With ``geom.sorted_postings`` the CPU twin's build (lists sorted by document; ``cpu_postings``
-    when the caller has it for exactly these rows, e.g. Index.cpu() of a one-shard index) is
-    uploaded: neighbouring postings of a frequent term then add into neighbouring score entries,
-    so a warp's atomics share cache sectors. Otherwise the rows are uploaded and built on the
-    device (``shard_from_device``: lists in arbitrary order)."""
+    With ``geom.sorted_postings`` (the default) every list is sorted by document, so neighbouring
+    postings of a frequent term add into neighbouring score entries and a warp's atomics share
+    cache sectors: ``cpu_postings`` (the host's build of exactly these rows, e.g. Index.cpu() of a
+    one-shard index, when the caller already has it) is uploaded, else the rows are uploaded and
+    the device builds them (sorted_postings_device; the host's build, uploaded, in the simulator
+    and when the device build's transient memory does not fit). Otherwise the device's atomic
+    build (``shard_from_device``: lists in arbitrary order)."""
     from numba import cuda
     if not geom.sorted_postings:
         indptr, indices, data = csr_arrays(X[doc_lo:doc_hi])
         return shard_from_device(cuda.to_device(indptr), cuda.to_device(indices), cuda.to_device(data),
                                  X.shape[1], doc_lo, doc_hi, geom)
+    n_docs, n_terms = doc_hi - doc_lo, X.shape[1]
+    nbytes = 8 * max(int(X.indptr[doc_hi] - X.indptr[doc_lo]), 1) + 8 * (n_terms + 1) + 16 * max(n_docs, 1)
     p = cpu_postings
     if p is None:  # the rows are sliced (a copy) only when the caller has no build of them
-        p = Postings(*postings.build_postings(*csr_arrays(X[doc_lo:doc_hi]), X.shape[1]))
-    n_docs = doc_hi - doc_lo
+        rows = csr_arrays(X[doc_lo:doc_hi])
+        built = sorted_postings_device(*rows, n_terms, geom)
+        if built is not None:
+            d_term_ptr, d_post_doc, d_post_w, d_sq, d_l1, df = built
+            return DeviceShard(doc_lo, doc_hi, d_term_ptr, d_post_doc, d_post_w, d_sq, d_l1, df, nbytes,
+                               sorted_lists=True)
+        p = Postings(*postings.build_postings(*rows, n_terms))
     d_term_ptr, d_post_doc, d_post_w, d_sq, d_l1 = (
         cuda.to_device(a if a.size else np.zeros(1, a.dtype))
         for a in (p.term_ptr, p.post_doc, p.post_w, p.d_sq, p.d_l1))
-    nbytes = 8 * max(p.post_doc.size, 1) + 8 * (X.shape[1] + 1) + 16 * max(n_docs, 1)
     return DeviceShard(doc_lo, doc_hi, d_term_ptr, d_post_doc, d_post_w, d_sq, d_l1, np.diff(p.term_ptr), nbytes,
                        sorted_lists=True)
+
+
+SORTED_BUILD_CHUNKS_PER_SM = 8  # blocks (chunks of rows) a multiprocessor in the sorted device build ...
+SORTED_BUILD_COUNTS_BYTES = 256 << 20  # ... within this much of per-chunk term counts (4 B a (chunk, term))
+
+
+def sorted_build_chunks(n_docs: int, n_terms: int, multiprocessors: int) -> int:
+    """Chunks (blocks) of the sorted device build: SORTED_BUILD_CHUNKS_PER_SM a multiprocessor,
+    fewer when the (chunks, terms) counts would pass SORTED_BUILD_COUNTS_BYTES, at least 1, at
+    most a row each."""
+    by_bytes = SORTED_BUILD_COUNTS_BYTES // max(4 * n_terms, 1)
+    return int(max(1, min(n_docs, SORTED_BUILD_CHUNKS_PER_SM * max(multiprocessors, 1), by_bytes)))
+
+
+def sorted_build_bytes(n_docs: int, nnz: int, n_terms: int, n_chunks: int) -> int:
+    """Device bytes the sorted device build holds at its peak: the CSR rows (8 B a posting, 8 a
+    row), the postings (8 B a posting), term_ptr and df, norms (16 B a row) and the counts."""
+    return 16 * nnz + 24 * (n_docs + 1) + 12 * (n_terms + 1) + 4 * n_chunks * n_terms + 8 * (n_chunks + 1)
+
+
+def sorted_postings_device(indptr, indices, data, n_terms: int, geom):
+    """The sorted postings of CSR rows built on the device (build_sorted_lists), or None in the
+    simulator (its threads cost about 2 ms each: the caller uploads the host's build;
+    tests/test_postings_device.py runs the kernels there on small inputs) and when
+    sorted_build_bytes plus a margin exceeds the free memory (the host's build, uploaded, takes
+    half as much: 8 B a posting)."""
+    res = resources()
+    n_docs, nnz = indptr.shape[0] - 1, indices.shape[0]
+    n_chunks = sorted_build_chunks(n_docs, n_terms, res.multiprocessors)
+    mem = res.memory()
+    if mem is None or sorted_build_bytes(n_docs, nnz, n_terms, n_chunks) > 0.9 * mem[0] - (256 << 20):
+        return None
+    return build_sorted_lists(indptr, indices, data, n_terms, n_chunks, geom.build_block)
+
+
+def build_sorted_lists(indptr, indices, data, n_terms: int, n_chunks: int, block: int):
+    """CSR rows (indptr int64 (n_docs+1,) from 0, indices int32, data float32) -> (term_ptr int64
+    (n_terms+1,), post_doc int32 (nnz,), post_w float32 (nnz,), d_sq, d_l1 float64 (n_docs,)) on
+    the device and df int64 (n_terms,) on the host: the arrays of kernels.postings.build_postings
+    bit for bit, lists sorted by document. Rows cut into n_chunks chunks of about equal postings
+    (postings.chunk_rows), a block of ``block`` threads each: count_chunk_terms, chunk_cursors,
+    the lists' offsets on the host (n_terms values), scatter_chunk_rows, doc_norms."""
+    from numba import cuda
+    n_docs, nnz = indptr.shape[0] - 1, indices.shape[0]
+    b = block
+    d_indptr = cuda.to_device(indptr)
+    d_indices = cuda.to_device(indices if nnz else np.zeros(1, np.int32))
+    d_data = cuda.to_device(data if nnz else np.zeros(1, np.float32))
+    d_row_lo = cuda.to_device(postings.chunk_rows(indptr, n_chunks))
+    d_counts = cuda.to_device(np.zeros((n_chunks, max(n_terms, 1)), np.int32))
+    d_df = cuda.to_device(np.zeros(max(n_terms, 1), np.int32))
+    if nnz:
+        postings.count_chunk_terms[n_chunks, b](d_indptr, d_indices, d_row_lo, d_counts)
+    if n_terms:
+        postings.chunk_cursors[blocks(n_terms, b), b](d_counts, d_df)
+    df = d_df.copy_to_host()[:n_terms].astype(np.int64)
+    term_ptr = np.zeros(n_terms + 1, np.int64)
+    np.cumsum(df, out=term_ptr[1:])
+    d_term_ptr = cuda.to_device(term_ptr)
+    d_post_doc = cuda.device_array(max(nnz, 1), np.int32)
+    d_post_w = cuda.device_array(max(nnz, 1), np.float32)
+    if nnz:
+        postings.scatter_chunk_rows[n_chunks, b](d_indptr, d_indices, d_data, d_row_lo, d_term_ptr, d_counts,
+                                                 d_post_doc, d_post_w)
+    d_sq = cuda.device_array(max(n_docs, 1), np.float64)
+    d_l1 = cuda.device_array(max(n_docs, 1), np.float64)
+    if n_docs:
+        postings.doc_norms[blocks(n_docs, b), b](d_indptr, d_data, d_sq, d_l1)
+    cuda.synchronize()
+    return d_term_ptr, d_post_doc, d_post_w, d_sq, d_l1, df
 
 
 def shard_from_device(d_indptr, d_indices, d_data, n_terms: int, doc_lo: int, doc_hi: int, geom) -> DeviceShard:
@@ -188,9 +267,10 @@ def shard_from_device(d_indptr, d_indices, d_data, n_terms: int, doc_lo: int, do
 
 
 def build_bytes(geom) -> int:
-    """Device bytes a posting takes while its shard is built: 8 when the CPU twin's build is
-    uploaded (Geometry.sorted_postings: doc int32 + weight float32), 16 when the device builds it
-    (the CSR rows are on the device too)."""
+    """Device bytes a posting of a shard takes in the plan: 8 for sorted lists (doc int32 + weight
+    float32; Geometry.sorted_postings: their device build needs 16 while it runs, and gives way to
+    the host's build, uploaded, where that does not fit: sorted_postings_device), 16 for the
+    atomic device build (the CSR rows stay on the device while the shard is planned)."""
     return 8 if geom.sorted_postings else 16
 
 
@@ -285,7 +365,7 @@ def device_shards(index: Index, geom, report: SearchReport, split: bool = False)
     ranges = plan_shards(index, build_bytes(geom))
     report.shards = len(ranges)
     if len(ranges) == 1:
-        cached = build_shard(index.X, 0, index.n_docs, geom, index.cpu(keep=False) if geom.sorted_postings else None)
+        cached = build_shard(index.X, 0, index.n_docs, geom, index.host_postings)
         index.device_cache["shard"] = cached
         report.index_bytes = cached.nbytes
         yield cached

@@ -20,7 +20,7 @@ from ..device.timer import StageTimer, elapsed_ms
 from ..io.corpus import csr_arrays
 from ..kernels import grouped
 from ..progress import progress
-from .cuda_backend import ROWS_SHARE, SIM_BATCH
+from .cuda_backend import ROWS_SHARE, SIM_BATCH, sorted_postings_device
 from .index import Index
 from .query import grouped_query_info
 from .report import SearchReport
@@ -28,8 +28,8 @@ from .report import SearchReport
 
 @dataclass
 class SortedIndex:
-    """The index's postings as the CPU twin builds them (lists sorted by document), on the
-    device: the grouped selector finds each segment's part of a list by binary search."""
+    """The index's postings, lists sorted by document, on the device (built there, or the host's
+    build uploaded): the grouped selector finds each segment's part of a list by binary search."""
 
     term_ptr: object
     post_doc: object
@@ -39,18 +39,26 @@ class SortedIndex:
     tables: dict  # the last segment table: key (segment bounds) and device int64 (n_terms, n_seg+1)
 
 
-def sorted_index(index: Index, packed: bool = False) -> SortedIndex:
-    """The index's sorted postings on the device (uploaded once per Index). packed: the three
-    arrays in one transfer from a pinned buffer into one allocation (Resources.upload_packed)."""
+def sorted_index(index: Index, geom, packed: bool = False) -> SortedIndex:
+    """The index's sorted postings on the device (made once per Index): built there
+    (cuda_backend.sorted_postings_device) unless the host has them already or the device build
+    does not fit, else the host's build uploaded; packed: its three arrays in one transfer from a
+    pinned buffer into one allocation (Resources.upload_packed)."""
     from numba import cuda
 
     cached = index.device_cache.get("sorted")
     if cached is None:
-        p = index.cpu()
-        arrays = (p.term_ptr, p.post_doc if p.post_doc.size else np.zeros(1, np.int32),
-                  p.post_w if p.post_w.size else np.zeros(1, np.float32))
-        d = resources().upload_packed(arrays) if packed else [cuda.to_device(a) for a in arrays]
-        cached = SortedIndex(*d, p.term_ptr.nbytes + p.post_doc.nbytes + p.post_w.nbytes, {}, {})
+        nbytes = 8 * (index.n_terms + 1) + 8 * max(index.nnz, 1)
+        built = None if index.host_postings is not None else \
+            sorted_postings_device(*csr_arrays(index.X), index.n_terms, geom)
+        if built is not None:
+            cached = SortedIndex(*built[:3], nbytes, {}, {})
+        else:
+            p = index.cpu()
+            arrays = (p.term_ptr, p.post_doc if p.post_doc.size else np.zeros(1, np.int32),
+                      p.post_w if p.post_w.size else np.zeros(1, np.float32))
+            d = resources().upload_packed(arrays) if packed else [cuda.to_device(a) for a in arrays]
+            cached = SortedIndex(*d, nbytes, {}, {})
         index.device_cache["sorted"] = cached
     return cached
 
@@ -155,10 +163,9 @@ class _GroupedRun:
         n_q, n_m = Q.shape[0], codes.size
         self.fresh = "sorted" not in index.device_cache
         t = time.perf_counter()
-        index.cpu()  # the postings, built on the host once per Index (timed apart from the upload)
-        self.index_build_s = time.perf_counter() - t
         packed = bool(getattr(geom, "packed_upload", False)) and Q.nnz > 0
-        self.dev = dev = sorted_index(index, packed)
+        self.dev = dev = sorted_index(index, geom, packed)  # built on the device once per Index
+        self.index_build_s = time.perf_counter() - t
         timer.mark("index_upload")
         t = time.perf_counter()
         scale, qn, dn = grouped_query_info(index, Q, codes, self_doc)
@@ -216,7 +223,8 @@ def topk_grouped_cuda(index: Index, Q, k, codes, group_ptr, self_doc, pad_last, 
                       report: SearchReport, host_work=None):
     """Host driver of the grouped GPU pipeline (module docstring); fills ``out`` (and ``docs``
     when it has rows) in place. host_work: called once after the first batch's launches, while
-    the device computes. report.stages (ms): host_prep, index_upload (first call on an Index),
+    the device computes. report.stages (ms): host_prep, index_build (first call on an Index: the
+    sorted lists built on the device, or on the host and uploaded; host wall time), index_upload,
     query_upload (CUDA events), kernels (CUDA events, all batches), copy_back and host_work (host
     wall time, overlapped with kernels)."""
     from numba import cuda

@@ -68,6 +68,7 @@ class Index(DocTermShape):
         self._norm_order: dict[int, np.ndarray] = {}
         self._norm_terms: dict[int, np.ndarray] = {}
         self._maxabs: np.ndarray | None = None
+        self._row_norms: tuple | None = None  # row_norms() without postings
         self.device_cache: dict = {}  # the CUDA backend keeps its device shards here
         self._scale_maxabs: np.ndarray | None = None  # with_term_maxabs
 
@@ -82,6 +83,12 @@ class Index(DocTermShape):
     @property
     def nnz(self) -> int:
         return self.X.nnz
+
+    @property
+    def host_postings(self) -> Postings | None:
+        """The host's postings when built (Index.cpu(), or loaded from an index file), else None:
+        the CUDA engine then builds the lists on the device instead."""
+        return self._postings
 
     def cpu(self, keep: bool = True) -> Postings:
         """Postings built by the CPU twin (once; keep=False builds them without holding them here,
@@ -123,9 +130,22 @@ class Index(DocTermShape):
     def norm_terms(self, metric: int) -> np.ndarray:
         """float64 (n_docs,): each document's norm term for the metric (kernels.scoring.norm_terms)."""
         if metric not in self._norm_terms:
-            p = self.cpu()
-            self._norm_terms[metric] = np.ascontiguousarray(scoring.norm_terms(p.d_sq, p.d_l1, metric))
+            d_sq, d_l1 = self.row_norms()
+            self._norm_terms[metric] = np.ascontiguousarray(scoring.norm_terms(d_sq, d_l1, metric))
         return self._norm_terms[metric]
+
+    def row_norms(self) -> tuple[np.ndarray, np.ndarray]:
+        """(|d|_2^2, |d|_1) float64 (n_docs,) of every document: the postings' when built, else
+        from the rows alone (kernels.postings.row_norms_cpu, the same bits), so that a search on
+        the device needs no host build of the lists."""
+        if self._postings is not None:
+            return self._postings.d_sq, self._postings.d_l1
+        if self._row_norms is None:
+            indptr, _, data = csr_arrays(self.X)
+            d_sq, d_l1 = np.empty(self.n_docs, np.float64), np.empty(self.n_docs, np.float64)
+            postings.row_norms_cpu(indptr, data, d_sq, d_l1)
+            self._row_norms = (d_sq, d_l1)
+        return self._row_norms
 
     def norm_order(self, metric: int) -> np.ndarray:
         """Documents by (norm term, index) ascending for l2 and l1, the order in which untouched

@@ -1,0 +1,122 @@
+"""The sorted posting lists built on the device (gputext.engine.cuda_backend.build_sorted_lists:
+kernels.postings.count_chunk_terms, chunk_cursors, scatter_chunk_rows, doc_norms) equal the host's
+build (kernels.postings.build_postings_cpu) bit for bit, for any number of chunks, empty rows and
+terms, rows longer than a block and a term in every row; the norms without postings
+(row_norms_cpu, Index.row_norms) equal the postings' norms; and a CUDA search through the device
+build equals the CPU twin."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from gputext.io.corpus import csr_arrays
+from gputext.kernels.postings import build_postings, build_postings_cpu, chunk_rows, row_norms_cpu
+
+
+def corpus(n_docs=37, n_terms=23, seed=0, long_row=70):
+    """CSR float32 (n_docs, n_terms), canonical: random rows, every third one empty, term 0 in
+    every non-empty row, the last two terms in none, and row 5 holding ``long_row`` terms (longer
+    than the simulator's blocks; n_terms is raised to hold it)."""
+    rng = np.random.default_rng(seed)
+    n_terms = max(n_terms, long_row + 2)
+    rows, cols = [], []
+    for d in range(n_docs):
+        if d % 3 == 2:
+            continue
+        k = long_row if d == 5 else int(rng.integers(1, 8))
+        terms = np.unique(np.r_[0, rng.choice(n_terms - 2, size=k, replace=False)])
+        rows += [d] * terms.size
+        cols += terms.tolist()
+    data = rng.uniform(-2, 2, len(rows)).astype(np.float32)
+    X = sp.csr_matrix((data, (rows, cols)), shape=(n_docs, n_terms), dtype=np.float32)
+    X.sum_duplicates()
+    X.sort_indices()
+    return X
+
+
+def test_chunk_rows_cut_every_row_once_by_postings():
+    X = corpus(200, seed=3)
+    indptr = csr_arrays(X)[0]
+    for n_chunks in (1, 2, 7, 64, 500):
+        row_lo = chunk_rows(indptr, n_chunks)
+        assert row_lo.shape == (n_chunks + 1,) and row_lo[0] == 0 and row_lo[-1] == X.shape[0]
+        assert np.all(np.diff(row_lo) >= 0)
+        if n_chunks <= 7:  # about equal postings: no chunk holds more than its share plus one row's
+            per = np.diff(indptr[row_lo])
+            assert per.max() <= X.nnz / n_chunks + np.diff(indptr).max()
+
+
+def test_row_norms_equal_the_postings_norms():
+    from gputext.engine.index import Index
+
+    X = corpus(300, seed=4)
+    indptr, indices, data = csr_arrays(X)
+    p = build_postings_cpu(indptr, indices, data, X.shape[1])
+    d_sq, d_l1 = np.empty(X.shape[0]), np.empty(X.shape[0])
+    row_norms_cpu(indptr, data, d_sq, d_l1)
+    assert np.array_equal(d_sq, p[3]) and np.array_equal(d_l1, p[4])
+    index = Index.from_csr(X)
+    for code in (0, 1, 2, 3):  # the norm terms without postings, then with them: the same bits
+        before = index.norm_terms(code).copy()
+        assert index.host_postings is None
+        assert np.array_equal(before, Index.from_csr(X).norm_terms(code))
+    index.cpu()
+    assert index.host_postings is not None
+    fresh = Index.from_csr(X)
+    fresh.cpu()
+    assert all(np.array_equal(fresh.norm_terms(c), Index.from_csr(X).norm_terms(c)) for c in (0, 1, 2, 3))
+    assert np.array_equal(build_postings(indptr, indices, data, X.shape[1], n_chunks=3)[3], p[3])
+
+
+def _device_build_equals_host(X, n_chunks, block):
+    from gputext.engine.cuda_backend import build_sorted_lists
+
+    indptr, indices, data = csr_arrays(X)
+    want = build_postings_cpu(indptr, indices, data, X.shape[1])
+    d_ptr, d_doc, d_w, d_sq, d_l1, df = build_sorted_lists(indptr, indices, data, X.shape[1], n_chunks, block)
+    nnz, n_docs = X.nnz, X.shape[0]
+    assert np.array_equal(d_ptr.copy_to_host(), want[0])
+    assert np.array_equal(df, np.diff(want[0]))
+    assert np.array_equal(d_doc.copy_to_host()[:nnz], want[1])
+    assert np.array_equal(d_w.copy_to_host()[:nnz].view(np.uint32), want[2].view(np.uint32))
+    assert np.array_equal(d_sq.copy_to_host()[:n_docs], want[3])
+    assert np.array_equal(d_l1.copy_to_host()[:n_docs], want[4])
+
+
+@pytest.mark.cudasim
+@pytest.mark.parametrize("n_chunks", [1, 3, 5])
+def test_device_sorted_build_equals_the_host_build_in_the_simulator(n_chunks):
+    _device_build_equals_host(corpus(), n_chunks, block=32)
+
+
+@pytest.mark.cudasim
+def test_device_sorted_build_of_nothing():
+    _device_build_equals_host(sp.csr_matrix((4, 6), dtype=np.float32), 2, block=32)  # no postings
+    _device_build_equals_host(sp.csr_matrix((3, 0), dtype=np.float32), 1, block=32)  # no terms
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n_chunks, block", [(1, 256), (7, 64), (1056, 128)])
+def test_device_sorted_build_equals_the_host_build_on_the_gpu(n_chunks, block):
+    rng = np.random.default_rng(n_chunks)
+    X = sp.random(20_000, 3_000, density=0.01, format="csr", dtype=np.float32, random_state=rng)
+    X.data = rng.uniform(0.01, 3, X.nnz).astype(np.float32)
+    X = X.tolil()
+    X[:, 7] = 1.0  # a term in every row
+    X[11] = rng.uniform(0.5, 1, 3_000)  # a row longer than any block
+    _device_build_equals_host(sp.csr_matrix(X, dtype=np.float32), n_chunks, block)
+    _device_build_equals_host(corpus(), 3, 32)
+
+
+@pytest.mark.gpu
+def test_cuda_search_through_the_device_build_equals_the_cpu_twin():
+    from gputext.engine.index import Index
+    from gputext.engine.search import search_topk
+
+    rng = np.random.default_rng(5)
+    X = sp.random(30_000, 2_000, density=0.02, format="csr", dtype=np.float32, random_state=rng)
+    Q = sp.random(300, 2_000, density=0.02, format="csr", dtype=np.float32, random_state=rng)
+    index = Index.from_csr(X)
+    got = search_topk(index, Q, 30, device="cuda")
+    assert index.host_postings is None  # the device built the lists
+    want = search_topk(Index.from_csr(X), Q, 30, device="cpu")
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))
