@@ -18,7 +18,7 @@ Block starts: on a sorted index, ``block_starts_kernel`` (twin ``block_starts_cp
 where each document block of a fixed size begins in the lists that hold at least one posting a
 block (``block_table_terms``), so that the shared accumulation (kernels.blocked.term_range_dev)
 reads a (term, block)'s range instead of searching for it; the engine keeps one table per shard
-and block size (gputext.engine.cuda_backend.DeviceShard.block_table).
+and block size (gputext.engine.device_index.DeviceShard.block_table).
 """
 from __future__ import annotations
 

@@ -571,13 +571,13 @@ def main():
         t = time.perf_counter()
         if backend.is_cuda:
             from numba import cuda
-            from gputext.engine.cuda_backend import build_shard
+            from gputext.engine.device_index import build_shard
             from gputext.engine.search import Geometry
             build_shard(index.X, 0, min(1000, index.n_docs), Geometry())  # compile the build kernels first
             cuda.synchronize()
             t = time.perf_counter()
             # as search_topk's first call does: the rows uploaded and the sorted lists built on the
-            # device (cuda_backend.sorted_postings_device; the host's build uploaded where that
+            # device (device_index.sorted_postings_device; the host's build uploaded where that
             # does not fit)
             index.device_cache["shard"] = build_shard(index.X, 0, index.n_docs, Geometry())
             cuda.synchronize()

@@ -251,7 +251,7 @@ def test_device_scan_in_simulator():
 
 @pytest.mark.cudasim
 def test_device_index_build_in_simulator():
-    from gputext.engine.cuda_backend import build_shard
+    from gputext.engine.device_index import build_shard
     X = random_corpus(20, 9, 0.3, seed=16)
     shard = build_shard(X, 0, 20, TINY)
     cpu = Index.from_csr(X).cpu()
@@ -386,10 +386,10 @@ def test_merge_by_rank_equals_sorting():
 
 
 def test_shard_plan_counts_the_build_that_is_uploaded(monkeypatch):
-    # plan_shards: 16 B a posting while the device builds the index (its CSR rows are on the device
-    # too), 8 B when the CPU twin's build is uploaded (the default): an index that fits whole as an
-    # upload is not streamed in shards
-    from gputext.engine import cuda_backend
+    # plan_shards: 16 B a posting for the atomic device build (its CSR rows stay on the device), 8 B
+    # for sorted lists (the default; built on the device where its transient 16 B fit, else the
+    # host's build uploaded): an index that fits whole at 8 B is not streamed in shards
+    from gputext.engine import device_index
     X = random_corpus(100, 50, 0.2, seed=41)
     need = {16: 16 * X.nnz + 16 * 100 + 8 * 50, 8: 8 * X.nnz + 16 * 100 + 8 * 50}
 
@@ -397,9 +397,9 @@ def test_shard_plan_counts_the_build_that_is_uploaded(monkeypatch):
         def share(self, fraction):
             return need[8] + 100
 
-    monkeypatch.setattr(cuda_backend, "resources", Budget)
+    monkeypatch.setattr(device_index, "resources", Budget)
     index = Index.from_csr(X)
-    assert cuda_backend.plan_shards(index, cuda_backend.build_bytes(Geometry())) == [(0, 100)]
-    ranges = cuda_backend.plan_shards(index, cuda_backend.build_bytes(Geometry(sorted_postings=False)))
+    assert device_index.plan_shards(index, device_index.build_bytes(Geometry())) == [(0, 100)]
+    ranges = device_index.plan_shards(index, device_index.build_bytes(Geometry(sorted_postings=False)))
     assert len(ranges) == 2 and ranges[0][0] == 0 and ranges[-1][1] == 100
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))

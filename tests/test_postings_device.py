@@ -1,4 +1,4 @@
-"""The sorted posting lists built on the device (gputext.engine.cuda_backend.build_sorted_lists:
+"""The sorted posting lists built on the device (gputext.engine.device_index.build_sorted_lists:
 kernels.postings.count_chunk_terms, chunk_cursors, scatter_chunk_rows, doc_norms) equal the host's
 build (kernels.postings.build_postings_cpu) bit for bit, for any number of chunks, empty rows and
 terms, rows longer than a block and a term in every row; the norms without postings
@@ -68,7 +68,7 @@ def test_row_norms_equal_the_postings_norms():
 
 
 def _device_build_equals_host(X, n_chunks, block):
-    from gputext.engine.cuda_backend import build_sorted_lists
+    from gputext.engine.device_index import build_sorted_lists
 
     indptr, indices, data = csr_arrays(X)
     want = build_postings_cpu(indptr, indices, data, X.shape[1])

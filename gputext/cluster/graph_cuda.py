@@ -42,7 +42,8 @@ from ..backend import device_memory
 from ..device.launch import blocks as grid_blocks
 from ..device.memory import Workspace, free_deferred, resources
 from ..device.timer import StageTimer
-from ..engine.cuda_backend import DeviceShard, QueryBatch, build_shard, plan_shards, shard_from_device
+from ..engine.cuda_backend import QueryBatch
+from ..engine.device_index import DeviceShard, build_shard, plan_shards, shard_from_device
 from ..engine.index import Index
 from ..engine.search import Geometry
 from ..io.corpus import csr_arrays

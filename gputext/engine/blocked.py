@@ -21,7 +21,7 @@ from ..device.memory import resources
 from ..io.corpus import csr_arrays
 from ..kernels import blocked, scoring
 from ..progress import progress
-from .cuda_backend import ROWS_SHARE, SIM_BATCH, STATIC_SHARED, csr_rows
+from .cuda_backend import ROWS_SHARE, SIM_BATCH, STATIC_SHARED
 from .index import Index
 from .report import SearchReport
 

@@ -20,7 +20,8 @@ from ..device.timer import StageTimer, elapsed_ms
 from ..io.corpus import csr_arrays
 from ..kernels import grouped
 from ..progress import progress
-from .cuda_backend import ROWS_SHARE, SIM_BATCH, sorted_postings_device
+from .cuda_backend import ROWS_SHARE, SIM_BATCH
+from .device_index import sorted_postings_device
 from .index import Index
 from .query import grouped_query_info
 from .report import SearchReport
@@ -41,7 +42,7 @@ class SortedIndex:
 
 def sorted_index(index: Index, geom, packed: bool = False) -> SortedIndex:
     """The index's sorted postings on the device (made once per Index): built there
-    (cuda_backend.sorted_postings_device) unless the host has them already or the device build
+    (device_index.sorted_postings_device) unless the host has them already or the device build
     does not fit, else the host's build uploaded; packed: its three arrays in one transfer from a
     pinned buffer into one allocation (Resources.upload_packed)."""
     from numba import cuda

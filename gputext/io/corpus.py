@@ -126,6 +126,12 @@ def csr_arrays(X: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             np.ascontiguousarray(X.data, dtype=np.float32))
 
 
+def csr_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, lo: int, hi: int):
+    """Rows [lo, hi) of CSR arrays without scipy (indptr rebased to 0; views where possible)."""
+    a, b = int(indptr[lo]), int(indptr[hi])
+    return indptr[lo:hi + 1] - a, indices[a:b], data[a:b]
+
+
 def _copy_dict(d: dict) -> dict:
     return {k: (_copy_dict(v) if isinstance(v, dict) else v) for k, v in d.items()}
 
