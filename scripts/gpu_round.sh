@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU round on the device host: environment probe, GPU tests, then benchmarks.
 # Usage (device tool, carry .whl):  bash scripts/gpu_round.sh [STEP ...]
-#   steps: compile-probe resident-profile probe tests tests-only tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-tiles knn-tiles-1e7 knn-ncu-1e7 knn-issue19 knn-growth knn-latency knn-shard-sweep knn-5e7 knn-ncu stream-sanitizer pruning bench-cli server-modes tests-all bench-readme bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify multi-1e8 multi-1e8-one multi-families multi-rank
+#   steps: compile-probe resident-profile probe tests tests-only tests-a tests-b tests-par tests-dist table-meta knn-l2 knn-tiles knn-tiles-1e7 knn-ncu-1e7 knn-issue19 knn-growth knn-latency knn-shard-sweep knn-5e7 knn-ncu stream-sanitizer pruning bench-cli server-modes tests-all bench-readme bench-knn-quick bench-knn bench-knn-1e6 bench-knn-1e7 estimators rank star stream knn_classify multi-1e8 multi-1e8-one multi-families multi-rank first-answer-1gpu
 #   (knn_classify reads the real datasets from .data/, an ignored copy of ../shared/datasets carried along)
 # Logs go to $OUT (default out/gpu). Each step has its own time limit so one slow step cannot eat the round.
 set -u
@@ -71,7 +71,7 @@ for step in "${steps[@]}"; do
     # while the peer's check still ran it a third time)
     knn-issue19) run knn-issue19 "${LIMIT_knn_issue19:-590}" python3 scripts/bench_knn.py --device cuda --sizes ${SIZES_issue19:-1e6,1e7} --queries 1,10000 --peers cupy_spmm --repeats 1 --check 5 --out "$OUT" ;;
     # the issue-19 growth from 10^6 to 10^7 documents alone (10,000 queries, no peers: about 150 s)
-    knn-growth) run knn-growth "${LIMIT_knn_growth:-200}" python3 scripts/bench_knn.py --device cuda --sizes 1e6,1e7 --queries 10000 --peers "" --repeats 1 --check 2 --out "$OUT/growth" ;;
+    knn-growth) run knn-growth "${LIMIT_knn_growth:-200}" python3 scripts/bench_knn.py --device cuda --sizes "${SIZES_growth:-1e6,1e7}" --queries 10000 --peers "" --repeats 1 --check 2 --out "$OUT/growth" ;;
     knn-latency) run knn-latency "${LIMIT_knn_latency:-200}" python3 scripts/bench_knn.py --latency --device cuda --sizes 1e6 --queries 10000 --singles 300 --repeats 3 --check 5 --out "$OUT" ;;
     # Nsight Compute on the rows top-k's kernels in a 1,000-query batch at 10^6 documents (steady state:
     # the first NCU_SKIP matching launches are left out); the report's details go to knn_ncu.txt
@@ -93,7 +93,7 @@ for step in "${steps[@]}"; do
     # --breakdown: one more warm run of each command under cProfile, its parts in the record's stages
     # issue 31's rounds (2026-11-27): the command-line suite (cold, warm through the warm server, warm in its
     # own process) on 20NG and the LETOR sample, then knn search both ways on GPU and CPU with outputs compared
-    bench-cli) run bench-cli "${LIMIT_bench_cli:-420}" python3 -m benchmarks.run --suite cli --device cuda --datasets "${GPUTEXT_DATASETS:-.data}" --repeats 3 --only /20ng/,letor-sample,startup --budget "${BUDGET_bench_cli:-330}" --out /tmp/bench --records "$OUT/records.jsonl" ;;
+    bench-cli) run bench-cli "${LIMIT_bench_cli:-420}" python3 -m benchmarks.run --suite cli --device cuda --datasets "${GPUTEXT_DATASETS:-.data}" --repeats 3 --only "${ONLY_bench_cli:-/20ng/,letor-sample,startup}" --budget "${BUDGET_bench_cli:-330}" --out /tmp/bench --records "$OUT/records.jsonl" ;;
     server-modes) run server-modes 180 python3 -m benchmarks.server_modes --train /tmp/bench/data/20ng-1/train.h5 --test /tmp/bench/data/20ng-1/test.h5 --runs 5 --out "$OUT/modes.json" --work /tmp/modes ;;
     # what a command compiles or loads, per kernel (benchmarks/compile_probe.py): one process, an empty
     # kernel cache, 20NG's knn search twice, with k = 10, then synthetic corpora of 5x10^4 to 8x10^5
@@ -147,6 +147,10 @@ for step in "${steps[@]}"; do
     # 1 GPU (this process) against 4, bit for bit -> $OUT/dask_families.json (rewritten after each section), .md.
     # Two calls instead: SECTIONS_families=first-answer,meta,kill, then SECTIONS_families=rank,star.
     multi-families) run multi-families "${LIMIT_multi_families:-530}" env "${DASK_MEMORY_OFF[@]}" python3 scripts/gpu_dask_families.py --device cuda --gpus "${GPUS_families:-4}" --sections "${SECTIONS_families:-first-answer,meta,kill,rank,star}" --chunk "${CHUNK_1e8:-6.25e5}" --gen-procs "${GEN_PROCS:-0}" --budget "$(( ${LIMIT_multi_families:-530} - 25 ))" --data-dir /tmp/dask-multi-data --out "$OUT" ;;
+    # issue 31's Dask figure on one GPU: 2x10^7 documents (GEN_PROCS processes make them), one worker's
+    # read / build / first call, twice: on the empty kernel cache of a fresh host, then with a fresh
+    # cluster and worker on the cache the first pass filled -> $OUT/first-answer-{empty,warm}/dask_families.json
+    first-answer-1gpu) for pass in empty warm; do run "first-answer-$pass" "${LIMIT_first_answer:-200}" env "${DASK_MEMORY_OFF[@]}" python3 scripts/gpu_dask_families.py --device cuda --gpus 1 --sections first-answer --chunk "${CHUNK_1e8:-6.25e5}" --gen-procs "${GEN_PROCS:-0}" --budget 0 --data-dir /tmp/dask-multi-data --out "$OUT/first-answer-$pass"; done ;;
     # multi-rank: RankSVM on 10x the MSLR-WEB30K training shape on 1 GPU and on 4, weights bit for bit (rank alone)
     multi-rank) run multi-rank "${LIMIT_multi_rank:-400}" env "${DASK_MEMORY_OFF[@]}" python3 scripts/gpu_dask_families.py --device cuda --gpus "${GPUS_families:-4}" --sections rank --budget "$(( ${LIMIT_multi_rank:-400} - 25 ))" --data-dir /tmp/dask-multi-data --out "$OUT/rank" ;;
     knn_classify) run knn_classify 560 python3 scripts/gpu_knn_classify.py --device cuda --datasets "${GPUTEXT_DATASETS:-.data}" --out "$OUT" ${ARGS_knn_classify:-} ;;

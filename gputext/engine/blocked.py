@@ -18,7 +18,7 @@ import numpy as np
 
 from ..device.launch import blocks, next_pow2
 from ..device.memory import resources
-from ..io.corpus import csr_arrays
+from ..io.corpus import csr_arrays, csr_rows
 from ..kernels import blocked, scoring
 from ..progress import progress
 from .cuda_backend import ROWS_SHARE, SIM_BATCH, STATIC_SHARED
