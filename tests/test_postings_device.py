@@ -120,3 +120,15 @@ def test_cuda_search_through_the_device_build_equals_the_cpu_twin():
     assert index.host_postings is None  # the device built the lists
     want = search_topk(Index.from_csr(X), Q, 30, device="cpu")
     assert all(np.array_equal(a, b) for a, b in zip(got, want))
+
+
+def test_sorted_build_chunks_stay_within_their_bounds():
+    from gputext.engine.device_index import (SORTED_BUILD_CHUNK_POSTINGS, SORTED_BUILD_COUNTS_BYTES,
+                                             sorted_build_chunks, sorted_build_bytes)
+    for n_docs, n_terms, sms, nnz in [(11_293, 73_539, 132, 1_119_221), (10**7, 200_000, 132, 718 * 10**6),
+                                      (5, 10, 132, 0), (3, 0, 132, 0), (10**6, 1, 132, 10**6)]:
+        n = sorted_build_chunks(n_docs, n_terms, sms, nnz)
+        assert 1 <= n <= max(1, n_docs)
+        assert n == 1 or 4 * n * n_terms <= SORTED_BUILD_COUNTS_BYTES
+        assert n == 1 or nnz // n >= SORTED_BUILD_CHUNK_POSTINGS
+        assert sorted_build_bytes(n_docs, nnz, n_terms, n) >= 16 * nnz

@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..device.launch import blocks
-from ..device.memory import Workspace, resources
+from ..device.memory import Workspace, resources, zero
 from ..io.corpus import csr_arrays, csr_rows
 from ..kernels import postings, scan, scoring
 from .index import Index, Postings
@@ -143,15 +143,17 @@ def build_shard(X: sp.csr_matrix, doc_lo: int, doc_hi: int, geom, cpu_postings=N
 
 
 SORTED_BUILD_CHUNKS_PER_SM = 8  # blocks (chunks of rows) a multiprocessor in the sorted device build ...
-SORTED_BUILD_COUNTS_BYTES = 256 << 20  # ... within this much of per-chunk term counts (4 B a (chunk, term))
+SORTED_BUILD_COUNTS_BYTES = 256 << 20  # ... within this much of per-chunk term counts (4 B a (chunk, term)) ...
+SORTED_BUILD_CHUNK_POSTINGS = 4096  # ... and at least this many postings a chunk (a small corpus: few chunks)
 
 
-def sorted_build_chunks(n_docs: int, n_terms: int, multiprocessors: int) -> int:
+def sorted_build_chunks(n_docs: int, n_terms: int, multiprocessors: int, nnz: int | None = None) -> int:
     """Chunks (blocks) of the sorted device build: SORTED_BUILD_CHUNKS_PER_SM a multiprocessor,
-    fewer when the (chunks, terms) counts would pass SORTED_BUILD_COUNTS_BYTES, at least 1, at
-    most a row each."""
+    fewer when the (chunks, terms) counts would pass SORTED_BUILD_COUNTS_BYTES or a chunk would
+    hold fewer than SORTED_BUILD_CHUNK_POSTINGS postings; at least 1, at most a row each."""
     by_bytes = SORTED_BUILD_COUNTS_BYTES // max(4 * n_terms, 1)
-    return int(max(1, min(n_docs, SORTED_BUILD_CHUNKS_PER_SM * max(multiprocessors, 1), by_bytes)))
+    by_postings = n_docs if nnz is None else max(1, nnz // SORTED_BUILD_CHUNK_POSTINGS)
+    return int(max(1, min(n_docs, SORTED_BUILD_CHUNKS_PER_SM * max(multiprocessors, 1), by_bytes, by_postings)))
 
 
 def sorted_build_bytes(n_docs: int, nnz: int, n_terms: int, n_chunks: int) -> int:
@@ -168,7 +170,7 @@ def sorted_postings_device(indptr, indices, data, n_terms: int, geom):
     half as much: 8 B a posting)."""
     res = resources()
     n_docs, nnz = indptr.shape[0] - 1, indices.shape[0]
-    n_chunks = sorted_build_chunks(n_docs, n_terms, res.multiprocessors)
+    n_chunks = sorted_build_chunks(n_docs, n_terms, res.multiprocessors, nnz)
     mem = res.memory()
     if mem is None or sorted_build_bytes(n_docs, nnz, n_terms, n_chunks) > 0.9 * mem[0] - (256 << 20):
         return None
@@ -189,7 +191,8 @@ def build_sorted_lists(indptr, indices, data, n_terms: int, n_chunks: int, block
     d_indices = cuda.to_device(indices if nnz else np.zeros(1, np.int32))
     d_data = cuda.to_device(data if nnz else np.zeros(1, np.float32))
     d_row_lo = cuda.to_device(postings.chunk_rows(indptr, n_chunks))
-    d_counts = cuda.to_device(np.zeros((n_chunks, max(n_terms, 1)), np.int32))
+    d_counts = cuda.device_array((n_chunks, max(n_terms, 1)), np.int32)
+    zero(d_counts)  # a driver memset: up to SORTED_BUILD_COUNTS_BYTES, never from the host
     d_df = cuda.to_device(np.zeros(max(n_terms, 1), np.int32))
     if nnz:
         postings.count_chunk_terms[n_chunks, b](d_indptr, d_indices, d_row_lo, d_counts)
