@@ -206,6 +206,61 @@ def term_maxabs_cpu(indices, data, n_terms):
     return out
 
 
+@cpu_jit(parallel=True)
+def weight_stats_cpu(indices, data, n_terms, n_chunks):
+    """One pass over a matrix's stored weights, n_chunks ranges of entries in parallel: (bad
+    int64 = entries that are NaN or infinite, top float32 = the largest |weight| of the finite
+    ones, maxabs float32 (n_terms,) = each term's largest finite |weight|, term_maxabs_cpu's
+    array bit for bit when every weight is finite). Each chunk keeps its own row of term maxima
+    (n_chunks x n_terms), reduced after; a maximum does not depend on the order."""
+    nnz = data.shape[0]
+    maxes = np.zeros((n_chunks, n_terms), np.float32)
+    bad = np.zeros(n_chunks, np.int64)
+    tops = np.zeros(n_chunks, np.float32)
+    for c in prange(n_chunks):
+        for p in range(nnz * c // n_chunks, nnz * (c + 1) // n_chunks):
+            a = abs(data[p])
+            if not np.isfinite(a):
+                bad[c] += 1
+            else:
+                t = indices[p]
+                if a > maxes[c, t]:
+                    maxes[c, t] = a
+                if a > tops[c]:
+                    tops[c] = a
+    maxabs = np.zeros(n_terms, np.float32)
+    for c in range(n_chunks):
+        for t in range(n_terms):
+            if maxes[c, t] > maxabs[t]:
+                maxabs[t] = maxes[c, t]
+    return bad.sum(), tops.max(), maxabs
+
+
+PARALLEL_STATS_ENTRIES = 1 << 24  # stored weights from which the host's passes over them take every thread
+
+
+def parallel_stats(nnz: int) -> bool:
+    """Whether a pass over nnz stored weights takes numba's threads (weight_stats)."""
+    return nnz >= PARALLEL_STATS_ENTRIES and numba.get_num_threads() > 1
+
+
+def weight_stats(indices, data, n_terms: int):
+    """weight_stats_cpu over indices int32 / data float32 (nnz,) in numba's threads: (bad int,
+    top float, maxabs float32 (n_terms,)). One pass where NumPy's checks take three and the term
+    maxima a fourth, serial (a Dask worker's shard: 1.4x10^9 weights)."""
+    n_chunks = max(1, min(4 * numba.get_num_threads(), data.shape[0] // max(4 * n_terms, 1)))
+    bad, top, maxabs = weight_stats_cpu(indices, data, n_terms, n_chunks)
+    return int(bad), float(top), maxabs
+
+
+def term_maxabs(indices, data, n_terms: int) -> np.ndarray:
+    """float32 (n_terms,): term_maxabs_cpu, in numba's threads (weight_stats) from
+    PARALLEL_STATS_ENTRIES stored weights; a small matrix compiles no parallel function."""
+    if not parallel_stats(data.shape[0]):
+        return term_maxabs_cpu(indices, data, n_terms)
+    return weight_stats(indices, data, n_terms)[2]
+
+
 # ----------------------------------------------------------------------------- block starts
 
 def block_table_terms(df: np.ndarray, n_blocks: int, max_entries: int) -> np.ndarray:

@@ -249,8 +249,6 @@ def worker_first_answer(source, lo, hi, query, device):
     from gputext.distributed.client import limit_threads
     from gputext.distributed.shards import read_source_rows
     from gputext.engine import Index, search_topk_keys
-    from gputext.io.corpus import csr_arrays
-    from gputext.kernels import scoring
     from gputext.kernels.jit import cache_folder
     limit_threads()
     rec = compile_counter()
@@ -262,8 +260,7 @@ def worker_first_answer(source, lo, hi, query, device):
         snaps.append(rec.snapshot())
         t = time.perf_counter()
         index = Index.from_csr(X)
-        _, indices, data = csr_arrays(X)
-        index = index.with_term_maxabs(scoring.term_maxabs_cpu(indices, data, source.n_terms))
+        index = index.with_term_maxabs(index.term_maxabs)  # from the weights' check at this size (one parallel pass)
         steps["build_s"] = time.perf_counter() - t
         snaps.append(rec.snapshot())
         for name in ("first_call_s", "second_call_s"):

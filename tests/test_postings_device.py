@@ -132,3 +132,39 @@ def test_sorted_build_chunks_stay_within_their_bounds():
         assert n == 1 or 4 * n * n_terms <= SORTED_BUILD_COUNTS_BYTES
         assert n == 1 or nnz // n >= SORTED_BUILD_CHUNK_POSTINGS
         assert sorted_build_bytes(n_docs, nnz, n_terms, n) >= 16 * nnz
+
+
+def test_weight_stats_equal_numpy_and_the_serial_term_maxima():
+    from gputext.kernels.postings import term_maxabs_cpu, weight_stats_cpu
+
+    X = corpus(400, seed=6)
+    indptr, indices, data = csr_arrays(X)
+    want = term_maxabs_cpu(indices, data, X.shape[1])
+    for n_chunks in (1, 3, 16):
+        bad, top, maxabs = weight_stats_cpu(indices, data, X.shape[1], n_chunks)
+        assert bad == 0 and top == np.abs(data).max()
+        assert np.array_equal(maxabs.view(np.uint32), want.view(np.uint32))
+    spoiled = data.copy()
+    spoiled[[3, 50]] = [np.nan, -np.inf]
+    bad, top, _ = weight_stats_cpu(indices, spoiled, X.shape[1], 4)
+    assert bad == 2 and top == np.abs(np.delete(spoiled, [3, 50])).max()
+
+
+def test_a_large_index_checks_its_weights_in_one_parallel_pass(monkeypatch):
+    # from PARALLEL_STATS_ENTRIES stored weights Index checks them and takes the term maxima in one
+    # parallel pass (kernels.postings.weight_stats): the same maxima, the same refusals
+    from gputext.engine.index import Index
+    from gputext.errors import InputError
+    from gputext.kernels import postings
+
+    X = corpus(400, seed=7)
+    want = Index.from_csr(X).term_maxabs
+    monkeypatch.setattr(postings, "PARALLEL_STATS_ENTRIES", 1)  # parallel_stats reads it at call time
+    index = Index.from_csr(X)
+    assert index._maxabs is not None  # made by the check
+    assert np.array_equal(index.term_maxabs, want)
+    for bad, message in ((np.nan, "NaN or infinite"), (2.0 ** 41, "magnitude")):
+        Y = X.copy()
+        Y.data[7] = bad
+        with pytest.raises(InputError, match=message):
+            Index.from_csr(Y)

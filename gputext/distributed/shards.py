@@ -200,15 +200,16 @@ def shard_index(source: Source, shard: Shard, block):
 def task_term_maxabs(source: Source, shard: Shard, block, cuts) -> np.ndarray:
     """float32 (len(cuts), n_terms): the largest |weight| of each term over the shard's rows from
     each cut on (rows >= cut); zeros where the shard has none."""
-    from ..io.corpus import csr_arrays
-    from ..kernels import scoring
+    from ..io.corpus import csr_arrays, csr_rows
+    from ..kernels import postings
     X = shard_index(source, shard, block).X
+    arrays = csr_arrays(X)
     out = np.zeros((len(cuts), source.n_terms), np.float32)
     for j, cut in enumerate(cuts):
         start = max(0, int(cut) - shard.lo)
         if start < X.shape[0]:
-            _, indices, data = csr_arrays(X[start:])
-            out[j] = scoring.term_maxabs_cpu(indices, data, source.n_terms)
+            _, indices, data = csr_rows(*arrays, start, X.shape[0])  # views, no copy of the rows
+            out[j] = postings.term_maxabs(indices, data, source.n_terms)
     return out
 
 

@@ -18,6 +18,7 @@ import scipy.sparse as sp
 from ..errors import FormatError, InputError
 from ..io.corpus import Corpus, DocTermShape, canonical_csr, csr_arrays, read_corpus, write_corpus
 from ..kernels import postings, scoring
+from ..kernels.postings import parallel_stats, weight_stats
 
 
 @dataclass
@@ -40,17 +41,20 @@ class Postings:
 MAX_ABS_WEIGHT = 2.0 ** 40  # about 1.1e12: larger weights are refused (docs/knn_search.md, "Weights")
 
 
-def check_weights(data: np.ndarray, what: str) -> None:
+def check_weights(data: np.ndarray, what: str, stats: tuple | None = None) -> None:
     """The kNN input rule for weights (index and queries alike, sparse engine and dense kernels):
     finite, and |w| < MAX_ABS_WEIGHT. The engine's int64 fixed point resolves a query's
     contributions to 2**-61 of its bound sum |q_t| max |d_t|, and the dense kernels keep squared
     norms in float32; a weight near float32's range (3e38) pushes every ordinary contribution below
-    the first and overflows the second, and documents would tie at score 0 instead of being ranked."""
+    the first and overflows the second, and documents would tie at score 0 instead of being ranked.
+    stats: (non-finite count, largest finite |weight|) when the caller has them
+    (kernels.postings.weight_stats, one parallel pass for a large index)."""
     if not len(data):
         return
-    if not np.all(np.isfinite(data)):
+    bad, largest = stats if stats is not None else (0 if np.all(np.isfinite(data)) else 1, None)
+    if bad:
         raise InputError(f"the {what} contains NaN or infinite weights")
-    largest = float(np.max(np.abs(data)))
+    largest = float(np.max(np.abs(data))) if largest is None else float(largest)
     if largest >= MAX_ABS_WEIGHT:
         raise InputError(f"the {what} has a weight of magnitude {largest:.3g}; kNN takes |weight| < "
                          f"2^40 = {MAX_ABS_WEIGHT:.3g} (larger ones would drown the other terms: docs/knn_search.md): "
@@ -62,12 +66,17 @@ class Index(DocTermShape):
 
     def __init__(self, X: sp.csr_matrix, corpus: Corpus | None = None, postings: Postings | None = None):
         self.X = canonical_csr(X)
-        check_weights(self.X.data, "indexed matrix")
+        maxabs = None
+        if parallel_stats(self.X.nnz):  # (``postings`` here is the argument)
+            bad, top, maxabs = weight_stats(self.X.indices, self.X.data, self.X.shape[1])
+            check_weights(self.X.data, "indexed matrix", (bad, top))
+        else:
+            check_weights(self.X.data, "indexed matrix")
         self.corpus = corpus
         self._postings = postings
         self._norm_order: dict[int, np.ndarray] = {}
         self._norm_terms: dict[int, np.ndarray] = {}
-        self._maxabs: np.ndarray | None = None
+        self._maxabs: np.ndarray | None = maxabs  # term_maxabs (a large matrix's, from its weights' check)
         self._row_norms: tuple | None = None  # row_norms() without postings
         self.device_cache: dict = {}  # the CUDA backend keeps its device shards here
         self._scale_maxabs: np.ndarray | None = None  # with_term_maxabs
@@ -110,7 +119,7 @@ class Index(DocTermShape):
             return self._postings.term_maxabs
         if self._maxabs is None:
             _, indices, data = csr_arrays(self.X)
-            self._maxabs = postings.term_maxabs_cpu(indices, data, self.n_terms)
+            self._maxabs = postings.term_maxabs(indices, data, self.n_terms)
         return self._maxabs
 
     def with_term_maxabs(self, term_maxabs: np.ndarray) -> "Index":
