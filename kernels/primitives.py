@@ -43,6 +43,9 @@ Host only:
 
     merge_sort_cpu(a)             int64 a sorted in place, ascending (a merge of its ascending runs;
                                   compiles in a fraction of NumPy's quicksort's seconds)
+    merge_lists_cpu(docs, keys, ptr, k, out_docs, out_keys)   per row, the k best of several
+                                  ``better``-sorted lists (a P-way merge of their heads, rows in
+                                  parallel), then their empty slots in list order
 
 Device only:
 
@@ -409,3 +412,37 @@ def merge_sort_cpu(a):
     if not in_a:
         for i in range(n):
             a[i] = src[i]
+
+
+@cpu_jit(parallel=True)
+def merge_lists_cpu(docs, keys, ptr, k, out_docs, out_keys):
+    """Row i of docs int64 / keys float64 (n, total) holds P lists, list p in columns [ptr[p],
+    ptr[p+1]) (ptr int64 (P+1,)), each in ``better`` order with its empty slots (doc < 0) last.
+    out_docs int64 / out_keys float64 (n, k) get the best k of their union in ``better`` order,
+    then the empty slots in list order: what a stable sort of the row by (key desc, doc asc,
+    empty slots last) gives, in k x P steps instead of a sort. Rows in parallel."""
+    n = docs.shape[0]
+    n_lists = ptr.shape[0] - 1
+    for i in numba.prange(n):
+        head = ptr[:-1].copy()
+        j = 0
+        while j < k:
+            best = -1
+            for p in range(n_lists):
+                h = head[p]
+                if h < ptr[p + 1] and docs[i, h] >= 0 and (
+                        best < 0 or better_cpu(keys[i, h], docs[i, h], keys[i, head[best]], docs[i, head[best]])):
+                    best = p
+            if best < 0:
+                break
+            out_docs[i, j] = docs[i, head[best]]
+            out_keys[i, j] = keys[i, head[best]]
+            head[best] += 1
+            j += 1
+        for p in range(n_lists):
+            for h in range(head[p], ptr[p + 1]):
+                if j < k and docs[i, h] < 0:
+                    out_docs[i, j] = docs[i, h]
+                    out_keys[i, j] = keys[i, h]
+                    j += 1
+
