@@ -232,8 +232,9 @@ def tile_inputs(q_indptr, q_indices, q_data, df, tile, term_order, scale, qn, se
     after the first); otherwise (query, term), the rows' order. Tiles in parallel; one tile alone: call tile_one(0, ...) (no thread pool
     to wake for a single query)."""
     for g in numba.prange(postings.shape[0]):
-        postings[g] = tile_one(g, q_indptr, q_indices, q_data, df, tile, term_order, scale, qn, self_doc,
-                               doc_lo, doc_hi, seg_off, seg, weights, qinfo)
+        # int64(g): prange's index is unsigned, and tile_one would compile again for it
+        postings[g] = tile_one(numba.int64(g), q_indptr, q_indices, q_data, df, tile, term_order, scale, qn,
+                               self_doc, doc_lo, doc_hi, seg_off, seg, weights, qinfo)
 
 
 # ----------------------------------------------------------------------------- CPU twin: scoring
