@@ -43,6 +43,9 @@ Host only:
 
     merge_sort_cpu(a)             int64 a sorted in place, ascending (a merge of its ascending runs;
                                   compiles in a fraction of NumPy's quicksort's seconds)
+    touch_pages(a, step)          one byte written every ``step`` bytes of a fresh array (uint8
+                                  view), pages in parallel: its first-touch page faults taken on
+                                  every thread before a copy or read fills it
     merge_lists_cpu(docs, keys, ptr, k, out_docs, out_keys)   per row, the k best of several
                                   ``better``-sorted lists (a P-way merge of their heads, rows in
                                   parallel), then their empty slots in list order
@@ -445,4 +448,14 @@ def merge_lists_cpu(docs, keys, ptr, k, out_docs, out_keys):
                     out_docs[i, j] = docs[i, h]
                     out_keys[i, j] = keys[i, h]
                     j += 1
+
+
+@cpu_jit(parallel=True)
+def touch_pages(a, step):
+    """Write one byte every ``step`` bytes of a fresh host array a (uint8 view), pages in
+    parallel: the first-touch page faults are taken now, on every thread (while a device still
+    works, or before a file is read into it), rather than during the copy into it."""
+    pages = (a.shape[0] + step - 1) // step
+    for i in numba.prange(pages):
+        a[i * step] = 0
 

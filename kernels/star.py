@@ -153,16 +153,6 @@ def term_stats_ranges(indices, data, starts, n_terms, chunks):
 
 
 @cpu_jit(parallel=True)
-def touch_pages(a, step):
-    """Write one byte every ``step`` bytes of a fresh host array a (uint8 view), pages in
-    parallel: the first-touch page faults are taken now (while the device still works) rather
-    than during the copy into it."""
-    pages = (a.shape[0] + step - 1) // step
-    for i in prange(pages):
-        a[i * step] = 0
-
-
-@cpu_jit(parallel=True)
 def addition_owner_rows(ptr, cols, weights, n_new, n_old):
     """Upper-triangle rows of the stacked corpus [new; old] (see split_addition_rows) as the
     new vertices' DClustR owner rows in global ids: row i = its old neighbours (columns >=

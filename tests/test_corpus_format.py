@@ -186,11 +186,16 @@ def test_sorted_rows_check_equals_a_row_by_row_check():
                 cio._validate_csr(None, "X", (n, 9), np.ones(nnz, np.float32), indices, indptr)
 
 
-def test_read_row_pieces_equals_stacked_slices(tmp_path):
+@pytest.mark.parametrize("prefault", [False, True])
+def test_read_row_pieces_equals_stacked_slices(tmp_path, monkeypatch, prefault):
     """Row ranges of several files read into one matrix (the Dask workers' shard read) equal the
     stacked slices: pieces inside, across and at the ends of files, an empty range, a file
-    whose data are float64 (another writer), and rows without entries."""
+    whose data are float64 (another writer), and rows without entries; with the pages faulted
+    in first (PREFAULT_BYTES, 256 MiB of rows, lowered to 0 here) and without."""
+    from gputext.io import corpus as cio_mod
     from gputext.io.corpus import Corpus, read_row_pieces, read_rows, write_corpus
+
+    monkeypatch.setattr(cio_mod, "PREFAULT_BYTES", 0 if prefault else 1 << 62)
 
     rng = np.random.default_rng(3)
     mats = []

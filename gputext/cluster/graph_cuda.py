@@ -49,6 +49,7 @@ from ..engine.search import Geometry
 from ..io.corpus import csr_arrays
 from ..kernels import scan, scoring
 from ..kernels import star as kstar
+from ..kernels.primitives import touch_pages
 from ..progress import progress
 
 ROWS_SHARE = 0.30
@@ -386,9 +387,9 @@ def _device_csr(n, n_edges, upper: list, d_up_len, d_degree, d_wsum, geom, relev
     indices = host_array(nnz, np.int32)
     weights = np.empty(nnz, np.float32) if nnz == 0 or geom.weights != "eager" else host_array(nnz, np.float32)
     if geom.prefault and geom.transfer != "pinned" and nnz:  # page faults now, while the csr and relevance kernels run
-        kstar.touch_pages(indices.view(np.uint8), 4096)
+        touch_pages(indices.view(np.uint8), 4096)
         if geom.weights == "eager":
-            kstar.touch_pages(weights.view(np.uint8), 4096)
+            touch_pages(weights.view(np.uint8), 4096)
     indptr = d_indptr.copy_to_host()
     if nnz:
         _to_host(d_idx[:nnz], indices, geom)

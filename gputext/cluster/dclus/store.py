@@ -49,6 +49,7 @@ from ...io.commit import committed_length, current_lengths, read_committed, writ
 from ...io.corpus import corpus_shape, growable_chunk, str_values
 from ...kernels import star as kstar
 from ...kernels.csr_rows import gather_rows
+from ...kernels.primitives import touch_pages
 from ..graph import StarGraph
 from .host import fnv1a64, symmetric_from_owner, upper_owner_rows
 from .pccs import PCCs, pcc_layout
@@ -309,7 +310,7 @@ def load_pcc_rows(f: h5py.File, meta: GraphOnDisk, pccs: np.ndarray, extra: int 
     row_start = buf_at[rng] + (meta.adj_indptr[positions] - read_lo[rng])
     buf = np.empty(total + extra, np.int32)
     if len(buf):  # first-touch page faults on every core, not inside HDF5's single-threaded copy
-        kstar.touch_pages(buf.view(np.uint8), 4096)
+        touch_pages(buf.view(np.uint8), 4096)
     for lo, hi, at in zip(read_lo.tolist(), read_hi.tolist(), buf_at.tolist()):
         if hi > lo:
             ds.read_direct(buf, np.s_[lo:hi], np.s_[at:at + hi - lo])
