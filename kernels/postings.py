@@ -29,7 +29,7 @@ import numpy as np
 from numba import cuda, prange
 
 from .metrics import COSINE, L1, L2
-from .primitives import last_le_dev, lower_bound_cpu, lower_bound_dev
+from .primitives import column_offsets_dev, last_le_dev, lower_bound_cpu, lower_bound_dev
 from .jit import cpu_jit, cuda_kernel, device_function
 
 
@@ -360,15 +360,11 @@ def count_chunk_terms(indptr, indices, row_lo, counts):
 @cuda_kernel
 def chunk_cursors(counts, df):
     """Thread t (one per term): counts[c, t] int32 becomes the postings of term t in chunks before
-    c (chunk c's offset into list t), df[t] int32 the list's length. Twin: _chunk_cursors."""
+    c (chunk c's offset into list t), df[t] int32 the list's length (primitives.column_offsets). Twin:
+    _chunk_cursors."""
     t = cuda.grid(1)
     if t < df.shape[0]:
-        run = 0
-        for c in range(counts.shape[0]):
-            n = counts[c, t]
-            counts[c, t] = run
-            run += n
-        df[t] = run
+        column_offsets_dev(counts, df, t)
 
 
 @cuda_kernel

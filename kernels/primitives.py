@@ -16,6 +16,9 @@ Scalar functions (any thread, no synchronisation):
     last_le(values, lo, hi, x)    largest p in [lo, hi) with values[p] <= x, for values[lo] <= x
     ordered_bits(bits)            float32 bit pattern (an integer 0..2**32-1) -> int64 with the
                                   order of the float (radix-selectable keys)
+    column_offsets(counts, totals, j)   a counting sort's offsets of target j: counts[c, j] (chunk
+                                  c's count of j) becomes the count of j in chunks before c,
+                                  totals[j] the sum (one target per thread or prange iteration)
 
 Block collectives: called by every thread of a block of ``block`` threads (thread ``tid``); each
 thread handles items tid, tid + block, ... and the threads meet at a barrier, ``cuda.syncthreads``
@@ -131,6 +134,15 @@ def _ordered_bits(bits):
     if u >= 2147483648:
         return numba.int64(4294967295) - u
     return u + numba.int64(2147483648)
+
+
+def _column_offsets(counts, totals, j):
+    running = 0
+    for c in range(counts.shape[0]):
+        n = counts[c, j]
+        counts[c, j] = running
+        running += n
+    totals[j] = running
 
 
 def _no_barrier():
@@ -290,6 +302,7 @@ before_dev, before_cpu = _dev(_before), _cpu(_before)
 lower_bound_dev, lower_bound_cpu = _dev(_lower_bound), _cpu(_lower_bound)
 last_le_dev, last_le_cpu = _dev(_last_le), _cpu(_last_le)
 ordered_bits_dev, ordered_bits_cpu = _dev(_ordered_bits), _cpu(_ordered_bits)
+column_offsets_dev, column_offsets_cpu = _dev(_column_offsets), _cpu(_column_offsets)
 _descending_key_dev, _descending_key_cpu = _dev(_descending_key), _cpu(_descending_key)
 _ascending_key_dev, _ascending_key_cpu = _dev(_ascending_key), _cpu(_ascending_key)
 _no_barrier_cpu = _cpu(_no_barrier)

@@ -28,7 +28,7 @@ import numpy as np
 from numba import cuda, prange
 
 from ._factory import kernel_cache
-from .primitives import block_exclusive_scan_dev, block_tree_sum_dev, last_le_dev, lower_bound_cpu
+from .primitives import block_exclusive_scan_dev, block_tree_sum_dev, column_offsets_cpu, last_le_dev, lower_bound_cpu
 from .jit import cpu_jit, cuda_kernel, device_function
 
 FIX_BITS = 40
@@ -281,12 +281,7 @@ def chunk_offsets(cnt, totals):
     chunk order); totals int64 (n,) gets each target's count. One target per prange iteration.
     Shared by symmetric_csr and gputext.cluster.dclus.host.symmetric_from_owner."""
     for j in prange(cnt.shape[1]):
-        running = 0
-        for t in range(cnt.shape[0]):
-            c = cnt[t, j]
-            cnt[t, j] = running
-            running += c
-        totals[j] = running
+        column_offsets_cpu(cnt, totals, j)
 
 
 @cpu_jit(parallel=True)
