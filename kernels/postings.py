@@ -207,33 +207,52 @@ def term_maxabs_cpu(indices, data, n_terms):
 
 
 @cpu_jit(parallel=True)
-def weight_stats_cpu(indices, data, n_terms, n_chunks):
-    """One pass over a matrix's stored weights, n_chunks ranges of entries in parallel: (bad
-    int64 = entries that are NaN or infinite, top float32 = the largest |weight| of the finite
-    ones, maxabs float32 (n_terms,) = each term's largest finite |weight|, term_maxabs_cpu's
-    array bit for bit when every weight is finite). Each chunk keeps its own row of term maxima
-    (n_chunks x n_terms), reduced after; a maximum does not depend on the order."""
-    nnz = data.shape[0]
-    maxes = np.zeros((n_chunks, n_terms), np.float32)
-    bad = np.zeros(n_chunks, np.int64)
-    tops = np.zeros(n_chunks, np.float32)
-    for c in prange(n_chunks):
-        for p in range(nnz * c // n_chunks, nnz * (c + 1) // n_chunks):
-            a = abs(data[p])
-            if not np.isfinite(a):
-                bad[c] += 1
-            else:
-                t = indices[p]
-                if a > maxes[c, t]:
-                    maxes[c, t] = a
-                if a > tops[c]:
-                    tops[c] = a
-    maxabs = np.zeros(n_terms, np.float32)
-    for c in range(n_chunks):
-        for t in range(n_terms):
-            if maxes[c, t] > maxabs[t]:
-                maxabs[t] = maxes[c, t]
-    return bad.sum(), tops.max(), maxabs
+def term_stats_cpu(indices, data, starts, n_terms, chunks, with_counts):
+    """Per term, within entries [starts[r], starts[r+1]) of a CSR's indices/data, r < R =
+    len(starts) - 1 (a whole matrix, or the rows of each row shard), in one pass: the largest
+    finite |weight| (float32 (R, n_terms)), with_counts the number of entries (int64 (R, n_terms),
+    else (R, 0)), and the entries that are NaN or infinite (int64 (R,)). Each range is cut into
+    ``chunks`` pieces, one per prange task with private maxima and counts, then reduced per
+    term; maxima and integer counts are exact, so for finite weights the maxima equal
+    term_maxabs_cpu over each range and the counts its bincount."""
+    n_r = starts.shape[0] - 1
+    part_max = np.zeros((n_r * chunks, n_terms), np.float32)
+    part_cnt = np.zeros((n_r * chunks, n_terms if with_counts else 0), np.int64)
+    part_bad = np.zeros(n_r * chunks, np.int64)
+    for t in prange(n_r * chunks):
+        r = t // chunks
+        c = t % chunks
+        a = starts[r]
+        length = starts[r + 1] - a
+        for p in range(a + length * c // chunks, a + length * (c + 1) // chunks):
+            term = indices[p]
+            v = abs(data[p])
+            if not np.isfinite(v):
+                part_bad[t] += 1
+            elif v > part_max[t, term]:
+                part_max[t, term] = v
+            if with_counts:
+                part_cnt[t, term] += 1
+    maxabs = np.zeros((n_r, n_terms), np.float32)
+    counts = np.zeros((n_r, n_terms if with_counts else 0), np.int64)
+    bad = np.zeros(n_r, np.int64)
+    for k in prange(n_terms):
+        for r in range(n_r):
+            m = np.float32(0.0)
+            n = numba.int64(0)
+            for c in range(chunks):
+                t = r * chunks + c
+                if part_max[t, k] > m:
+                    m = part_max[t, k]
+                if with_counts:
+                    n += part_cnt[t, k]
+            maxabs[r, k] = m
+            if with_counts:
+                counts[r, k] = n
+    for r in range(n_r):
+        for c in range(chunks):
+            bad[r] += part_bad[r * chunks + c]
+    return maxabs, counts, bad
 
 
 PARALLEL_STATS_ENTRIES = 1 << 24  # stored weights from which the host's passes over them take every thread
@@ -245,12 +264,14 @@ def parallel_stats(nnz: int) -> bool:
 
 
 def weight_stats(indices, data, n_terms: int):
-    """weight_stats_cpu over indices int32 / data float32 (nnz,) in numba's threads: (bad int,
-    top float, maxabs float32 (n_terms,)). One pass where NumPy's checks take three and the term
-    maxima a fourth, serial (a Dask worker's shard: 1.4x10^9 weights)."""
-    n_chunks = max(1, min(4 * numba.get_num_threads(), data.shape[0] // max(4 * n_terms, 1)))
-    bad, top, maxabs = weight_stats_cpu(indices, data, n_terms, n_chunks)
-    return int(bad), float(top), maxabs
+    """term_stats_cpu over all of indices int32 / data float32 (nnz,), in numba's threads:
+    (bad int = NaN or infinite entries, top float = the largest finite |weight|, maxabs float32
+    (n_terms,)). One pass where NumPy's checks take three and the term maxima a fourth, serial
+    (a Dask worker's shard: 1.4x10^9 weights)."""
+    nnz = data.shape[0]
+    chunks = max(1, min(4 * numba.get_num_threads(), nnz // max(4 * n_terms, 1)))
+    maxabs, _, bad = term_stats_cpu(indices, data, np.array([0, nnz], np.int64), n_terms, chunks, False)
+    return int(bad[0]), float(maxabs[0].max(initial=0.0)), maxabs[0]
 
 
 def term_maxabs(indices, data, n_terms: int) -> np.ndarray:

@@ -28,6 +28,7 @@ import numpy as np
 from numba import cuda, prange
 
 from ._factory import kernel_cache
+from .postings import term_stats_cpu
 from .primitives import block_exclusive_scan_dev, block_tree_sum_dev, column_offsets_cpu, last_le_dev, lower_bound_cpu
 from .jit import cpu_jit, cuda_kernel, device_function
 
@@ -114,41 +115,10 @@ def batch_segments(indptr, indices, lo, hi, df):
     return seg_off, seg
 
 
-@cpu_jit(parallel=True)
 def term_stats_ranges(indices, data, starts, n_terms, chunks):
-    """Per term, within entries [starts[r], starts[r+1]) of a CSR's indices/data, r < R =
-    len(starts) - 1 (the rows of each row shard): the largest |weight| (float32 (R, n_terms)) and
-    the number of entries (int64 (R, n_terms)), in one pass.  Each range is cut into ``chunks``
-    pieces, one per prange task with private maxima and counts, then reduced per term; maxima
-    and integer counts are exact, so the maxima equal gputext.kernels.postings.term_maxabs_cpu over
-    each range and the counts its bincount."""
-    n_r = starts.shape[0] - 1
-    part_max = np.zeros((n_r * chunks, n_terms), np.float32)
-    part_cnt = np.zeros((n_r * chunks, n_terms), np.int64)
-    for t in prange(n_r * chunks):
-        r = t // chunks
-        c = t % chunks
-        a = starts[r]
-        length = starts[r + 1] - a
-        for p in range(a + length * c // chunks, a + length * (c + 1) // chunks):
-            term = indices[p]
-            v = abs(data[p])
-            if v > part_max[t, term]:
-                part_max[t, term] = v
-            part_cnt[t, term] += 1
-    maxabs = np.zeros((n_r, n_terms), np.float32)
-    counts = np.zeros((n_r, n_terms), np.int64)
-    for k in prange(n_terms):
-        for r in range(n_r):
-            m = np.float32(0.0)
-            n = numba.int64(0)
-            for c in range(chunks):
-                t = r * chunks + c
-                if part_max[t, k] > m:
-                    m = part_max[t, k]
-                n += part_cnt[t, k]
-            maxabs[r, k] = m
-            counts[r, k] = n
+    """(maxabs float32 (R, n_terms), counts int64 (R, n_terms)) of the entries [starts[r],
+    starts[r+1]) of each row shard: gputext.kernels.postings.term_stats_cpu with counts."""
+    maxabs, counts, _ = term_stats_cpu(indices, data, np.ascontiguousarray(starts, np.int64), n_terms, chunks, True)
     return maxabs, counts
 
 
