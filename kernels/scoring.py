@@ -49,7 +49,6 @@ from .metrics import COSINE, DOT, L1, L2
 from .metrics import METRIC_CODE as METRICS  # noqa: F401 (scoring.METRICS: name -> code, kept for host code)
 from .indices import U64
 from .primitives import block_exclusive_scan_dev, last_le_dev, merge_sort_cpu
-from .postings import term_maxabs_cpu  # noqa: F401 (kept for host code: gputext.distributed)
 from .select import (merge_sorted_lists, offer_cpu, rank_in_lists_dev, select_top_keys, topk_geometry, topk_scratch,
                      write_first_k)
 from .jit import cpu_jit, cuda_kernel, device_function
