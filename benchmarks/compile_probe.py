@@ -51,6 +51,31 @@ def _instrument(log: list) -> None:
         cls.compile = compile
 
 
+def _instrument_phases(phases: dict) -> None:
+    """Add the seconds of a CUDA compile's back-end steps to ``phases``: "nvvm" (NVVM: LLVM IR to
+    PTX), "link" (the driver's linker: PTX to cubin, ptxas's work) and "module load" (cubin into
+    the context). A kernel's compile minus these is numba's front end (typing and lowering)."""
+    try:
+        from numba.cuda.cudadrv import driver, nvvm
+    except ImportError:
+        return
+
+    def timed(owner, attr, phase):
+        original = getattr(owner, attr)
+
+        def wrapper(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - t0
+        setattr(owner, attr, wrapper)
+
+    timed(nvvm, "compile_ir", "nvvm")
+    timed(driver._Linker, "complete", "link")
+    timed(driver.Context, "create_module_image", "module load")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.compile_probe", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -74,9 +99,12 @@ def main(argv=None) -> int:
     t_import = time.perf_counter() - t_import
     log: list = []
     _instrument(log)
+    phases: dict = {}
+    _instrument_phases(phases)
     report = {"cache": str(cache_folder()), "import_s": round(t_import, 3), "commands": []}
     for args in commands:
         start = len(log)
+        phases.clear()
         t0 = time.perf_counter()
         try:
             cli.main(args=args, prog_name="gputext", standalone_mode=False)
@@ -98,6 +126,7 @@ def main(argv=None) -> int:
             slot[1] += dt
         row = {"command": shlex.join(args), "rc": rc, "wall_s": round(wall, 3),
                "entries": {k: {"count": n, "seconds": round(s, 3)} for k, (n, s) in sorted(by_kind.items())},
+               "cuda_phases_s": {k: round(v, 3) for k, v in sorted(phases.items())},
                "slowest_compiles": [{"target": t, "name": n, "seconds": round(dt, 3)}
                                     for t, n, dt, hit in sorted(mine, key=lambda x: -x[2]) if not hit][:10]}
         report["commands"].append(row)
