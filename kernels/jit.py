@@ -304,7 +304,7 @@ def _make_cache_class(cache_base, impl_base, index_base, stamp_extra):
     impl = type("Impl", (impl_base,), {"_locator_classes": [locator]})
     index = type("Index", (_LockedIndex, index_base), {})
 
-    class KernelCache(cache_base):
+    class KernelCache(_CompileOnce, cache_base):
         _impl_class = impl
 
         def __init__(self, py_func):
@@ -314,6 +314,79 @@ def _make_cache_class(cache_base, impl_base, index_base, stamp_extra):
                                      source_stamp=self._impl.locator.get_source_stamp())
 
     return KernelCache
+
+
+COMPILE_WAIT_S = 300.0  # the longest a process waits for another's compile of an entry before compiling it too
+_held: dict = {}  # lock path -> descriptor: the entries this process is compiling
+
+
+class _CompileOnce:
+    """Mixin for numba's Cache: an entry is compiled by one process at a time. A load that misses
+    takes the entry's lock file (``<index>-<key digest>.compiling`` beside the index, ``flock``
+    exclusive), waiting while another process holds it, and loads again: when the other process
+    has saved the entry meanwhile, this one loads it instead of compiling it too. Otherwise the
+    miss stands and the lock is held until this process saves the entry (numba's dispatcher
+    compiles between the two calls; a compile that fails leaves it held until the next load of
+    the entry or the process's end, and the others stop waiting after COMPILE_WAIT_S). So Dask
+    workers, pytest-xdist processes and the helpers of gputext.compile_ahead that need one kernel at
+    once compile it once. A process that crashes releases its locks (the kernel closes them)."""
+
+    def load_overload(self, sig, target_context):
+        data = super().load_overload(sig, target_context)
+        if data is not None or not getattr(self, "_enabled", True):
+            return data
+        try:
+            path = self._compiling_path(self._index_key(sig, target_context.codegen()))
+        except Exception:  # a numba whose keys differ: no lock, as numba alone
+            return None
+        if path not in _held and _lock_entry(path):
+            data = super().load_overload(sig, target_context)
+            if data is not None:
+                _unlock_entry(path)
+        return data
+
+    def save_overload(self, sig, data):
+        try:
+            super().save_overload(sig, data)
+        finally:
+            for path in [p for p in _held if p.startswith(self._compiling_prefix())]:
+                _unlock_entry(path)
+
+    def _compiling_prefix(self) -> str:
+        return os.path.join(self._cache_path, self._cache_file._index_name.rsplit(".", 1)[0]) + "-"
+
+    def _compiling_path(self, key) -> str:
+        return self._compiling_prefix() + hashlib.sha256(repr(key).encode()).hexdigest()[:16] + ".compiling"
+
+
+def _lock_entry(path: str) -> bool:
+    """Hold the entry's lock file (kept in _held), waiting up to COMPILE_WAIT_S for another
+    process's; False when it could not be opened or the wait ran out."""
+    import time
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return False
+    deadline = time.monotonic() + COMPILE_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _held[path] = fd
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                return False
+            time.sleep(0.01)
+        except OSError:
+            os.close(fd)
+            return False
+
+
+def _unlock_entry(path: str) -> None:
+    fd = _held.pop(path, None)
+    if fd is not None:
+        os.close(fd)  # closing releases the lock; the file stays for the next compile of the entry
 
 
 _cpu_dispatchers: list = []  # every cpu_jit function, for preload_cpu

@@ -116,6 +116,21 @@ def test_two_processes_filling_one_cache_leave_it_valid(module, tmp_path):
     assert hits + misses == 24 and hits >= 12  # an index write may lose the other's entries, never mix them
 
 
+def test_two_processes_needing_one_entry_compile_it_once(module, tmp_path):
+    """Two processes that need the same entries at once (Dask workers, pytest-xdist, the helpers
+    of gputext.compile_ahead): each entry is compiled by one of them and loaded by the other
+    (kernels.jit._CompileOnce), whichever gets there first."""
+    cache = tmp_path / "cache"
+    procs = [_run(module, cache, 0, 8, wait=False) for _ in range(2)]
+    counts = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+        counts.append(tuple(map(int, out.split())))
+    assert sum(m for _, m in counts) == 8 and sum(h for h, _ in counts) == 8, counts
+    assert len(list(cache.rglob("*.nbc"))) == 8
+
+
 def test_gputext_command_second_process_compiles_nothing(tmp_path):
     """The real twins: `knn search --device cpu` twice on a tiny corpus; the second writes nothing."""
     from gputext.io import write_corpus
