@@ -16,6 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # Commands run by tests start in their own processes (no warm server left behind by the suite);
 # tests/test_daemon.py switches the server on for its own commands.
 os.environ["GPUTEXT_DAEMON"] = "0"
+# ... and start no compile helpers behind the tests' backs (tests/test_compile_ahead.py starts its own)
+os.environ["GPUTEXT_AHEAD"] = "0"
 SIM = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
 
 

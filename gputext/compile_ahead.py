@@ -1,0 +1,126 @@
+"""The first GPU command on an empty kernel cache: its fixed-signature functions compiled beside it.
+
+A command compiles what it needs one function after another, in one process (numba compiles
+under one lock per process). On an empty cache that is most of its time (2026-11-28, one H100,
+20 Newsgroups' ``knn search -k 30``: 11.6 s, of which 6.9 s compiling 9 kernels and 5.1 s 13 CPU
+functions; benchmarks/compile_probe_*.json). Some of those functions are called with the same
+argument types whatever the data: the host functions of the GPU's search (its queries' scales and
+tiles, the index's term maxima) and the kernels of the device's posting build. A GPU ``knn``
+command whose cache lacks them starts, beside itself, one helper process per target
+(``python -m gputext.compile_ahead cpu|cuda``) that compiles them into the kernel cache, in the
+reverse of the order the command needs them. The command compiles the kernels that depend on
+its parameters (k, the geometry) meanwhile; where it reaches a function that a helper is
+compiling it waits for it and loads it, and one that no helper has reached yet it compiles
+itself (kernels/jit.py: an entry is compiled by one process at a time). A helper that has
+finished leaves ``ahead-<target>.done`` in the cache folder, so later commands start none.
+
+The signatures are written here, as the command's calls type them (C-contiguous arrays, Python
+ints as int64); a signature that stops matching costs only the helper's time, never a result:
+tests/test_compile_ahead.py checks that a search after the CPU helper compiles none of them.
+``GPUTEXT_AHEAD=0`` turns the helpers off.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+ENV = "GPUTEXT_AHEAD"
+
+# target -> (module, function, argument types), in the reverse of the order a search first calls
+# them: the helper starts with what the command needs last, so that the two meet in the middle.
+_TILE_ARGS = ("int64[::1], int32[::1], float32[::1], int64[::1], int64, boolean, float64[::1], float64[::1], "
+              "int64[::1], int64, int64, int64[::1], int32[:, ::1], float32[::1], float64[:, ::1]")
+AHEAD = {
+    "cpu": [
+        ("gputext.kernels.scoring", "tile_inputs", _TILE_ARGS + ", int64[::1]"),  # compiles tile_one inside
+        ("gputext.kernels.scoring", "tile_one", "int64, " + _TILE_ARGS),
+        ("gputext.kernels.scoring", "query_stats", "int64[::1], int32[::1], float32[::1], float32[::1], int64"),
+        ("gputext.kernels.postings", "term_maxabs_cpu", "int32[::1], float32[::1], int64"),
+    ],
+    "cuda": [
+        ("gputext.kernels.postings", "doc_norms", "int64[::1], float32[::1], float64[::1], float64[::1]"),
+        ("gputext.kernels.postings", "scatter_chunk_rows",
+         "int64[::1], int32[::1], float32[::1], int64[::1], int64[::1], int32[:, ::1], int32[::1], float32[::1]"),
+        ("gputext.kernels.postings", "chunk_cursors", "int32[:, ::1], int32[::1]"),
+        ("gputext.kernels.postings", "count_chunk_terms", "int64[::1], int32[::1], int64[::1], int32[:, ::1]"),
+    ],
+}
+COMMANDS = (["knn", "search"], ["knn", "classify"])  # the commands that start the helpers
+
+
+def _marker(folder, target: str):
+    return folder / f"ahead-{target}.done"
+
+
+def targets_needed(argv: list[str]) -> list[str]:
+    """The helpers a command line ``argv`` (after ``gputext``) should start: none for another
+    command, for ``--device cpu``, with GPUTEXT_AHEAD=0, without a writable cache, or where a
+    helper has already finished; else "cpu", and "cuda" unless in the simulator."""
+    if os.environ.get(ENV, "1") == "0" or argv[:2] not in COMMANDS or "--help" in argv:
+        return []
+    if "cpu" in (a.split("=", 1)[1] for a in argv if a.startswith("--device=")) or any(
+            a == "--device" and b == "cpu" for a, b in zip(argv, argv[1:])):
+        return []
+    from .backend import driver_library_present, simulator_enabled
+    from .kernels.jit import cache_folder
+    folder = cache_folder()
+    if folder is None:
+        return []
+    wanted = ["cpu"] if simulator_enabled() else (["cpu", "cuda"] if driver_library_present() else [])
+    return [t for t in wanted if not _marker(folder, t).exists()]
+
+
+def start(argv: list[str]) -> list[subprocess.Popen]:
+    """Start the helpers ``argv`` needs (targets_needed), detached: they outlive the command if it
+    ends first, and print nothing. Returns them (tests wait for them)."""
+    procs = []
+    for target in targets_needed(argv):
+        env = dict(os.environ, **{ENV: "0"}, GPUTEXT_DAEMON="0")
+        try:
+            procs.append(subprocess.Popen([sys.executable, "-m", "gputext.compile_ahead", target], env=env,
+                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL, start_new_session=True))
+        except OSError:  # no process to spare: the command compiles everything itself, as before
+            break
+    return procs
+
+
+def compile_target(target: str) -> tuple[int, int]:
+    """Compile (or load) every entry of AHEAD[target] into the kernel cache; the marker once all
+    are there. Returns (entries in the cache now, entries that failed)."""
+    import importlib
+
+    from numba.core import sigutils
+
+    from .kernels.jit import cache_folder
+    done = failed = 0
+    for module, name, args in AHEAD[target]:
+        try:
+            dispatcher = getattr(importlib.import_module(module), name)
+            argtypes, _ = sigutils.normalize_signature(f"({args},)")
+            dispatcher.compile(tuple(argtypes))  # a tuple of types: the key a call's types make
+            done += 1
+        except Exception:  # an entry that does not compile here (another numba, no GPU): the command's own
+            failed += 1
+    folder = cache_folder()
+    if folder is not None and not failed:
+        _marker(folder, target).touch()
+    return done, failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or argv[0] not in AHEAD:
+        print(f"usage: python -m gputext.compile_ahead {{{'|'.join(AHEAD)}}}", file=sys.stderr)
+        return 2
+    if argv[0] == "cuda":
+        from .backend import cuda_status
+        if not cuda_status()[0]:
+            return 1
+    _, failed = compile_target(argv[0])
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
