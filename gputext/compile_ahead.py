@@ -24,8 +24,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 ENV = "GPUTEXT_AHEAD"
+TRACE = "GPUTEXT_AHEAD_TRACE"  # a file: each helper appends "helper-<target> <function> <start> <end>" (epoch seconds)
 
 # target -> (module, function, argument types), in the reverse of the order a search first calls
 # them: the helper starts with what the command needs last, so that the two meet in the middle.
@@ -94,8 +96,10 @@ def compile_target(target: str) -> tuple[int, int]:
     from numba.core import sigutils
 
     from .kernels.jit import cache_folder
+    trace = os.environ.get(TRACE)
     done = failed = 0
     for module, name, args in AHEAD[target]:
+        t0 = time.time()
         try:
             dispatcher = getattr(importlib.import_module(module), name)
             argtypes, _ = sigutils.normalize_signature(f"({args},)")
@@ -103,6 +107,9 @@ def compile_target(target: str) -> tuple[int, int]:
             done += 1
         except Exception:  # an entry that does not compile here (another numba, no GPU): the command's own
             failed += 1
+        if trace:
+            with open(trace, "a") as f:
+                f.write(f"helper-{target} {name} {t0:.3f} {time.time():.3f}\n")
     folder = cache_folder()
     if folder is not None and not failed:
         _marker(folder, target).touch()
