@@ -73,19 +73,62 @@ def targets_needed(argv: list[str]) -> list[str]:
     return [t for t in wanted if not _marker(folder, t).exists()]
 
 
+_requests: dict = {}  # "pipe": the cuda helper's stdin, in the process that started it
+
+
 def start(argv: list[str]) -> list[subprocess.Popen]:
     """Start the helpers ``argv`` needs (targets_needed), detached: they outlive the command if it
-    ends first, and print nothing. Returns them (tests wait for them)."""
+    ends first, and print nothing. The cuda helper keeps reading kernels to compile from its stdin
+    (``submit``) until this process ends. Returns them (tests wait for them)."""
     procs = []
     for target in targets_needed(argv):
         env = dict(os.environ, **{ENV: "0"}, GPUTEXT_DAEMON="0")
         try:
             procs.append(subprocess.Popen([sys.executable, "-m", "gputext.compile_ahead", target], env=env,
-                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL, start_new_session=True))
+                                          stdin=subprocess.PIPE if target == "cuda" else subprocess.DEVNULL,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          start_new_session=True))
         except OSError:  # no process to spare: the command compiles everything itself, as before
             break
+        if target == "cuda":
+            _requests["pipe"] = procs[-1].stdin
     return procs
+
+
+def submit(kernel, args) -> None:
+    """Ask this process's cuda helper, if it has one (an empty cache), to compile ``kernel`` for
+    the types of ``args`` (the arguments of its launch) while this process compiles another; the
+    launch then loads it, or waits for the helper's compile (kernels/jit.py). For a kernel made by
+    a factory (kernels._factory.kernel_cache) or defined at module level; otherwise nothing."""
+    pipe = _requests.get("pipe")
+    if pipe is None:
+        return
+    import base64
+    import pickle
+    try:
+        made = getattr(kernel, "gputext_factory", None)
+        if made is None:
+            py = kernel.py_func
+            made = (py.__module__, py.__qualname__, None, ())
+        argtypes = tuple(kernel.typeof_pyval(a) for a in args)
+        pipe.write(base64.b64encode(pickle.dumps((made, argtypes))) + b"\n")
+        pipe.flush()
+    except (OSError, ValueError):  # the helper has gone
+        _requests.pop("pipe", None)
+    except Exception:  # a kernel another process cannot make: this one compiles it
+        pass
+
+
+def _requested(lines) -> tuple:
+    """(dispatcher, argument types) of a submit() line."""
+    import base64
+    import importlib
+    import pickle
+    (module, name, args, kwargs), argtypes = pickle.loads(base64.b64decode(lines))
+    obj = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return (obj if args is None else obj(*args, **dict(kwargs))), argtypes
 
 
 def compile_target(target: str) -> tuple[int, int]:
@@ -116,6 +159,19 @@ def compile_target(target: str) -> tuple[int, int]:
     return done, failed
 
 
+def serve_requests(stream) -> int:
+    """Compile the kernels submit() sends on ``stream`` (lines) until it ends; returns how many
+    failed (each is the command's to compile)."""
+    failed = 0
+    for line in stream:
+        try:
+            dispatcher, argtypes = _requested(line.strip())
+            dispatcher.compile(argtypes)
+        except Exception:
+            failed += 1
+    return failed
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1 or argv[0] not in AHEAD:
@@ -126,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         if not cuda_status()[0]:
             return 1
     _, failed = compile_target(argv[0])
+    if argv[0] == "cuda" and not sys.stdin.isatty():
+        failed += serve_requests(sys.stdin.buffer)
     return 1 if failed else 0
 
 

@@ -5,7 +5,27 @@ import functools
 
 from .jit import cuda_kernel
 
-kernel_cache = functools.lru_cache(maxsize=None)
+
+
+def kernel_cache(factory):
+    """``functools.lru_cache`` of a kernel factory (each geometry made and compiled once); a kernel
+    it returns also names the call that made it, ``gputext_factory`` = (module, name, args,
+    kwargs items), so that another process can make the same kernel (gputext.compile_ahead's
+    helper compiles it into the kernel cache while this process compiles another)."""
+    cached = functools.lru_cache(maxsize=None)(factory)
+
+    @functools.wraps(factory)
+    def make(*args, **kwargs):
+        kernel = cached(*args, **kwargs)
+        if not hasattr(kernel, "gputext_factory"):
+            try:
+                kernel.gputext_factory = (factory.__module__, factory.__qualname__, args, tuple(sorted(kwargs.items())))
+            except AttributeError:  # several kernels in a tuple: not named
+                pass
+        return kernel
+
+    make.cache_clear, make.cache_info = cached.cache_clear, cached.cache_info
+    return make
 
 
 def jit_kernel(max_registers: int):

@@ -121,3 +121,48 @@ def test_which_commands_start_helpers(monkeypatch, tmp_path):
     (tmp_path / "ahead-cpu.done").unlink()
     monkeypatch.setenv(compile_ahead.ENV, "0")
     assert compile_ahead.targets_needed(["knn", "search"]) == []
+
+
+FACTORY = textwrap.dedent('''
+    from gputext.kernels._factory import kernel_cache
+    from gputext.kernels.jit import cpu_jit
+
+    @kernel_cache
+    def make(c):
+        C = float(c)
+        @cpu_jit
+        def add(x):
+            return x + C
+        return add
+''')
+
+
+def test_a_submitted_kernel_is_compiled_by_the_helper_and_loaded_by_the_command(tmp_path):
+    """submit() names a factory's kernel and its launch's argument types on the helper's stdin; the
+    helper (serve_requests) makes the same kernel and compiles it into the cache; the command's
+    own call then loads it (the same key), compiling nothing."""
+    import io
+
+    from gputext import compile_ahead
+
+    (tmp_path / "factmod.py").write_text(FACTORY)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import factmod
+        pipe = io.BytesIO()
+        compile_ahead._requests["pipe"] = pipe
+        compile_ahead.submit(factmod.make(3), (1.0,))
+    finally:
+        compile_ahead._requests.pop("pipe", None)
+        sys.path.remove(str(tmp_path))
+    assert factmod.make(3).gputext_factory == ("factmod", "make", (3,), ())
+    env = child_env(ROOT, str(tmp_path), GPUTEXT_CACHE_DIR=str(tmp_path / "cache"))
+    helper = subprocess.run([sys.executable, "-c", "import sys; from gputext.compile_ahead import serve_requests; "
+                             "sys.exit(serve_requests(sys.stdin.buffer))"], input=pipe.getvalue(), env=env,
+                            cwd=tmp_path, capture_output=True, timeout=300)
+    assert helper.returncode == 0, helper.stderr[-2000:]
+    command = subprocess.run([sys.executable, "-c", "import factmod; f = factmod.make(3); assert f(1.0) == 4.0; "
+                              "print(sum(f.stats.cache_hits.values()), sum(f.stats.cache_misses.values()))"],
+                             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert command.returncode == 0, command.stderr[-2000:]
+    assert command.stdout.split() == ["1", "0"]  # loaded, nothing compiled

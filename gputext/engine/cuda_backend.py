@@ -27,6 +27,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
+from .. import compile_ahead
 from ..device.launch import DriverCalls, Launch, blocks, device_address, next_pow2
 from ..device.memory import packed_layout, resources
 from ..io.corpus import csr_arrays, csr_rows
@@ -219,6 +220,14 @@ class TopkLane:
         seg_off, seg, weights, qinfo = (plan.view(i, 0, shape)
                                         for i, shape in enumerate(plan.input_shapes(plan.rows, 1, 1)))
         docs = plan.shared_docs
+        if unit:  # one block a query: its top k straight into the chunk's final lists
+            select_grid, select_args = 1, (self.acc, ukey, udoc, shard.n_docs, docs, self.acc_block, unit, plan.k,
+                                           plan.out_doc, plan.out_key, 0)
+        else:
+            select_grid, select_args = (plan.n_seg, 1), (self.acc, shard.n_docs, qinfo, plan.dn, plan.code, plan.k,
+                                                         plan.seg_doc, plan.seg_key, 0, 0)
+        if index == 0:  # an empty kernel cache: a helper compiles the select while this process compiles the rest
+            compile_ahead.submit(plan.select_kernel, select_args)
         args = (seg_off, seg, weights, qinfo, shard.term_ptr, shard.post_doc, shard.post_w, plan.code, shard.n_docs,
                 self.acc, 0, 0, 1, 0)
         self.ranges = None
@@ -236,14 +245,7 @@ class TopkLane:
         else:
             kernel, self.acc_grid = scoring.accumulate_kernel(self.acc_block, self.acc_items), None
         self.accumulate = Launch(kernel, 1, self.acc_block, args, stream=stream, raw=raw)
-        if unit:  # one block a query: its top k straight into the chunk's final lists
-            self.select = Launch(plan.select_kernel, 1, plan.block,
-                                 (self.acc, ukey, udoc, shard.n_docs, docs, self.acc_block, unit, plan.k,
-                                  plan.out_doc, plan.out_key, 0), stream=stream, raw=raw)
-        else:
-            self.select = Launch(plan.select_kernel, (plan.n_seg, 1), plan.block,
-                                 (self.acc, shard.n_docs, qinfo, plan.dn, plan.code, plan.k, plan.seg_doc,
-                                  plan.seg_key, 0, 0), stream=stream, raw=raw)
+        self.select = Launch(plan.select_kernel, select_grid, plan.block, select_args, stream=stream, raw=raw)
 
     def launches(self) -> list:
         return [self.accumulate, self.select] + ([self.ranges] if self.ranges else [])
