@@ -18,6 +18,7 @@ import shlex
 import statistics
 import subprocess
 import tempfile
+from pathlib import Path
 import time
 from dataclasses import dataclass, field
 
@@ -93,6 +94,25 @@ def _checked(argv, env, cwd, timeout) -> Run:
     return r
 
 
+def wait_for_compile_helpers(timeout: float = 120) -> float:
+    """Wait until no ``gputext.compile_ahead`` helper process runs on this machine (a GPU command on
+    an empty cache starts them; they may outlive it by a few seconds); returns the seconds waited."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        running = False
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if b"gputext.compile_ahead" in cmdline.read_bytes():
+                    running = True
+                    break
+            except OSError:
+                continue
+        if not running:
+            break
+        time.sleep(0.1)
+    return time.monotonic() - t0
+
+
 def cold_and_warm(argv: list[str], repeats: int = 3, cache_root: str | None = None, cwd: str | None = None,
                   timeout: float = 600, then=None, server: list[str] | None = None) -> ColdWarm:
     """The cold run of ``argv`` in a new empty cache folder (under ``cache_root``, default the
@@ -105,6 +125,7 @@ def cold_and_warm(argv: list[str], repeats: int = 3, cache_root: str | None = No
         env = cache_env(cache)
         own = dict(env, GPUTEXT_DAEMON="0")
         cold = _checked(argv, own, cwd, timeout)
+        wait_for_compile_helpers(timeout)  # the cold run's gputext.compile_ahead helpers: not beside the warm runs
         timing = ColdWarm(cold, [_checked(argv, own, cwd, timeout) for _ in range(max(1, repeats))])
         if server:
             via = dict(env, GPUTEXT_DAEMON="1")

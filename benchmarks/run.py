@@ -116,7 +116,8 @@ class Round:
         params = {"repeats": self.args.repeats, "scale": self.args.scale, "device_option": device,
                   "load1": round(os.getloadavg()[0], 2)}
         self.add(entry, "cli-cold", timing.cold.wall, shlex.join(argv), dev, cpu_seconds=timing.cold.cpu,
-                 params={**params, "cache": "empty"})
+                 params={**params, "cache": "empty",
+                         "compile_ahead": "off (GPUTEXT_AHEAD=0)" if os.environ.get("GPUTEXT_AHEAD") == "0" else "on"})
         self.add(entry, "cli-warm-own", timing.warm, shlex.join(argv), dev, cpu_seconds=timing.warm_cpu,
                  runs=[r.wall for r in timing.own_runs], stages=stages,
                  params={**params, "cache": "filled by the cold run", "env": "GPUTEXT_DAEMON=0"})
