@@ -7,12 +7,14 @@ functions; benchmarks/compile_probe_*.json). Some of those functions are called 
 argument types whatever the data: the host functions of the GPU's search (its queries' scales and
 tiles, the index's term maxima) and the kernels of the device's posting build. A GPU ``knn``
 command whose cache lacks them starts, beside itself, one helper process per target
-(``python -m gputext.compile_ahead cpu|cuda``) that compiles them into the kernel cache, in the
-reverse of the order the command needs them. The command compiles the kernels that depend on
-its parameters (k, the geometry) meanwhile; where it reaches a function that a helper is
-compiling it waits for it and loads it, and one that no helper has reached yet it compiles
-itself (kernels/jit.py: an entry is compiled by one process at a time). A helper that has
-finished leaves ``ahead-<target>.done`` in the cache folder, so later commands start none.
+(``python -m gputext.compile_ahead cpu|cuda|cuda-requests``): "cpu" and "cuda" compile their
+lists (AHEAD) into the kernel cache, in the reverse of the order the command needs them; the two
+device helpers then compile the kernels the command hands them (``submit``): the search's select
+and accumulation, whose geometry the command's plan decides ("cuda-requests" has no list and
+takes the first at once). Where the command reaches a function that a helper is compiling it
+waits for it and loads it, and one that no helper has reached yet it compiles itself
+(kernels/jit.py: an entry is compiled by one process at a time). A helper that has finished its
+list leaves ``ahead-<target>.done`` in the cache folder, so later commands start none.
 
 The signatures are written here, as the command's calls type them (C-contiguous arrays, Python
 ints as int64); a signature that stops matching costs only the helper's time, never a result:
@@ -47,7 +49,9 @@ AHEAD = {
         ("gputext.kernels.postings", "chunk_cursors", "int32[:, ::1], int32[::1]"),
         ("gputext.kernels.postings", "count_chunk_terms", "int64[::1], int32[::1], int64[::1], int32[:, ::1]"),
     ],
+    "cuda-requests": [],  # a second device helper: only the kernels the command submits
 }
+SERVES = ("cuda-requests", "cuda")  # the helpers that take submit()'s kernels, in turn (the idle one first)
 COMMANDS = (["knn", "search"], ["knn", "classify"])  # the commands that start the helpers
 
 
@@ -69,40 +73,43 @@ def targets_needed(argv: list[str]) -> list[str]:
     folder = cache_folder()
     if folder is None:
         return []
-    wanted = ["cpu"] if simulator_enabled() else (["cpu", "cuda"] if driver_library_present() else [])
+    wanted = ["cpu"] if simulator_enabled() else (["cpu", *SERVES] if driver_library_present() else [])
     return [t for t in wanted if not _marker(folder, t).exists()]
 
 
-_requests: dict = {}  # "pipe": the cuda helper's stdin, in the process that started it
+_requests: dict = {"pipes": [], "next": 0}  # the SERVES helpers' stdins, in the process that started them
 
 
 def start(argv: list[str]) -> list[subprocess.Popen]:
     """Start the helpers ``argv`` needs (targets_needed), detached: they outlive the command if it
-    ends first, and print nothing. The cuda helper keeps reading kernels to compile from its stdin
-    (``submit``) until this process ends. Returns them (tests wait for them)."""
+    ends first, and print nothing. The device helpers (SERVES) keep reading kernels to compile from
+    their stdin (``submit``) until this process ends. Returns them (tests wait for them)."""
     procs = []
     for target in targets_needed(argv):
         env = dict(os.environ, **{ENV: "0"}, GPUTEXT_DAEMON="0")
         try:
             procs.append(subprocess.Popen([sys.executable, "-m", "gputext.compile_ahead", target], env=env,
-                                          stdin=subprocess.PIPE if target == "cuda" else subprocess.DEVNULL,
+                                          stdin=subprocess.PIPE if target in SERVES else subprocess.DEVNULL,
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                           start_new_session=True))
         except OSError:  # no process to spare: the command compiles everything itself, as before
             break
-        if target == "cuda":
-            _requests["pipe"] = procs[-1].stdin
+        if target in SERVES:
+            _requests["pipes"].append(procs[-1].stdin)
     return procs
 
 
 def submit(kernel, args) -> None:
-    """Ask this process's cuda helper, if it has one (an empty cache), to compile ``kernel`` for
-    the types of ``args`` (the arguments of its launch) while this process compiles another; the
-    launch then loads it, or waits for the helper's compile (kernels/jit.py). For a kernel made by
-    a factory (kernels._factory.kernel_cache) or defined at module level; otherwise nothing."""
-    pipe = _requests.get("pipe")
-    if pipe is None:
+    """Ask one of this process's device helpers, if it has them (an empty cache), to compile
+    ``kernel`` for the types of ``args`` (the arguments of its launch) while this process goes on;
+    the launch then loads it, or waits for the helper's compile (kernels/jit.py). Successive calls
+    go to the helpers in turn. For a kernel made by a factory (kernels._factory.kernel_cache) or
+    defined at module level; otherwise nothing."""
+    pipes = _requests["pipes"]
+    if not pipes:
         return
+    pipe = pipes[_requests["next"] % len(pipes)]
+    _requests["next"] += 1
     import base64
     import pickle
     try:
@@ -114,7 +121,7 @@ def submit(kernel, args) -> None:
         pipe.write(base64.b64encode(pickle.dumps((made, argtypes))) + b"\n")
         pipe.flush()
     except (OSError, ValueError):  # the helper has gone
-        _requests.pop("pipe", None)
+        pipes.remove(pipe)
     except Exception:  # a kernel another process cannot make: this one compiles it
         pass
 
@@ -162,13 +169,19 @@ def compile_target(target: str) -> tuple[int, int]:
 def serve_requests(stream) -> int:
     """Compile the kernels submit() sends on ``stream`` (lines) until it ends; returns how many
     failed (each is the command's to compile)."""
+    trace = os.environ.get(TRACE)
     failed = 0
     for line in stream:
+        t0, name = time.time(), "?"
         try:
             dispatcher, argtypes = _requested(line.strip())
+            name = dispatcher.py_func.__name__
             dispatcher.compile(argtypes)
         except Exception:
             failed += 1
+        if trace:
+            with open(trace, "a") as f:
+                f.write(f"helper-request {name} {t0:.3f} {time.time():.3f}\n")
     return failed
 
 
@@ -177,12 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1 or argv[0] not in AHEAD:
         print(f"usage: python -m gputext.compile_ahead {{{'|'.join(AHEAD)}}}", file=sys.stderr)
         return 2
-    if argv[0] == "cuda":
+    if argv[0] in SERVES:
         from .backend import cuda_status
         if not cuda_status()[0]:
             return 1
     _, failed = compile_target(argv[0])
-    if argv[0] == "cuda" and not sys.stdin.isatty():
+    if argv[0] in SERVES and not sys.stdin.isatty():
         failed += serve_requests(sys.stdin.buffer)
     return 1 if failed else 0
 

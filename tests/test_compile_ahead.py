@@ -150,10 +150,10 @@ def test_a_submitted_kernel_is_compiled_by_the_helper_and_loaded_by_the_command(
     try:
         import factmod
         pipe = io.BytesIO()
-        compile_ahead._requests["pipe"] = pipe
+        compile_ahead._requests["pipes"].append(pipe)
         compile_ahead.submit(factmod.make(3), (1.0,))
     finally:
-        compile_ahead._requests.pop("pipe", None)
+        compile_ahead._requests["pipes"].clear()
         sys.path.remove(str(tmp_path))
     assert factmod.make(3).gputext_factory == ("factmod", "make", (3,), ())
     env = child_env(ROOT, str(tmp_path), GPUTEXT_CACHE_DIR=str(tmp_path / "cache"))

@@ -226,11 +226,9 @@ class TopkLane:
         else:
             select_grid, select_args = (plan.n_seg, 1), (self.acc, shard.n_docs, qinfo, plan.dn, plan.code, plan.k,
                                                          plan.seg_doc, plan.seg_key, 0, 0)
-        if index == 0:  # an empty kernel cache: a helper compiles the select while this process compiles the rest
-            compile_ahead.submit(plan.select_kernel, select_args)
         args = (seg_off, seg, weights, qinfo, shard.term_ptr, shard.post_doc, shard.post_w, plan.code, shard.n_docs,
                 self.acc, 0, 0, 1, 0)
-        self.ranges = None
+        ranges_args = None
         if docs:  # one block per document range, whatever the tile's postings
             kernel = blocked.rows_accumulate_kernel(self.acc_block, docs, 1 if plan.grid else plan.rows, unit,
                                                     plan.ranged, plan.grid)
@@ -238,12 +236,15 @@ class TopkLane:
             rng = plan.no_ranges
             if plan.ranged:  # the posting ranges of every (segment, document block), by a kernel before
                 rng = self._range_buffers(plan)
-                self.ranges = Launch(blocked.block_ranges_kernel, 1, RANGES_BLOCK,
-                                     (seg, shard.term_ptr, shard.post_doc, shard.n_docs, docs, 0, 1, *plan.table, *rng),
-                                     stream=stream, raw=raw)
+                ranges_args = (seg, shard.term_ptr, shard.post_doc, shard.n_docs, docs, 0, 1, *plan.table, *rng)
             args = args + (plan.dn, ukey, udoc, *plan.table, *rng)
         else:
             kernel, self.acc_grid = scoring.accumulate_kernel(self.acc_block, self.acc_items), None
+        if index == 0:  # an empty kernel cache: helpers compile the select and the accumulation meanwhile
+            compile_ahead.submit(plan.select_kernel, select_args)
+            compile_ahead.submit(kernel, args)
+        self.ranges = None if ranges_args is None else Launch(blocked.block_ranges_kernel, 1, RANGES_BLOCK, ranges_args,
+                                                              stream=stream, raw=raw)
         self.accumulate = Launch(kernel, 1, self.acc_block, args, stream=stream, raw=raw)
         self.select = Launch(plan.select_kernel, select_grid, plan.block, select_args, stream=stream, raw=raw)
 
