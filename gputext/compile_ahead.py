@@ -177,12 +177,25 @@ def serve_requests(stream) -> int:
             dispatcher, argtypes = _requested(line.strip())
             name = dispatcher.py_func.__name__
             dispatcher.compile(argtypes)
+            if trace:
+                name += " " + repr(getattr(dispatcher, "gputext_factory", None)).replace(" ", "")
         except Exception:
             failed += 1
         if trace:
             with open(trace, "a") as f:
-                f.write(f"helper-request {name} {t0:.3f} {time.time():.3f}\n")
+                f.write(f"helper-request {name} {t0:.3f} {time.time():.3f} {_key_digest(dispatcher, argtypes)}\n")
     return failed
+
+
+def _key_digest(dispatcher, argtypes) -> str:
+    """The kernel cache's key of (dispatcher, argtypes), as short digests of its parts (for the
+    trace: a command and a helper that make the same entry show the same)."""
+    import hashlib
+    try:
+        key = dispatcher._cache._index_key(tuple(argtypes), dispatcher.targetctx.codegen())
+        return ",".join(hashlib.sha256(repr(part).encode()).hexdigest()[:8] for part in key)
+    except Exception as exc:
+        return f"no-key:{type(exc).__name__}"
 
 
 def main(argv: list[str] | None = None) -> int:
