@@ -7,11 +7,10 @@ functions; benchmarks/compile_probe_*.json). Some of those functions are called 
 argument types whatever the data: the host functions of the GPU's search (its queries' scales and
 tiles, the index's term maxima) and the kernels of the device's posting build. A GPU ``knn``
 command whose cache lacks them starts, beside itself, one helper process per target
-(``python -m gputext.compile_ahead cpu|cuda|cuda-requests``): "cpu" and "cuda" compile their
-lists (AHEAD) into the kernel cache, in the reverse of the order the command needs them; the two
-device helpers then compile the kernels the command hands them (``submit``): the search's select
-and accumulation, whose geometry the command's plan decides ("cuda-requests" has no list and
-takes the first at once). Where the command reaches a function that a helper is compiling it
+(``python -m gputext.compile_ahead cpu|cuda``) that compiles its list (AHEAD) into the kernel
+cache, in the reverse of the order the command needs them; the device helper then compiles the
+kernels the command hands it (``submit``): the search's select, whose geometry the command's
+plan decides, while the command compiles its accumulation. Where the command reaches a function that a helper is compiling it
 waits for it and loads it, and one that no helper has reached yet it compiles itself
 (kernels/jit.py: an entry is compiled by one process at a time). A helper that has finished its
 list leaves ``ahead-<target>.done`` in the cache folder, so later commands start none.
@@ -49,9 +48,8 @@ AHEAD = {
         ("gputext.kernels.postings", "chunk_cursors", "int32[:, ::1], int32[::1]"),
         ("gputext.kernels.postings", "count_chunk_terms", "int64[::1], int32[::1], int64[::1], int32[:, ::1]"),
     ],
-    "cuda-requests": [],  # a second device helper: only the kernels the command submits
 }
-SERVES = ("cuda-requests", "cuda")  # the helpers that take submit()'s kernels, in turn (the idle one first)
+SERVES = ("cuda",)  # the helpers that take submit()'s kernels (in turn, were there several)
 COMMANDS = (["knn", "search"], ["knn", "classify"])  # the commands that start the helpers
 
 

@@ -240,9 +240,10 @@ class TopkLane:
             args = args + (plan.dn, ukey, udoc, *plan.table, *rng)
         else:
             kernel, self.acc_grid = scoring.accumulate_kernel(self.acc_block, self.acc_items), None
-        if index == 0:  # an empty kernel cache: helpers compile the select and the accumulation meanwhile
+        if index == 0:  # an empty kernel cache: a helper compiles the select while this process compiles the rest
+            # (not the accumulation: on the GPU host its cache key came out different in the helper,
+            # whose compile was then wasted; numba hashes the kernel's closure pickled, 2026-11-28)
             compile_ahead.submit(plan.select_kernel, select_args)
-            compile_ahead.submit(kernel, args)
         self.ranges = None if ranges_args is None else Launch(blocked.block_ranges_kernel, 1, RANGES_BLOCK, ranges_args,
                                                               stream=stream, raw=raw)
         self.accumulate = Launch(kernel, 1, self.acc_block, args, stream=stream, raw=raw)
