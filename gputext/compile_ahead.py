@@ -57,10 +57,36 @@ def _marker(folder, target: str):
     return folder / f"ahead-{target}.done"
 
 
+def _hold(folder, target: str):
+    """The descriptor of ``ahead-<target>.lock`` in the cache folder, locked (exclusive) for this
+    helper's life; None when another helper of the target holds it (or no lock can be had)."""
+    import fcntl
+    try:
+        fd = os.open(folder / f"ahead-{target}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except OSError:
+        os.close(fd)
+        return None
+
+
+def _running(folder, target: str) -> bool:
+    """Whether a helper of ``target`` is running on this cache folder (it holds its lock)."""
+    fd = _hold(folder, target)
+    if fd is None:
+        return True
+    os.close(fd)
+    return False
+
+
 def targets_needed(argv: list[str]) -> list[str]:
     """The helpers a command line ``argv`` (after ``gputext``) should start: none for another
     command, for ``--device cpu``, with GPUTEXT_AHEAD=0, without a writable cache, or where a
-    helper has already finished; else "cpu", and "cuda" unless in the simulator."""
+    helper has already finished or is running (started by an earlier command); else "cpu", and
+    "cuda" unless in the simulator."""
     if os.environ.get(ENV, "1") == "0" or argv[:2] not in COMMANDS or "--help" in argv:
         return []
     if "cpu" in (a.split("=", 1)[1] for a in argv if a.startswith("--device=")) or any(
@@ -72,7 +98,7 @@ def targets_needed(argv: list[str]) -> list[str]:
     if folder is None:
         return []
     wanted = ["cpu"] if simulator_enabled() else (["cpu", *SERVES] if driver_library_present() else [])
-    return [t for t in wanted if not _marker(folder, t).exists()]
+    return [t for t in wanted if not _marker(folder, t).exists() and not _running(folder, t)]
 
 
 _requests: dict = {"pipes": [], "next": 0}  # the SERVES helpers' stdins, in the process that started them
@@ -201,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1 or argv[0] not in AHEAD:
         print(f"usage: python -m gputext.compile_ahead {{{'|'.join(AHEAD)}}}", file=sys.stderr)
         return 2
+    from .kernels.jit import cache_folder
+    folder = cache_folder()
+    held = _hold(folder, argv[0]) if folder is not None else None
+    if folder is not None and held is None:
+        return 0  # another helper of this target is at work on this cache
     if argv[0] in SERVES:
         from .backend import cuda_status
         if not cuda_status()[0]:

@@ -116,6 +116,11 @@ def test_which_commands_start_helpers(monkeypatch, tmp_path):
     assert compile_ahead.targets_needed(["knn", "search", "--device=cpu"]) == []
     assert compile_ahead.targets_needed(["cluster", "star", "a.h5"]) == []
     assert compile_ahead.targets_needed(["knn", "search", "--help"]) == []
+    held = compile_ahead._hold(tmp_path, "cpu")  # a helper is at work
+    assert held is not None and compile_ahead._hold(tmp_path, "cpu") is None
+    assert compile_ahead.targets_needed(["knn", "search"]) == []
+    os.close(held)
+    assert compile_ahead.targets_needed(["knn", "search"]) == ["cpu"]
     (tmp_path / "ahead-cpu.done").touch()  # a helper has finished
     assert compile_ahead.targets_needed(["knn", "search"]) == []
     (tmp_path / "ahead-cpu.done").unlink()
