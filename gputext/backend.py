@@ -77,13 +77,18 @@ def driver_started() -> bool:
     return getattr(drv, "pid", None) is not None  # numba-cuda sets it when cuInit succeeds
 
 
+def asks_for_cpu(argv: list[str]) -> bool:
+    """Whether a command line (the words after ``gputext``) says ``--device cpu``."""
+    return "cpu" in (a.split("=", 1)[1] for a in argv if a.startswith("--device=")) or any(
+        a == "--device" and b == "cpu" for a, b in zip(argv, argv[1:]))
+
+
 def start_cuda_early(argv: list[str]) -> None:
     """Start the CUDA driver and the GPU's context in a background thread, unless ``argv`` asks for
     the CPU: cuInit and the primary context (about 0.2 s on an H200, 2026-11-27) wait on the
     driver with the GIL released, so they overlap the command's imports and reads instead of
     following them. Nothing is started without a driver library or under the simulator."""
-    if "cpu" in (a.split("=", 1)[1] for a in argv if a.startswith("--device=")) or any(
-            a == "--device" and b == "cpu" for a, b in zip(argv, argv[1:])):
+    if asks_for_cpu(argv):
         return
     if simulator_enabled() or not driver_library_present():
         return

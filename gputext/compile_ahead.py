@@ -60,26 +60,17 @@ def _marker(folder, target: str):
 def _hold(folder, target: str):
     """The descriptor of ``ahead-<target>.lock`` in the cache folder, locked (exclusive) for this
     helper's life; None when another helper of the target holds it (or no lock can be had)."""
-    import fcntl
+    from .daemon.key import try_lock
     try:
-        fd = os.open(folder / f"ahead-{target}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        return try_lock(str(folder / f"ahead-{target}.lock"))
     except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return fd
-    except OSError:
-        os.close(fd)
         return None
 
 
 def _running(folder, target: str) -> bool:
-    """Whether a helper of ``target`` is running on this cache folder (it holds its lock)."""
-    fd = _hold(folder, target)
-    if fd is None:
-        return True
-    os.close(fd)
-    return False
+    """Whether a helper of ``target`` is at work on this cache folder (it holds its lock)."""
+    from .daemon.key import lock_held
+    return lock_held(str(folder / f"ahead-{target}.lock"))
 
 
 def targets_needed(argv: list[str]) -> list[str]:
@@ -89,10 +80,9 @@ def targets_needed(argv: list[str]) -> list[str]:
     "cuda" unless in the simulator."""
     if os.environ.get(ENV, "1") == "0" or argv[:2] not in COMMANDS or "--help" in argv:
         return []
-    if "cpu" in (a.split("=", 1)[1] for a in argv if a.startswith("--device=")) or any(
-            a == "--device" and b == "cpu" for a, b in zip(argv, argv[1:])):
+    from .backend import asks_for_cpu, driver_library_present, simulator_enabled
+    if asks_for_cpu(argv):
         return []
-    from .backend import driver_library_present, simulator_enabled
     from .kernels.jit import cache_folder
     folder = cache_folder()
     if folder is None:

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from procs import ROOT, child_env
+from test_kernel_cache import MODULE
 
 pytestmark = pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"),
                                 reason="sets the simulator for its own processes; once is enough")
@@ -128,18 +129,9 @@ def test_which_commands_start_helpers(monkeypatch, tmp_path):
     assert compile_ahead.targets_needed(["knn", "search"]) == []
 
 
-FACTORY = textwrap.dedent('''
-    from gputext.kernels._factory import kernel_cache
-    from gputext.kernels.jit import cpu_jit
-
-    @kernel_cache
-    def make(c):
-        C = float(c)
-        @cpu_jit
-        def add(x):
-            return x + C
-        return add
-''')
+# test_kernel_cache's factory of closures, made by kernel_cache (it names the call that made each kernel)
+FACTORY = MODULE.replace("import functools\n", "from gputext.kernels._factory import kernel_cache\n").replace(
+    "@functools.lru_cache(maxsize=None)", "@kernel_cache")
 
 
 def test_a_submitted_kernel_is_compiled_by_the_helper_and_loaded_by_the_command(tmp_path):

@@ -103,23 +103,27 @@ def paths(key: str) -> tuple[str, str]:
     return os.path.join(folder, f"{key}.sock"), os.path.join(folder, f"{key}.lock")
 
 
-def lock_held(lock: str) -> bool:
-    """Whether a process holds the ``flock`` of the lock file ``lock`` (a server of that key runs)."""
+def try_lock(path: str, create: bool = True):
+    """The descriptor of the lock file ``path`` with its exclusive ``flock`` taken (held until the
+    descriptor is closed), or None when another process holds it. OSError when the file cannot
+    be opened (FileNotFoundError: missing, with ``create`` False)."""
     import fcntl
-    try:
-        fd = os.open(lock, os.O_RDWR)
-    except FileNotFoundError:
-        return False
+    fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
+        return fd
+    except OSError:
         os.close(fd)
+        return None
 
 
-def server_state(server_key: str) -> str:
-    """"running" (its socket answers), "starting" (it holds its lock, warming up) or "not running"."""
-    sock, lock = paths(server_key)
-    return "running" if os.path.exists(sock) else "starting" if lock_held(lock) else "not running"
+def lock_held(lock: str) -> bool:
+    """Whether a process holds the ``flock`` of the lock file ``lock`` (a server of that key runs)."""
+    try:
+        fd = try_lock(lock, create=False)
+    except FileNotFoundError:
+        return False
+    if fd is None:
+        return True
+    os.close(fd)
+    return False
