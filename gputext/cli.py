@@ -197,6 +197,8 @@ def _kernel_cache(compile_: bool, device: str, clear_cache: bool, jobs: int = 1)
         from .kernels import scoring  # noqa: F401 (decorating its kernels tells whether this numba's cache is usable)
         if why_not_cached():
             click.echo(f"cache       partly off: {why_not_cached()}")
+        from .compile_ahead import describe
+        click.echo(f"helpers     {describe(folder)}")
     if not compile_:
         return
     from .backend import resolve

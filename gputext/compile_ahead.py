@@ -94,6 +94,16 @@ def targets_needed(argv: list[str]) -> list[str]:
 _requests: dict = {"pipes": [], "next": 0}  # the SERVES helpers' stdins, in the process that started them
 
 
+def describe(folder) -> str:
+    """gputext doctor's line on the helpers for the cache folder ``folder``."""
+    if os.environ.get(ENV, "1") == "0":
+        return "off (GPUTEXT_AHEAD=0): a first GPU knn command compiles everything itself"
+    state = {t: "done" if _marker(folder, t).exists() else ("at work" if _running(folder, t) else "to start")
+             for t in AHEAD}
+    return ("on: on an empty cache a GPU knn command starts helpers that compile part of its kernels beside it; "
+            + ", ".join(f"{t} {v}" for t, v in state.items()))
+
+
 def start(argv: list[str]) -> list[subprocess.Popen]:
     """Start the helpers ``argv`` needs (targets_needed), detached: they outlive the command if it
     ends first, and print nothing. The device helpers (SERVES) keep reading kernels to compile from

@@ -163,3 +163,12 @@ def test_a_submitted_kernel_is_compiled_by_the_helper_and_loaded_by_the_command(
                              env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert command.returncode == 0, command.stderr[-2000:]
     assert command.stdout.split() == ["1", "0"]  # loaded, nothing compiled
+
+
+def test_doctor_says_what_the_helpers_did(tmp_path):
+    """gputext doctor's "helpers" line: off with GPUTEXT_AHEAD=0, else each target's state."""
+    for ahead, want in (("0", "off (GPUTEXT_AHEAD=0)"), ("1", "cpu to start, cuda to start")):
+        done = _gputext(["doctor"], child_env(ROOT, GPUTEXT_CACHE_DIR=str(tmp_path / "c"), GPUTEXT_AHEAD=ahead),
+                        tmp_path)
+        line = next(x for x in done.stdout.splitlines() if x.startswith("helpers"))
+        assert want in line, line
