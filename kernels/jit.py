@@ -307,6 +307,19 @@ def _make_cache_class(cache_base, impl_base, index_base, stamp_extra):
     class KernelCache(_CompileOnce, cache_base):
         _impl_class = impl
 
+        def _index_key(self, sig, codegen):
+            """numba's key with its closure part made by closure_digest where that can (numba
+            hashes the closure pickled, and a device function's closure pickled differently in
+            two processes on the GPU host, 2026-11-28: a helper's entry the command never found)."""
+            key = super()._index_key(sig, codegen)
+            fn = self._py_func
+            digest = closure_digest(fn) if fn.__closure__ else None
+            if digest is None:
+                return key
+            code = hashlib.sha256(fn.__code__.co_code).hexdigest()
+            return tuple((code, digest) if isinstance(part, tuple) and len(part) == 2 and part[0] == code else part
+                         for part in key)
+
         def __init__(self, py_func):
             super().__init__(py_func)
             old = self._cache_file
@@ -314,6 +327,68 @@ def _make_cache_class(cache_base, impl_base, index_base, stamp_extra):
                                      source_stamp=self._impl.locator.get_source_stamp())
 
     return KernelCache
+
+
+def closure_digest(fn) -> str | None:
+    """sha256 (hex) of what a function's closure holds, by value, the same in every process: numbers,
+    strings, None, tuples, lists and frozensets of them, classes and numba types by name, NumPy
+    scalars and arrays by their bytes, and functions (numba dispatchers by their Python function)
+    by their code (bytecode, constants, names) and, in turn, their closures. None when a cell
+    holds anything else. Globals are not in it: the cache folder's name covers the sources."""
+    h = hashlib.sha256()
+    return h.hexdigest() if _cells_into(h, fn, 0) else None
+
+
+def _cells_into(h, fn, depth: int) -> bool:
+    for cell in fn.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            return False
+        if not _digest_into(h, value, depth + 1):
+            return False
+    return True
+
+
+def _digest_into(h, obj, depth: int) -> bool:
+    import types as pytypes
+
+    import numpy as np
+    if depth > 20:  # a function that holds itself, or deeper than any kernel's
+        return False
+    if obj is None or isinstance(obj, (bool, int, float, complex, str, bytes)):
+        h.update(f"{type(obj).__name__}:{obj!r};".encode())
+        return True
+    if isinstance(obj, (tuple, list, frozenset)):
+        items = sorted(obj, key=repr) if isinstance(obj, frozenset) else obj
+        h.update(f"{type(obj).__name__}[".encode())
+        ok = all(_digest_into(h, x, depth + 1) for x in items)
+        h.update(b"];")
+        return ok
+    if isinstance(obj, (np.generic, np.ndarray)):
+        a = np.asarray(obj)
+        h.update(f"ndarray:{a.dtype.str}:{a.shape}:".encode() + np.ascontiguousarray(a).tobytes() + b";")
+        return True
+    if isinstance(obj, (type, numba.types.Type, np.dtype)):
+        h.update(f"type:{obj!r};".encode())
+        return True
+    fn = getattr(obj, "py_func", obj)  # a numba dispatcher: its Python function
+    if isinstance(fn, pytypes.FunctionType):
+        h.update(f"function:{fn.__module__}.{fn.__qualname__};".encode())
+        return _code_into(h, fn.__code__, depth) and _cells_into(h, fn, depth)
+    return False
+
+
+def _code_into(h, code, depth: int) -> bool:
+    import types as pytypes
+    h.update(code.co_code + repr(code.co_names).encode() + b";")
+    for const in code.co_consts:
+        if isinstance(const, pytypes.CodeType):
+            if not _code_into(h, const, depth + 1):
+                return False
+        elif not _digest_into(h, const, depth + 1):
+            return False
+    return True
 
 
 COMPILE_WAIT_S = 300.0  # the longest a process waits for another's compile of an entry before compiling it too

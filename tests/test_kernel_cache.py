@@ -162,3 +162,42 @@ def test_device_kernels_get_the_cache_without_a_gpu(tmp_path):
     cache = postings.block_starts_kernel._cache
     assert type(cache).__name__ == "KernelCache" and cache.cache_path == str(folder)
     assert type(cache._cache_file).__name__ == "Index"
+
+
+DIGESTS = textwrap.dedent('''
+    import sys
+    if sys.argv[1] == "cli":  # as a command's process has it: the CLI and the engine loaded first
+        import gputext.cli
+        from gputext.engine import cuda_backend
+    from gputext.kernels import blocked, unit_select
+    from gputext.kernels.jit import closure_digest
+    kernels = [blocked.rows_accumulate_kernel(256, 5120, 1, 2, True, True),
+               blocked.rows_accumulate_kernel(256, 5120, 1, 2, True, False),
+               unit_select.unit_topk_kernel(256, 2048), unit_select.unit_topk_kernel(256, 1024)]
+    print(*[closure_digest(k.py_func) for k in kernels])
+''')
+
+
+def test_closure_digest_is_the_same_in_every_process_and_tells_geometries_apart(tmp_path):
+    """The kernel cache keys a factory's kernel by closure_digest (kernels/jit.py), not by numba's
+    pickle of the closure: two processes started differently, with other hash seeds, get the same
+    digests for the same geometry (a compile helper and the command it helps), and another
+    geometry gets another digest."""
+    runs = []
+    for mode, seed in (("cli", "1"), ("plain", "2")):
+        done = subprocess.run([sys.executable, "-c", DIGESTS, mode], env=child_env(ROOT, PYTHONHASHSEED=seed),
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs.append(done.stdout.split())
+    assert runs[0] == runs[1] and "None" not in runs[0]
+    assert len(set(runs[0])) == 4
+
+
+def test_closure_digest_gives_up_on_what_it_cannot_name():
+    from gputext.kernels.jit import closure_digest
+
+    def make(x):
+        return lambda: x
+
+    assert closure_digest(make(3)) == closure_digest(make(3)) != closure_digest(make(4))
+    assert closure_digest(make(object())) is None  # numba's own key then

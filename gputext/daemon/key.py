@@ -127,3 +127,9 @@ def lock_held(lock: str) -> bool:
         return True
     os.close(fd)
     return False
+
+
+def server_state(server_key: str) -> str:
+    """"running" (its socket answers), "starting" (it holds its lock, warming up) or "not running"."""
+    sock, lock = paths(server_key)
+    return "running" if os.path.exists(sock) else "starting" if lock_held(lock) else "not running"
