@@ -38,7 +38,8 @@ kill          a worker killed mid-search on the cluster: DistributedIndex.from_p
 rank          RankSVM on 10x the MSLR-WEB30K training shape (189,190 queries, ~2.27*10^7 rows x
               136 dense features, 5 levels), C = 1, eps = 1e-5: train_data; weights, iterations
               and objective bit for bit; wall time and TRON's own (train_seconds: the rest is
-              moving the data to the device or the workers).
+              moving the data to the device or the workers). The set is written to a file in
+              --data-dir once (uncompressed), and the workers read their parts from it (source=).
 star          the star graph and clustering of 10^6 documents (the first rows of the chunk files,
               written to one file for the workers), beta --star-beta (0.12: this corpus model has
               no pair of documents at cosine >= 0.25; at 0.12 about 3 neighbours a document):
@@ -533,6 +534,7 @@ def kill(a, client, workers, report):
 def rank(a, client, workers, report):
     from gputext.datasets.ltr import make_ltr
     from gputext.distributed.rank import part_of
+    from gputext.io.corpus import write_corpus
     from gputext.rank.api import train_data
     from gputext.rank.bench import preset_params
     from gputext.rank.data import from_corpus
@@ -540,6 +542,12 @@ def rank(a, client, workers, report):
     t = time.perf_counter()
     corpus = make_ltr(**{**params, "seed": 0, "model_seed": 0}, threads=os.cpu_count())
     gen_s = time.perf_counter() - t
+    # the training file the workers read their parts from (as `rank train FILE --scheduler` does)
+    path = os.path.join(a.data_dir, f"rank_{int(a.sizes['rank_queries'])}.h5")
+    if not os.path.exists(path):
+        write_corpus(corpus, path + ".tmp.h5", compression=None)
+        os.replace(path + ".tmp.h5", path)
+    write_s = time.perf_counter() - t - gen_s
     data, prep_s = timed(lambda: from_corpus(corpus, "10x MSLR-WEB30K"))
     corpus = None
     gc.collect()
@@ -550,7 +558,8 @@ def rank(a, client, workers, report):
     release_everywhere(client)
     report.row("RankSVM", "data: generated / prepared / warm-ups", f"{gen_s:.1f} s / {prep_s:.1f} s / {warm_s:.1f} s",
                f"{data.n_docs:,} x {data.n_features} ({data.X.nnz:,} stored), {data.n_queries:,} queries")
-    train = lambda client_: train_data(data, C=1.0, eps=1e-5, device=a.device, client=client_)  # noqa: E731
+    train = lambda client_: train_data(data, C=1.0, eps=1e-5, device=a.device, client=client_,  # noqa: E731
+                                       source=path if client_ is not None else None)
 
     def same(w, g):
         return {"w": bits_equal(w.w, g.w), "iterations": w.iterations == g.iterations,
@@ -564,8 +573,8 @@ def rank(a, client, workers, report):
     report.row("RankSVM", "TRON alone (train_seconds), last runs",
                f"{out['one'][-1]['train_seconds']:.2f} s / {out['many'][-1]['train_seconds']:.2f} s",
                f"speed-up {out['speedup_tron']:.2f}x; the rest of each run moves the data to the device / workers")
-    out.update(generate_s=gen_s, prepare_s=prep_s, warmup_s=warm_s, docs=data.n_docs, queries=data.n_queries,
-               features=data.n_features, nnz=data.X.nnz)
+    out.update(generate_s=gen_s, write_s=write_s, prepare_s=prep_s, warmup_s=warm_s, docs=data.n_docs,
+               queries=data.n_queries, features=data.n_features, nnz=data.X.nnz, parts_from="the file " + path)
     return out
 
 

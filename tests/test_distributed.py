@@ -184,6 +184,55 @@ def test_ranksvm_bit_identical_for_any_number_of_parts(client, ranksvm_single_pr
     assert got.cg_iterations == want.cg_iterations and got.f == want.objective
 
 
+@pytest.fixture(scope="module")
+def rank_file(tmp_path_factory):
+    """rank_data's rows written to a corpus file in a shuffled order (so each part's rows are
+    many runs of the file), and the RankingData read back from it."""
+    from gputext.io.corpus import read_corpus
+    from gputext.rank.data import from_corpus
+    grouped = rank_data()
+    order = np.random.default_rng(11).permutation(grouped.n_docs)
+    qid = np.repeat(grouped.query_ids, np.diff(grouped.starts))[order]
+    rel = grouped.levels[grouped.label_rank][order]
+    path = str(tmp_path_factory.mktemp("rank") / "train.h5")
+    write_corpus(Corpus(grouped.X[order], obs={"qid": qid, "relevance": rel}), path)
+    return path, from_corpus(read_corpus(path), path)
+
+
+def test_a_file_part_is_the_shipped_part_bit_for_bit(rank_file):
+    from gputext.distributed.rank import FilePart, part_of, row_runs
+    path, data = rank_file
+    assert row_runs(np.array([4, 5, 6, 9, 2, 3])) == [(4, 7), (9, 10), (2, 4)]
+    for q_lo, q_hi in ((0, 80), (3, 41), (41, 80)):
+        got, want = FilePart(path, data, q_lo, q_hi).load(), part_of(data, q_lo, q_hi)
+        assert len(FilePart(path, data, q_lo, q_hi).runs) > 1  # shuffled: many pieces of the file
+        assert same_csr(got.X, want.X) and got.n_pairs == want.n_pairs
+        for name in ("starts", "query_ids", "label_rank", "levels", "perm"):
+            assert np.array_equal(getattr(got, name), getattr(want, name)), name
+
+
+@pytest.mark.parametrize("n_parts", [2, 3])
+def test_ranksvm_parts_read_from_the_file_bit_identical(client, rank_file, n_parts):
+    """Workers that see the training file read their parts from it (rank train --scheduler passes
+    it): the single process's weights bit for bit, as when the parts are shipped."""
+    from gputext.distributed.rank import DistributedRankOps
+    from gputext.rank.api import train_data
+    from gputext.rank.objective import RankObjective
+    from gputext.rank.tron import tron
+    path, data = rank_file
+    want = train_data(data, C=0.5, eps=1e-6, device="cpu")
+    ops = DistributedRankOps(client, data, "cpu", n_parts=n_parts, source=path)
+    assert ops.from_file and ops.n_parts == n_parts
+    try:
+        got = tron(RankObjective(data, 0.5, ops=ops), data.n_features, eps=1e-6)
+    finally:
+        ops.close()
+    assert np.array_equal(got.w, want.w) and got.iterations == want.iterations and got.f == want.objective
+    missing = DistributedRankOps(client, data, "cpu", n_parts=n_parts, source=path + ".nowhere")
+    assert not missing.from_file  # a file the workers do not see: the parts are shipped
+    missing.close()
+
+
 def test_worker_killed_mid_run_same_result(client, X, Q, tmp_path):
     path = str(tmp_path / "corpus.h5")
     write_corpus(Corpus(X), path)

@@ -38,11 +38,14 @@ def progress_printer(quiet: bool, prefix: str = ""):
 
 
 def train_data(data: RankingData, C: float = 1.0, eps: float = 1e-5, max_iter: int = 1000, device="auto",
-               quiet: bool = True, geometry: RankGeometry | None = None, callback=None, client=None) -> RankModel:
+               quiet: bool = True, geometry: RankGeometry | None = None, callback=None, client=None,
+               source: str | None = None) -> RankModel:
     """Train on prepared data (gputext.rank.data.prepare) with TRON; returns a RankModel.
     client: a dask.distributed Client: f, gradient and Hessian-vector products are computed on
     its workers, each holding whole queries, and summed here in a fixed order; TRON runs here
-    (gputext.distributed.rank: the single process's weights bit for bit, for any number of workers)."""
+    (gputext.distributed.rank: the single process's weights bit for bit, for any number of workers).
+    source: with client, the corpus file ``data`` was read from; workers that see it read their
+    parts from it instead of receiving them from this process."""
     if not (eps > 0):
         raise InputError(f"eps must be positive, got {eps}")
     if max_iter < 1:
@@ -53,7 +56,7 @@ def train_data(data: RankingData, C: float = 1.0, eps: float = 1e-5, max_iter: i
     ops = None
     if client is not None:
         from ..distributed.rank import DistributedRankOps
-        ops = DistributedRankOps(client, data, getattr(device, "name", device), geometry)
+        ops = DistributedRankOps(client, data, getattr(device, "name", device), geometry, source=source)
         backend = Backend("cpu", False, "TRON here; f, gradient and Hessian products on the Dask workers")
     else:
         backend = _backend(device)
@@ -74,15 +77,16 @@ def train_data(data: RankingData, C: float = 1.0, eps: float = 1e-5, max_iter: i
 
 def train(corpus: Corpus, C: float = 1.0, eps: float = 1e-5, max_iter: int = 1000, device="auto",
           quiet: bool = True, name: str = "training corpus", geometry: RankGeometry | None = None,
-          client=None) -> RankModel:
-    """Train on a corpus with /obs/qid and /obs/relevance (client: see train_data)."""
-    return train_data(from_corpus(corpus, name), C, eps, max_iter, device, quiet, geometry, client=client)
+          client=None, source: str | None = None) -> RankModel:
+    """Train on a corpus with /obs/qid and /obs/relevance (client, source: see train_data)."""
+    return train_data(from_corpus(corpus, name), C, eps, max_iter, device, quiet, geometry, client=client,
+                      source=source)
 
 
 def train_grid(corpus: Corpus, valid: Corpus, C_grid, eps: float = 1e-5, max_iter: int = 1000, device="auto",
                quiet: bool = True, select_by: str = "ndcg@10", name: str = "training corpus",
                valid_name: str = "validation corpus", geometry: RankGeometry | None = None,
-               client=None) -> RankModel:
+               client=None, source: str | None = None) -> RankModel:
     """Train one model per C (each from w = 0) and keep the one with the best ``select_by`` on the
     validation corpus (ties: the smaller C). The returned model records the grid and its scores.
     client: train on a Dask cluster (train_data); the validation scores are computed here."""
@@ -99,7 +103,7 @@ def train_grid(corpus: Corpus, valid: Corpus, C_grid, eps: float = 1e-5, max_ite
     for C in sorted(set(C_grid)):
         info(f"C = {C:g}", quiet)
         model = train_data(data, C, eps, max_iter, device if client is not None else backend, quiet, geometry,
-                           client=client)
+                           client=client, source=source)
         metrics = ranking_metrics(matvec(valid.X, model.w, backend, geometry), vqid, vrel)
         score = metrics["ndcg@10" if select_by == "ndcg@10" else "pairwise_accuracy"]
         scores.append(score)

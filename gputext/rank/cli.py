@@ -101,11 +101,12 @@ def train(train_file, C, eps, max_iter, valid_file, C_grid, select_by, output, d
     with scheduler_client(scheduler, quiet) as client:
         if C_grid is not None:
             model = train_grid(corpus, valid, _parse_grid(C_grid), eps=eps, max_iter=max_iter, device=backend,
-                               quiet=quiet, select_by=select_by, name=train_file, valid_name=valid_file, client=client)
+                               quiet=quiet, select_by=select_by, name=train_file, valid_name=valid_file, client=client,
+                               source=train_file)
             info(f"chose C = {model.C:g} by {select_by} on {valid_file}", quiet)
         else:
             model = train_one(corpus, C=1.0 if C is None else C, eps=eps, max_iter=max_iter, device=backend,
-                              quiet=quiet, name=train_file, client=client)
+                              quiet=quiet, name=train_file, client=client, source=train_file)
     model.save(output)
     state = "converged" if model.converged else "stopped before eps was reached"
     info(f"wrote {output}: {model.n_features} features, C = {model.C:g}, {model.iterations} Newton iterations, "
