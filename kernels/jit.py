@@ -313,7 +313,10 @@ def _make_cache_class(cache_base, impl_base, index_base, stamp_extra):
             two processes on the GPU host, 2026-11-28: a helper's entry the command never found)."""
             key = super()._index_key(sig, codegen)
             fn = self._py_func
-            digest = closure_digest(fn) if fn.__closure__ else None
+            try:
+                digest = closure_digest(fn) if fn.__closure__ else None
+            except Exception:  # anything unforeseen in a closure: numba's own key, as before
+                digest = None
             if digest is None:
                 return key
             code = hashlib.sha256(fn.__code__.co_code).hexdigest()
