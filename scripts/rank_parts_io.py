@@ -7,7 +7,8 @@ training file (gputext.distributed.rank.FilePart), on CPU workers of this machin
 An MSLR-WEB30K-shaped set (gputext.rank.bench.preset_params) of --queries queries is written once
 to --data-dir (uncompressed); then, alternating, DistributedRankOps is built with and without the
 file and its first evaluate (each worker builds its part's ops) and one Hessian product are timed,
-twice each, in fresh parts (a new token each time). Prints one line a run and the medians.
+3 times each after one untimed round (the workers' imports and cache loads), in fresh parts (a new
+token each time). Prints one line a run and the medians.
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def main() -> int:
     times = {"shipped": [], "from the file": []}
     w = np.zeros(data.n_features)
     with connect(f"local:{a.workers}", quiet=True) as client:
-        for _ in range(2):
+        for run in range(4):
             for label, source in (("shipped", None), ("from the file", path)):
                 t = time.perf_counter()
                 ops = DistributedRankOps(client, data, "cpu", source=source)
@@ -53,8 +54,9 @@ def main() -> int:
                 dt = time.perf_counter() - t
                 assert ops.from_file == (source is not None)
                 ops.close()
-                times[label].append(dt)
-                print(f"{label:14s} parts + first evaluate + one Hessian product: {dt:.3f} s")
+                if run:
+                    times[label].append(dt)
+                print(f"{label:14s} parts + first evaluate + one Hessian product: {dt:.3f} s{'' if run else ' (warm-up)'}")
     for label, v in times.items():
         print(f"median {label}: {statistics.median(v):.3f} s")
     return 0
