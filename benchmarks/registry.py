@@ -127,6 +127,7 @@ SCRIPTS = {s.name: s for s in (
           ("svm-round", "gpu_svm.py", ("--device", "{device}", "--datasets", "{datasets}"), "gpu_svm.json", 300,
            ("cpu", "cuda"), True),
           ("meta-round", "gpu_meta.py", ("--device", "{device}",), "gpu_meta.json", 200, ("cpu", "cuda"), False),
+          ("rank-parts-io", "rank_parts_io.py", ("--queries", "2000"), "rank_parts_io.json", 60, ("cpu", "cuda"), False),
           ("gemm-sweep", "gpu_gemm.py", (), "gpu_gemm.json", 300, ("cuda",), False),
           ("matvec-grid", "gpu_matvec_grid.py", (), "matvec_grid.json", 300, ("cuda",), False),
           ("star-round", "gpu_star.py", ("--device", "{device}",), "gpu_star.json", 400, ("cpu", "cuda"), False),

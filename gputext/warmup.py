@@ -122,7 +122,9 @@ def _run_jobs(steps, folder: str, device: str, jobs: int, report: WarmupReport, 
     chains = [[label] + [f for f in FOLLOW.get(label, ()) if f in templates] for label, _ in steps
               if label not in followers]
     chains.sort(key=len, reverse=True)  # the jobs of most steps first
-    env = dict(os.environ, GPUTEXT_DAEMON="0")  # each step its own process, not the warm server's
+    # each step its own process, not the warm server's; no compile helpers beside the steps (they
+    # compile the same functions as the steps themselves)
+    env = dict(os.environ, GPUTEXT_DAEMON="0", GPUTEXT_AHEAD="0")
     lock = threading.Lock()
 
     def run(chain):

@@ -2,13 +2,13 @@
 """RankSVM on a Dask cluster: its parts shipped from the client against read by the workers from the
 training file (gputext.distributed.rank.FilePart), on CPU workers of this machine.
 
-    python scripts/rank_parts_io.py [--queries 2000] [--workers 2] [--data-dir /tmp/rank-parts]
+    python scripts/rank_parts_io.py [--queries 2000] [--workers 2] [--data-dir /tmp/rank-parts] [--out DIR]
 
 An MSLR-WEB30K-shaped set (gputext.rank.bench.preset_params) of --queries queries is written once
 to --data-dir (uncompressed); then, alternating, DistributedRankOps is built with and without the
 file and its first evaluate (each worker builds its part's ops) and one Hessian product are timed,
 3 times each after one untimed round (the workers' imports and cache loads), in fresh parts (a new
-token each time). Prints one line a run and the medians.
+token each time). Prints one line a run and the medians; with --out, also rank_parts_io.json there.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ def main() -> int:
     p.add_argument("--queries", type=int, default=2000)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--data-dir", default="/tmp/rank-parts")
+    p.add_argument("--out", default=None)
     a = p.parse_args()
     from gputext.datasets.ltr import make_ltr
     from gputext.distributed.client import connect
@@ -59,6 +60,13 @@ def main() -> int:
                 print(f"{label:14s} parts + first evaluate + one Hessian product: {dt:.3f} s{'' if run else ' (warm-up)'}")
     for label, v in times.items():
         print(f"median {label}: {statistics.median(v):.3f} s")
+    if a.out:
+        import json
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "rank_parts_io.json"), "w") as f:
+            json.dump({"rows": data.n_docs, "features": data.n_features, "stored": int(data.X.nnz),
+                       "file_bytes": os.path.getsize(path), "workers": a.workers, "seconds": times,
+                       "median_s": {k: statistics.median(v) for k, v in times.items()}}, f, indent=1)
     return 0
 
 
