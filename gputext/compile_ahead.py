@@ -190,24 +190,38 @@ def compile_target(target: str) -> tuple[int, int]:
     return done, failed
 
 
-def serve_requests(stream) -> int:
-    """Compile the kernels submit() sends on ``stream`` (lines) until it ends; returns how many
-    failed (each is the command's to compile)."""
+REQUEST_IDLE_S = 60.0  # a device helper stops after this long without a request (a long-lived
+# process such as the warm server's resident keeps its end of the pipe open: no end of input there)
+
+
+def serve_requests(fd: int, idle_s: float = REQUEST_IDLE_S) -> int:
+    """Compile the kernels submit() sends on the file descriptor ``fd`` (lines) until its input
+    ends or ``idle_s`` pass without any; returns how many failed (each is the command's to
+    compile). Reads with select and os.read: no reader thread left blocked at exit."""
+    import select
     trace = os.environ.get(TRACE)
-    failed = 0
-    for line in stream:
-        t0, name = time.time(), "?"
-        try:
-            dispatcher, argtypes = _requested(line.strip())
-            name = dispatcher.py_func.__name__
-            dispatcher.compile(argtypes)
+    failed, pending = 0, b""
+    while True:
+        if not select.select([fd], [], [], idle_s)[0]:
+            break
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in filter(None, (x.strip() for x in lines)):
+            t0, name, key = time.time(), "?", ""
+            try:
+                dispatcher, argtypes = _requested(line)
+                name = dispatcher.py_func.__name__
+                dispatcher.compile(argtypes)
+                if trace:
+                    name += " " + repr(getattr(dispatcher, "gputext_factory", None)).replace(" ", "")
+                    key = _key_digest(dispatcher, argtypes)
+            except Exception:
+                failed += 1
             if trace:
-                name += " " + repr(getattr(dispatcher, "gputext_factory", None)).replace(" ", "")
-        except Exception:
-            failed += 1
-        if trace:
-            with open(trace, "a") as f:
-                f.write(f"helper-request {name} {t0:.3f} {time.time():.3f} {_key_digest(dispatcher, argtypes)}\n")
+                with open(trace, "a") as f:
+                    f.write(f"helper-request {name} {t0:.3f} {time.time():.3f} {key}\n")
     return failed
 
 
@@ -238,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     _, failed = compile_target(argv[0])
     if argv[0] in SERVES and not sys.stdin.isatty():
-        failed += serve_requests(sys.stdin.buffer)
+        failed += serve_requests(sys.stdin.fileno())
     return 1 if failed else 0
 
 

@@ -155,7 +155,7 @@ def test_a_submitted_kernel_is_compiled_by_the_helper_and_loaded_by_the_command(
     assert factmod.make(3).gputext_factory == ("factmod", "make", (3,), ())
     env = child_env(ROOT, str(tmp_path), GPUTEXT_CACHE_DIR=str(tmp_path / "cache"))
     helper = subprocess.run([sys.executable, "-c", "import sys; from gputext.compile_ahead import serve_requests; "
-                             "sys.exit(serve_requests(sys.stdin.buffer))"], input=pipe.getvalue(), env=env,
+                             "sys.exit(serve_requests(sys.stdin.fileno()))"], input=pipe.getvalue(), env=env,
                             cwd=tmp_path, capture_output=True, timeout=300)
     assert helper.returncode == 0, helper.stderr[-2000:]
     command = subprocess.run([sys.executable, "-c", "import factmod; f = factmod.make(3); assert f(1.0) == 4.0; "
@@ -172,3 +172,18 @@ def test_doctor_says_what_the_helpers_did(tmp_path):
                         tmp_path)
         line = next(x for x in done.stdout.splitlines() if x.startswith("helpers"))
         assert want in line, line
+
+
+def test_a_device_helper_stops_when_no_request_comes():
+    """A helper whose command stays alive (the warm server's resident keeps the pipe open) stops
+    serving after its idle time instead of holding its GPU context for good."""
+    from gputext.compile_ahead import serve_requests
+
+    read_end, write_end = os.pipe()
+    try:
+        t0 = time.monotonic()
+        assert serve_requests(read_end, idle_s=0.3) == 0
+        assert time.monotonic() - t0 < 5
+    finally:
+        os.close(write_end)
+        os.close(read_end)
