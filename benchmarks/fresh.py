@@ -94,21 +94,14 @@ def _checked(argv, env, cwd, timeout) -> Run:
     return r
 
 
-def wait_for_compile_helpers(timeout: float = 120) -> float:
-    """Wait until no ``gputext.compile_ahead`` helper process runs on this machine (a GPU command on
-    an empty cache starts them; they may outlive it by a few seconds); returns the seconds waited."""
+def wait_for_compile_helpers(cache: str, timeout: float = 120) -> float:
+    """Wait until no gputext.compile_ahead helper works on the kernel cache under ``cache`` (a GPU
+    command on an empty cache starts them and they may outlive it by a few seconds; each holds
+    its ``ahead-<target>.lock`` while it works); returns the seconds waited."""
+    from gputext.daemon.key import lock_held
     t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        running = False
-        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-            try:
-                if b"gputext.compile_ahead" in cmdline.read_bytes():
-                    running = True
-                    break
-            except OSError:
-                continue
-        if not running:
-            break
+    while (time.monotonic() - t0 < timeout
+           and any(lock_held(str(p)) for p in Path(cache).glob("*/ahead-*.lock"))):
         time.sleep(0.1)
     return time.monotonic() - t0
 
@@ -125,7 +118,7 @@ def cold_and_warm(argv: list[str], repeats: int = 3, cache_root: str | None = No
         env = cache_env(cache)
         own = dict(env, GPUTEXT_DAEMON="0")
         cold = _checked(argv, own, cwd, timeout)
-        wait_for_compile_helpers(timeout)  # the cold run's gputext.compile_ahead helpers: not beside the warm runs
+        wait_for_compile_helpers(cache, timeout)  # the cold run's compile helpers: not beside the warm runs
         timing = ColdWarm(cold, [_checked(argv, own, cwd, timeout) for _ in range(max(1, repeats))])
         if server:
             via = dict(env, GPUTEXT_DAEMON="1")

@@ -6,7 +6,6 @@ import functools
 from .jit import cuda_kernel
 
 
-
 def kernel_cache(factory):
     """``functools.lru_cache`` of a kernel factory (each geometry made and compiled once); a kernel
     it returns also names the call that made it, ``gputext_factory`` = (module, name, args,

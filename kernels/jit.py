@@ -46,9 +46,11 @@ import hashlib
 import os
 import sys
 import tempfile
+import types as pytypes
 from pathlib import Path
 
 import numba
+import numpy as np
 
 ENV_DIR = "GPUTEXT_CACHE_DIR"
 _LOCK_NAME = ".lock"
@@ -354,9 +356,6 @@ def _cells_into(h, fn, depth: int) -> bool:
 
 
 def _digest_into(h, obj, depth: int) -> bool:
-    import types as pytypes
-
-    import numpy as np
     if depth > 20:  # a function that holds itself, or deeper than any kernel's
         return False
     if obj is None or isinstance(obj, (bool, int, float, complex, str, bytes)):
@@ -383,7 +382,6 @@ def _digest_into(h, obj, depth: int) -> bool:
 
 
 def _code_into(h, code, depth: int) -> bool:
-    import types as pytypes
     h.update(code.co_code + repr(code.co_names).encode() + b";")
     for const in code.co_consts:
         if isinstance(const, pytypes.CodeType):
@@ -534,12 +532,11 @@ def ptx_target(cc: tuple[int, int]):
     instead of asking the current device (``CUDADispatcher.compile_device`` does), so that
     ``numba.cuda.compile_ptx`` works on a machine without a GPU or driver (tests/test_ptx.py, CI).
     Holds numba's compiler lock: no other thread compiles meanwhile."""
-    import types
     from numba.cuda import dispatcher
     from numba.cuda.core.compiler_lock import global_compiler_lock
     with global_compiler_lock:
         saved = dispatcher.get_current_device
-        dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=tuple(cc))
+        dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(compute_capability=tuple(cc))
         try:
             yield
         finally:

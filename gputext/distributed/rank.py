@@ -22,6 +22,7 @@ RankSVM on 10x MSLR-WEB30K shipped about 37 GB through Dask).
 """
 from __future__ import annotations
 
+import os
 import uuid
 
 import numpy as np
@@ -78,13 +79,11 @@ class FilePart:
 
 
 def _file_size(path: str) -> int:
-    import os
     return os.path.getsize(path)
 
 
 def workers_see(client, path: str) -> bool:
     """Whether every worker of ``client`` sees ``path`` as this process does (the same size)."""
-    import os
     try:
         size = os.path.getsize(path)
         sizes = client.run(_file_size, path, on_error="return")

@@ -228,7 +228,11 @@ class TopkLane:
                                                          plan.seg_doc, plan.seg_key, 0, 0)
         args = (seg_off, seg, weights, qinfo, shard.term_ptr, shard.post_doc, shard.post_w, plan.code, shard.n_docs,
                 self.acc, 0, 0, 1, 0)
-        ranges_args = None
+        if index == 0:  # an empty kernel cache: a helper compiles the select while this process compiles the rest
+            # (not yet the accumulation: on the GPU host its cache key came out different in the helper,
+            # 2026-11-28; kernels.jit.closure_digest should make the keys one, not yet run on a GPU)
+            compile_ahead.submit(plan.select_kernel, select_args)
+        self.ranges = None
         if docs:  # one block per document range, whatever the tile's postings
             kernel = blocked.rows_accumulate_kernel(self.acc_block, docs, 1 if plan.grid else plan.rows, unit,
                                                     plan.ranged, plan.grid)
@@ -236,16 +240,12 @@ class TopkLane:
             rng = plan.no_ranges
             if plan.ranged:  # the posting ranges of every (segment, document block), by a kernel before
                 rng = self._range_buffers(plan)
-                ranges_args = (seg, shard.term_ptr, shard.post_doc, shard.n_docs, docs, 0, 1, *plan.table, *rng)
+                self.ranges = Launch(blocked.block_ranges_kernel, 1, RANGES_BLOCK,
+                                     (seg, shard.term_ptr, shard.post_doc, shard.n_docs, docs, 0, 1, *plan.table, *rng),
+                                     stream=stream, raw=raw)
             args = args + (plan.dn, ukey, udoc, *plan.table, *rng)
         else:
             kernel, self.acc_grid = scoring.accumulate_kernel(self.acc_block, self.acc_items), None
-        if index == 0:  # an empty kernel cache: a helper compiles the select while this process compiles the rest
-            # (not the accumulation: on the GPU host its cache key came out different in the helper,
-            # whose compile was then wasted; numba hashes the kernel's closure pickled, 2026-11-28)
-            compile_ahead.submit(plan.select_kernel, select_args)
-        self.ranges = None if ranges_args is None else Launch(blocked.block_ranges_kernel, 1, RANGES_BLOCK, ranges_args,
-                                                              stream=stream, raw=raw)
         self.accumulate = Launch(kernel, 1, self.acc_block, args, stream=stream, raw=raw)
         self.select = Launch(plan.select_kernel, select_grid, plan.block, select_args, stream=stream, raw=raw)
 
