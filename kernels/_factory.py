@@ -8,20 +8,23 @@ from .jit import cuda_kernel
 
 def kernel_cache(factory):
     """``functools.lru_cache`` of a kernel factory (each geometry made and compiled once); a kernel
-    it returns also names the call that made it, ``gputext_factory`` = (module, name, args,
-    kwargs items), so that another process can make the same kernel (gputext.compile_ahead's
+    it returns (or each of a tuple of kernels) also names the call that made it, ``gputext_factory``
+    = (module, name, args, kwargs items[, position in the tuple]), so that another process can make
+    the same kernel (gputext.compile_ahead's
     helper compiles it into the kernel cache while this process compiles another)."""
     cached = functools.lru_cache(maxsize=None)(factory)
 
     @functools.wraps(factory)
     def make(*args, **kwargs):
-        kernel = cached(*args, **kwargs)
-        if not hasattr(kernel, "gputext_factory"):
-            try:
-                kernel.gputext_factory = (factory.__module__, factory.__qualname__, args, tuple(sorted(kwargs.items())))
-            except AttributeError:  # several kernels in a tuple: not named
-                pass
-        return kernel
+        made = cached(*args, **kwargs)
+        call = (factory.__module__, factory.__qualname__, args, tuple(sorted(kwargs.items())))
+        for i, kernel in (enumerate(made) if isinstance(made, tuple) else [(None, made)]):
+            if not hasattr(kernel, "gputext_factory"):
+                try:
+                    kernel.gputext_factory = call if i is None else (*call, i)
+                except AttributeError:  # not a dispatcher (a number, a device function's wrapper)
+                    pass
+        return made
 
     make.cache_clear, make.cache_info = cached.cache_clear, cached.cache_info
     return make

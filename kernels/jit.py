@@ -46,7 +46,9 @@ import hashlib
 import os
 import sys
 import tempfile
+import time
 import types as pytypes
+import weakref
 from pathlib import Path
 
 import numba
@@ -256,6 +258,7 @@ def _attach(dispatcher, cache_class):
         return dispatcher
     try:
         dispatcher._cache = cache_class(dispatcher.py_func)
+        dispatcher._cache._gputext_owner = weakref.ref(dispatcher)  # for _record
     except RuntimeError:  # no locator: a function defined outside a file (REPL, exec)
         pass
     return dispatcher
@@ -270,6 +273,7 @@ def _cache_class(kind: str):
     if kind not in _classes:
         try:
             _classes[kind] = _make_cache_class(*_BASES[kind]())
+            _classes[kind].target = kind
         except (ImportError, AttributeError) as exc:
             _classes[kind] = None
             _state[f"why_not_{kind}"] = f"this numba's {kind} cache is not the one gputext knows ({exc})"
@@ -394,6 +398,8 @@ def _code_into(h, code, depth: int) -> bool:
 
 COMPILE_WAIT_S = 300.0  # the longest a process waits for another's compile of an entry before compiling it too
 _held: dict = {}  # lock path -> descriptor: the entries this process is compiling
+RECORD_ENV = "GPUTEXT_AHEAD_RECORD"  # a file: each compile of this process appended as a JSON line (_record)
+_misses: dict = {}  # (id of cache, signature) -> when its miss was found, while recording
 
 
 class _CompileOnce:
@@ -419,6 +425,8 @@ class _CompileOnce:
             data = super().load_overload(sig, target_context)
             if data is not None:
                 _unlock_entry(path)
+        if data is None and os.environ.get(RECORD_ENV):
+            _misses[(id(self), tuple(sig))] = time.time()
         return data
 
     def save_overload(self, sig, data):
@@ -427,6 +435,9 @@ class _CompileOnce:
         finally:
             for path in [p for p in _held if p.startswith(self._compiling_prefix())]:
                 _unlock_entry(path)
+            started = _misses.pop((id(self), tuple(sig)), None)
+            if started is not None:
+                _record(self, sig, started)
 
     def _compiling_prefix(self) -> str:
         return os.path.join(self._cache_path, self._cache_file._index_name.rsplit(".", 1)[0]) + "-"
@@ -435,10 +446,50 @@ class _CompileOnce:
         return self._compiling_prefix() + hashlib.sha256(repr(key).encode()).hexdigest()[:16] + ".compiling"
 
 
+def request_line(dispatcher, argtypes) -> bytes | None:
+    """How another process makes ``dispatcher`` and compiles it for ``argtypes``: base64 of the
+    pickle of ((module, name, factory args, factory kwargs items[, position]), argument types),
+    where args is None for a module-level name. A kernel made by a factory names its call
+    (kernels._factory.kernel_cache; position: its place in a factory's tuple); None for a
+    function no other process can name."""
+    import base64
+    import pickle
+    made = getattr(dispatcher, "gputext_factory", None)
+    if made is None:
+        py = dispatcher.py_func
+        module = sys.modules.get(py.__module__)
+        name = py.__qualname__ if getattr(module, py.__qualname__, None) is dispatcher else next(
+            (k for k, v in vars(module).items() if v is dispatcher), None) if module is not None else None
+        if name is None:  # another twin of the same Python function, a function made inside another
+            return None
+        made = (py.__module__, name, None, ())
+    return base64.b64encode(pickle.dumps((made, tuple(argtypes))))
+
+
+def _record(cache, sig, started: float) -> None:
+    """Append this compile to $GPUTEXT_AHEAD_RECORD: one JSON line {"target", "name", "start",
+    "seconds", "request"} (request_line; null when the function cannot be named), for
+    gputext.compile_ahead's manifests (benchmarks/ahead.py records them)."""
+    import json
+    owner = getattr(cache, "_gputext_owner", lambda: None)()
+    if owner is None:
+        return
+    try:
+        line = request_line(owner, sig)
+    except Exception:  # a factory argument that does not pickle: recorded unnamed
+        line = None
+    entry = {"target": getattr(cache, "target", "?"), "name": owner.py_func.__qualname__, "start": round(started, 4),
+             "seconds": round(time.time() - started, 4), "request": None if line is None else line.decode()}
+    try:
+        with open(os.environ[RECORD_ENV], "a") as f:
+            f.write(json.dumps(entry) + "\n")
+    except OSError:
+        pass
+
+
 def _lock_entry(path: str) -> bool:
     """Hold the entry's lock file (kept in _held), waiting up to COMPILE_WAIT_S for another
     process's; False when it could not be opened or the wait ran out."""
-    import time
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:
