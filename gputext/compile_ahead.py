@@ -16,10 +16,9 @@ corpora (``benchmarks.datagen``), not on the data they are measured on.
 **Helpers.** A command with a manifest (``knn search``, ``knn classify`` vote and SVM,
 ``cluster star``, ``cluster stream``, ``rank train``; its device's manifest) whose helpers have
 not run on this cache starts ``helpers(...)`` processes (``python -m gputext.compile_ahead NAME
-PART PARTS``), each with a share of the manifest's compile seconds (``plan``: dealt from the
-last entry back to the helper with the fewest seconds so far), compiled in the reverse of the
-order of need, so that the command, compiling from the front, and its helpers meet in the
-middle. Where the command reaches a function a helper is compiling it waits for it and loads it,
+PART PARTS``), each with a share of the manifest's compile seconds (``plan``: the longest
+entries first, each to the helper with the fewest seconds so far), while the command compiles
+from the front. Where the command reaches a function a helper is compiling it waits for it and loads it,
 and one that no helper has reached yet it compiles itself (kernels/jit.py: an entry is compiled by
 one process at a time). An entry that does not match the command's data (a kernel specialised
 for another geometry) costs only a helper's time. Part 0 of a device manifest also compiles the
@@ -43,7 +42,7 @@ from pathlib import Path
 ENV = "GPUTEXT_AHEAD"
 TRACE = "GPUTEXT_AHEAD_TRACE"  # a file: each helper appends "helper-<name>-<part> <function> <start> <end>"
 MANIFESTS = Path(__file__).parent / "data" / "ahead"  # GPUTEXT_AHEAD_MANIFESTS: another folder (your own recordings)
-MAX_HELPERS = 4
+MAX_HELPERS = 6
 SECONDS_PER_HELPER = 3.0  # a helper costs about a second of start (imports, the GPU's context): one per 3 s of work
 REQUEST_IDLE_S = 60.0  # part 0 stops after this long without a request (a long-lived process such as
 # the warm server's resident keeps its end of the pipe open: no end of input there)
@@ -97,12 +96,16 @@ def helpers(seconds: float, cpus: int | None = None) -> int:
 
 
 def plan(items: list[dict], parts: int) -> list[list[int]]:
-    """The entries (indices into ``items``, in the order of need) of each of ``parts`` helpers, each
-    helper's list in the reverse of that order: dealt from the last entry back, each to the helper
-    with the fewest recorded seconds so far (the lower part on a tie)."""
+    """The entries (indices into ``items``, in the order of need) of each of ``parts`` helpers, in the
+    order each compiles them: the longest first, each to the helper with the fewest recorded
+    seconds so far (the later-needed entry, and the lower part, first on a tie). The command
+    compiles from the front, where the short entries mostly are, while the helpers start on the
+    long ones; on the twelve manifests, in a model where the command waits for what a helper is
+    compiling, this ends sooner than dealing in the reverse of the order of need (svm: 3.1 s
+    against 3.9 s of 13.7 s at 4 helpers) and never later."""
     load = [0.0] * parts
     out: list[list[int]] = [[] for _ in range(parts)]
-    for i in range(len(items) - 1, -1, -1):
+    for i in sorted(range(len(items)), key=lambda i: (-float(items[i].get("seconds", 0.0)), -i)):
         p = min(range(parts), key=lambda j: (load[j], j))
         out[p].append(i)
         load[p] += float(items[i].get("seconds", 0.0))
