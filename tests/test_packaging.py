@@ -62,12 +62,13 @@ def test_wheel_and_sdist_hold_kernels_datasets_and_data(dist):
     (sdist,) = dist.glob("gputext-*.tar.gz")
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("gputext/kernels/scoring.py", "gputext/datasets/synth.py", "gputext/data/stopwords_english.txt",
-                   "gputext/estimators/neighbors.py", "gputext/cli.py"):
+                   "gputext/estimators/neighbors.py", "gputext/cli.py", "gputext/data/ahead/knn-search.cuda.json"):
         assert needed in names, needed
+    assert len([n for n in names if n.startswith("gputext/data/ahead/")]) == 12  # the compile helpers' manifests
     assert any(n.endswith("entry_points.txt") for n in names)
     members = {m.split("/", 1)[1] for m in tarfile.open(sdist).getnames() if "/" in m}
     for needed in ("kernels/scoring.py", "datasets/synth.py", "gputext/data/stopwords_english.txt", "setup.py",
-                   "README.md"):
+                   "README.md", "gputext/data/ahead/star.cpu.json"):
         assert needed in members, needed
 
 
