@@ -28,11 +28,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = {"rank-train": "synth-ltr"}  # family -> dataset; the others read synth-20ng
 
 
-def run_recorded(argv: list[str], cache: str, log: Path, before: list[str] | None = None) -> tuple[float, list[dict]]:
+def run_recorded(argv: list[str], cache: str, log: Path, before: list[str] | None = None,
+                 **env_extra: str) -> tuple[float, list[dict]]:
     """Run ``argv`` (after ``before``, e.g. a helper) on the kernel cache ``cache`` with every compile
     recorded to ``log``; (its wall seconds, the compiles in order of start)."""
     log.unlink(missing_ok=True)
-    env = dict(os.environ, GPUTEXT_CACHE_DIR=cache, GPUTEXT_AHEAD="0", GPUTEXT_DAEMON="0")
+    env = dict(os.environ, GPUTEXT_CACHE_DIR=cache, GPUTEXT_AHEAD="0", GPUTEXT_DAEMON="0", **env_extra)
     if before:
         subprocess.run(before, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=900)
     t0 = time.perf_counter()
@@ -73,12 +74,8 @@ def check(family: str, device: str, files: dict, work: Path, folder: Path) -> tu
     with tempfile.TemporaryDirectory(dir=work) as cache:
         helper = [sys.executable, "-c", "import sys; from gputext.compile_ahead import run_part; "
                   "sys.exit(run_part(sys.argv[1], 0, 1))", f"{family}.{device}"]
-        os.environ["GPUTEXT_AHEAD_MANIFESTS"] = str(folder)
-        try:
-            return run_recorded(command(family, device, files, work), cache, work / f"{family}.{device}.check.jsonl",
-                                before=helper)
-        finally:
-            del os.environ["GPUTEXT_AHEAD_MANIFESTS"]
+        return run_recorded(command(family, device, files, work), cache, work / f"{family}.{device}.check.jsonl",
+                            before=helper, GPUTEXT_AHEAD_MANIFESTS=str(folder))
 
 
 def device_name(device: str) -> str:

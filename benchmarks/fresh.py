@@ -18,9 +18,9 @@ import shlex
 import statistics
 import subprocess
 import tempfile
-from pathlib import Path
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass

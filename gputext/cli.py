@@ -256,7 +256,7 @@ def main() -> None:
     if args[:1] in (["knn"], ["cluster"], ["rank"]) and args[1:2] not in (["eval"], []) and "--help" not in args:
         start_cuda_early(args)  # a command that computes: the GPU's start overlaps its imports
         from .compile_ahead import start as compile_ahead
-        compile_ahead(args)  # on an empty kernel cache: helpers compile its fixed-signature functions beside it
+        compile_ahead(args)  # on an empty kernel cache: helpers compile its manifest beside it
     try:
         cli(prog_name="gputext")
     except KeyboardInterrupt:  # outside a command (while click parses or modules load): no traceback

@@ -91,7 +91,8 @@ def entries(found: dict) -> list[dict]:
 def helpers(seconds: float, cpus: int | None = None) -> int:
     """How many helpers for a manifest of ``seconds`` of compiling: one per SECONDS_PER_HELPER, at
     most MAX_HELPERS and one fewer than this process's CPUs (the command compiles too)."""
-    cpus = len(os.sched_getaffinity(0)) if cpus is None and hasattr(os, "sched_getaffinity") else (cpus or os.cpu_count() or 1)
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(0, min(MAX_HELPERS, cpus - 1, -(-int(seconds * 10) // int(SECONDS_PER_HELPER * 10))))
 
 
@@ -173,10 +174,13 @@ def start(argv: list[str]) -> list[subprocess.Popen]:
     first, and print nothing. Part 0 of a device manifest keeps reading kernels to compile from its
     stdin (``submit``). Returns them (tests wait for them)."""
     name, todo, parts = needed(argv)
+    if not todo:
+        return []
+    from .backend import simulator_enabled
     procs = []
-    serves = name.endswith(".cuda") and not _simulated()
+    serves = name.endswith(".cuda") and not simulator_enabled()
+    env = dict(os.environ, **{ENV: "0"}, GPUTEXT_DAEMON="0")
     for part in todo:
-        env = dict(os.environ, **{ENV: "0"}, GPUTEXT_DAEMON="0")
         piped = serves and part == 0
         try:
             procs.append(subprocess.Popen([sys.executable, "-m", "gputext.compile_ahead", name, str(part), str(parts)],
@@ -188,11 +192,6 @@ def start(argv: list[str]) -> list[subprocess.Popen]:
         if piped:
             _requests["pipes"].append(procs[-1].stdin)
     return procs
-
-
-def _simulated() -> bool:
-    from .backend import simulator_enabled
-    return simulator_enabled()
 
 
 def submit(kernel, args) -> None:
@@ -260,6 +259,14 @@ class _Helper:
                 f.write(f"helper-{self.label} {name} {t0:.3f} {time.time():.3f}\n")
 
 
+def _feed(helper: _Helper, pending: bytes, chunk: bytes) -> bytes:
+    """Compile each whole request line of ``pending + chunk``; returns the unfinished rest."""
+    *lines, pending = (pending + chunk).split(b"\n")
+    for line in filter(None, (x.strip() for x in lines)):
+        helper.compile(line)
+    return pending
+
+
 def _ready(fd: int | None, timeout: float) -> bytes | None:
     """What ``fd`` has within ``timeout`` seconds: bytes, b"" at its end, None when nothing came."""
     import select
@@ -268,19 +275,17 @@ def _ready(fd: int | None, timeout: float) -> bytes | None:
     return os.read(fd, 1 << 16)
 
 
-def serve_requests(fd: int, idle_s: float = REQUEST_IDLE_S, helper: _Helper | None = None) -> int:
+def serve_requests(fd: int, idle_s: float = REQUEST_IDLE_S, helper: _Helper | None = None,
+                   pending: bytes = b"") -> int:
     """Compile the requests (lines) on the file descriptor ``fd`` until its input ends or ``idle_s``
     pass without any; returns how many failed. Reads with select and os.read: no reader thread
     left blocked at exit."""
     helper = helper or _Helper("request")
-    pending = b""
     while True:
         chunk = _ready(fd, idle_s)
         if not chunk:
             break
-        *lines, pending = (pending + chunk).split(b"\n")
-        for line in filter(None, (x.strip() for x in lines)):
-            helper.compile(line)
+        pending = _feed(helper, pending, chunk)
     return helper.failed
 
 
@@ -300,18 +305,14 @@ def run_part(name: str, part: int, parts: int, fd: int | None = None) -> int:
         if chunk == b"":
             fd = None
         elif chunk:
-            *lines, pending = (pending + chunk).split(b"\n")
-            for line in filter(None, (x.strip() for x in lines)):
-                helper.compile(line)
+            pending = _feed(helper, pending, chunk)
         helper.compile(items[i]["request"].encode())
     from .kernels.jit import cache_folder
     folder = cache_folder()
     if folder is not None and not helper.failed:
         (folder / f"{_stem(name, part, parts)}.done").touch()
     if fd is not None:
-        if pending.strip():
-            helper.compile(pending.strip())
-        serve_requests(fd, helper=helper)
+        serve_requests(fd, helper=helper, pending=pending)
     return helper.failed
 
 

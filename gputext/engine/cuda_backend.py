@@ -228,9 +228,8 @@ class TopkLane:
                                                          plan.seg_doc, plan.seg_key, 0, 0)
         args = (seg_off, seg, weights, qinfo, shard.term_ptr, shard.post_doc, shard.post_w, plan.code, shard.n_docs,
                 self.acc, 0, 0, 1, 0)
-        if index == 0:  # an empty kernel cache: a helper compiles the select while this process compiles the rest
-            # (not yet the accumulation: on the GPU host its cache key came out different in the helper,
-            # 2026-11-28; kernels.jit.closure_digest should make the keys one, not yet run on a GPU)
+        if index == 0:  # an empty kernel cache: a helper compiles the select, whose geometry the plan
+            # decides (the manifest holds the recorded corpus's), while this process compiles the rest
             compile_ahead.submit(plan.select_kernel, select_args)
         self.ranges = None
         if docs:  # one block per document range, whatever the tile's postings
