@@ -78,15 +78,11 @@ class FilePart:
         return _assemble(canonical_csr(read_row_pieces([(self.path, a, b) for a, b in self.runs])), *self.arrays)
 
 
-def _file_size(path: str) -> int:
-    return os.path.getsize(path)
-
-
 def workers_see(client, path: str) -> bool:
     """Whether every worker of ``client`` sees ``path`` as this process does (the same size)."""
     try:
         size = os.path.getsize(path)
-        sizes = client.run(_file_size, path, on_error="return")
+        sizes = client.run(os.path.getsize, path, on_error="return")
     except Exception:
         return False
     return bool(sizes) and all(v == size for v in sizes.values())
