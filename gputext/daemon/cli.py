@@ -1,5 +1,6 @@
 """``gputext daemon status | start | stop``: the warm server of this environment (package
-docstring). These always run in their own process, never through a server."""
+docstring). These always run in their own process, never through a server. The hidden
+``gputext daemon call`` is the other way round: the server runs it for a library call (library.py)."""
 from __future__ import annotations
 
 import time
@@ -74,6 +75,13 @@ def start(timeout):
             raise click.ClickException(f"no answer after {timeout:.0f} s; its log: {lock[:-5]}.log")
         time.sleep(0.05)
     click.echo(f"warm server: answering after {time.perf_counter() - t0:.2f} s")
+
+
+@daemon.command("call", hidden=True)
+def call():
+    """(internal) Answer a library call sent through the server (daemon/library.py)."""
+    from .library import answer
+    answer(0)
 
 
 @daemon.command("stop")

@@ -24,7 +24,7 @@ def main() -> None:
     run_here()
 
 
-def request() -> dict:
+def request(argv: list[str] | None = None) -> dict:
     import resource
     umask = os.umask(0)
     os.umask(umask)
@@ -33,7 +33,7 @@ def request() -> dict:
         if hasattr(resource, name):
             limits[name] = resource.getrlimit(getattr(resource, name))
     affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return {"argv": sys.argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask,
+    return {"argv": sys.argv if argv is None else argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask,
             "rlimits": limits, "affinity": affinity, "ignored_signals": ignored_signals()}
 
 
@@ -55,23 +55,26 @@ def connect(server_key: str) -> socket.socket | None:
     return sock
 
 
-def through_server() -> tuple[str, int] | None:
-    """Run this process's command in the server: ("exit", code) or ("signal", n); None when there
-    is no server (one is started for the next command) or it cannot take the command."""
+def through_server(argv: list[str] | None = None, fds=(0, 1, 2), start: bool = True) -> tuple[str, int] | None:
+    """Run a command (this process's, or ``argv``) in the server with ``fds`` as its stdin, stdout
+    and stderr: ("exit", code) or ("signal", n); None when there is no server (with ``start``, one
+    is started for the next command) or it cannot take the command. Signals are forwarded while
+    it runs when this is the main thread (only it can set handlers)."""
     try:
         server_key = key.server_key()
         sock = connect(server_key)
     except OSError:  # no private socket folder (permissions), an unreadable source file
         return None
     if sock is None:
-        try:
-            start_server(server_key)
-        except OSError:  # no server for the next command either; this one runs here all the same
-            pass
+        if start:
+            try:
+                start_server(server_key)
+            except OSError:  # no server for the next command either; this one runs here all the same
+                pass
         return None
     with sock:
         try:
-            protocol.send(sock, request(), fds=[0, 1, 2])
+            protocol.send(sock, request(argv), fds=list(fds))
             first, _ = protocol.receive(sock)
         except (OSError, ValueError):
             return None
@@ -84,7 +87,9 @@ def through_server() -> tuple[str, int] | None:
                 pass
 
         ignored = ignored_signals()
-        old = {sig: signal.signal(sig, forward) for sig in FORWARDED if int(sig) not in ignored}
+        import threading
+        main_thread = threading.current_thread() is threading.main_thread()
+        old = {sig: signal.signal(sig, forward) for sig in FORWARDED if int(sig) not in ignored and main_thread}
         try:
             while True:
                 message, _ = protocol.receive(sock)

@@ -51,10 +51,22 @@ def socket_folder() -> str:
 
 
 def search_path(path=None) -> list[str]:
-    """sys.path without the entries that name the working folder (``python -m`` puts it first),
-    so that the key does not change with the folder a command runs in."""
-    cwd = os.getcwd()
-    return [p for p in (sys.path if path is None else path) if p and os.path.abspath(p) != cwd]
+    """sys.path without what the way a process was started put first: the working folder
+    (``python -m``, ``python -c``) and the running script's own folder (the ``gputext`` console
+    script's ``bin``, a user's script, a notebook kernel's launcher). Neither holds code the server
+    imports, so ``gputext``, ``python -m gputext`` and a library call from any script share one
+    server, whatever folder they run in. Repeated entries count once."""
+    path = list(sys.path if path is None else path)
+    drop = {os.getcwd()}
+    script = sys.argv[0] if sys.argv else ""
+    if path and script and os.path.isfile(script):
+        if path[0] and os.path.realpath(path[0]) == os.path.realpath(os.path.dirname(os.path.abspath(script))):
+            path = path[1:]
+    out: list[str] = []
+    for p in path:
+        if p and os.path.abspath(p) not in drop and p not in out:
+            out.append(p)
+    return out
 
 
 def _package_folders() -> list[str]:

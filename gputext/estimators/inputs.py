@@ -3,7 +3,7 @@
 X may be a SciPy sparse matrix or array (any format), a NumPy array (or anything array-like),
 an ``anndata.AnnData`` (its ``.X``) or a ``gputext.io.Corpus`` (its ``.X``). Where a label, a
 relevance or a query id is asked for, an AnnData or Corpus input also accepts the name of one of
-its ``obs`` columns. Everything is validated by scikit-learn's ``validate_data`` (so errors and
+its ``obs`` columns. Everything is validated by scikit-learn's ``validate_data`` (imported at the first check) (so errors and
 ``n_features_in_`` are scikit-learn's) and converted to the engine's canonical CSR (float32 data,
 int32 sorted indices, int64 indptr).
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.utils.validation import validate_data
 
 from ..backend import DEVICES, Backend, resolve
 from ..io.corpus import Categorical, Corpus, canonical_csr
@@ -67,6 +66,7 @@ def backend_of(device) -> Backend:
 def check_X(estimator, X, reset: bool, y="no_validation", **kw):
     """validate_data + canonical CSR. Returns X, or (X, y) when y is passed (y=None is then
     scikit-learn's "requires y" error)."""
+    from sklearn.utils.validation import validate_data  # here: importing the estimators does not import scikit-learn
     X, _ = unwrap(X)
     if isinstance(y, str) and y == "no_validation":
         X = validate_data(estimator, X, reset=reset, accept_sparse=SPARSE_FORMATS, dtype=(np.float64, np.float32), **kw)

@@ -23,14 +23,16 @@ Decisions (docs/python.md repeats them):
   cuda. Distances are float64 computed from the engine's float32 scores; indices are intp.
 - X=None in kneighbors / radius_neighbors: the fitted rows, each left out of its own neighbours.
 - The engine index is built at fit; it is not pickled (rebuilt on first use after unpickling).
+- The class subclasses estimators.base.Estimator, not scikit-learn's BaseEstimator, and imports
+  neither scikit-learn nor numba: in a fresh process with the warm server running, fit and the
+  searches are answered by the server (daemon/library.py) and this process never loads the engine.
 """
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator
-from sklearn.utils.validation import check_is_fitted
-
+from ..daemon.library import served
+from .base import Estimator
 from .inputs import SparseInput, backend_of, check_finite_float32, check_X
 from .neighbor_params import check_algorithm, check_n_neighbors, cpu_threads, engine_metric, to_distance
 
@@ -54,20 +56,28 @@ class NeighbourSearch:
         self.X = X
         self.device = device
         self.batch_size = batch_size
-        self.backend = backend_of(device)
+        self._backend = backend_of(device)
         self._index = Index.from_csr(X)
         self._dense = None
         self.method, self.reason = choose_method(method, self._index.n_docs, self._index.n_terms,
                                                  self._index.nnz, self.backend, index_built=True)
 
-    def __getstate__(self):  # device buffers and postings are rebuilt on first use
+    def __getstate__(self):  # device buffers and postings are rebuilt on first use, the device resolved again
         state = dict(self.__dict__)
-        state.update(_index=None, _dense=None, backend=None)
+        state.update(_index=None, _dense=None, _backend=None)
         return state
 
     def __setstate__(self, state):
+        state = dict(state)
+        state.pop("backend", None)  # pickled before the backend became lazy
         self.__dict__.update(state)
-        self.backend = backend_of(self.device)
+        self.__dict__.setdefault("_backend", None)
+
+    @property
+    def backend(self):
+        if self._backend is None:
+            self._backend = backend_of(self.device)
+        return self._backend
 
     @property
     def index(self):
@@ -99,11 +109,13 @@ class KNeighborsQueries:
 
     def _queries(self, X):
         """(Q, exclude_self) for X, or the fitted rows without themselves when X is None."""
+        from sklearn.utils.validation import check_is_fitted
         check_is_fitted(self)
         if X is None:
             return self._search.X, True
         return check_finite_float32(check_X(self, X, reset=False)), False
 
+    @served()
     def kneighbors(self, X=None, n_neighbors=None, return_distance=True):
         """(distances float64, indices intp), both (n_queries, n_neighbors), nearest first.
 
@@ -133,7 +145,7 @@ class KNeighborsQueries:
         data = np.ones(n_q * k) if mode == "connectivity" else distances.ravel()
         return sp.csr_matrix((data, indices.ravel(), np.arange(0, n_q * k + 1, k)), shape=(n_q, self.n_samples_fit_))
 
-class NearestNeighbors(KNeighborsQueries, SparseInput, BaseEstimator):
+class NearestNeighbors(KNeighborsQueries, SparseInput, Estimator):
     """Exact nearest neighbours of sparse (or dense) rows, on the GPU or the parallel CPU twin.
 
     Parameters (scikit-learn's, with its defaults, then ours)
@@ -175,6 +187,7 @@ class NearestNeighbors(KNeighborsQueries, SparseInput, BaseEstimator):
         self.metric_params = metric_params
         self.n_jobs = n_jobs
 
+    @served(changes_state=True)
     def fit(self, X, y=None):
         """Index the rows of X (n_samples, n_features). y is ignored."""
         metric = engine_metric(self.metric, self.p, self.metric_params)
@@ -189,6 +202,7 @@ class NearestNeighbors(KNeighborsQueries, SparseInput, BaseEstimator):
         self.n_samples_fit_ = X.shape[0]
         return self
 
+    @served()
     def _radius_csr(self, X, radius) -> sp.csr_matrix:
         """CSR of engine scores of every fitted row within the radius (columns ascending)."""
         radius = self.radius if radius is None else radius
