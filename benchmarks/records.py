@@ -17,7 +17,9 @@ the runner (benchmarks/run.py) appends new ones. A record's fields:
                                 2026-11-27 19:00 on, each in its own process before (no server then)
                  "cli-warm-own" the same, each command in its own process (GPUTEXT_DAEMON=0)
                  "library-cold" / "library-warm"   a fresh Python process running a library call,
-                                imports included, with an empty / filled cache
+                                imports included, with an empty / filled cache (GPUTEXT_DAEMON=0)
+                 "library-server"  the same with a filled cache, answered by the warm server
+                                (gputext.daemon.library; the server started first, params.server)
                  "import"       a fresh process that imports the command's modules and exits
                  "in-process"   a script's own timing of a library call in one Python process, not known
                                 to be warm (the first call of a process may include compiling): the
@@ -50,7 +52,8 @@ from pathlib import Path
 SCHEMA = 1
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS_DIR = ROOT / "benchmarks" / "records"
-MEASURES = ("kernel", "cli-cold", "cli-warm", "cli-warm-own", "library-cold", "library-warm", "import", "in-process")
+MEASURES = ("kernel", "cli-cold", "cli-warm", "cli-warm-own", "library-cold", "library-warm", "library-server", "import",
+            "in-process")
 REQUIRED = ("schema", "entry", "family", "dataset", "peer", "measure", "seconds", "workload", "device", "date",
             "commit", "command")
 

@@ -110,7 +110,7 @@ def view_knn_scale(recs: list) -> str:
 
 
 def _through_server(rec: dict) -> bool:
-    return rec["measure"] == "cli-warm" and "server" in (rec.get("params") or {})
+    return rec["measure"] == "library-server" or (rec["measure"] == "cli-warm" and "server" in (rec.get("params") or {}))
 
 
 def view_cli(recs: list) -> str:
@@ -124,7 +124,7 @@ def view_cli(recs: list) -> str:
     seen = []
     for r in recs:
         key = (r["entry"], r["device"])
-        if r["measure"] in ("cli-warm", "cli-warm-own", "library-warm") and key not in seen:
+        if r["measure"] in ("cli-warm", "cli-warm-own", "library-warm", "library-server") and key not in seen:
             seen.append(key)
     order = {f: i for i, f in enumerate(CLI_FAMILIES)}
     seen.sort(key=lambda k: (k[1].startswith("CPU"), k[1], order.get(k[0].split("/")[0], 99), k[0]))

@@ -152,12 +152,17 @@ class Round:
 
     def snippet(self, entry, files):
         argv = [sys.executable, "-c", entry.snippet, str(files["train"]), str(files["test"]), self.device]
-        timing = fresh.cold_and_warm(argv, self.args.repeats, timeout=max(30.0, min(600.0, self.left())))
+        timing = fresh.cold_and_warm(argv, self.args.repeats, timeout=max(30.0, min(600.0, self.left())),
+                                     server=[sys.executable, "-m", "gputext"])
         params = {"repeats": self.args.repeats, "scale": self.args.scale, "load1": round(os.getloadavg()[0], 2)}
         self.add(entry, "library-cold", timing.cold.wall, shlex.join(argv), cpu_seconds=timing.cold.cpu,
                  params={**params, "cache": "empty"})
         self.add(entry, "library-warm", timing.warm, shlex.join(argv), cpu_seconds=timing.warm_cpu,
-                 runs=[r.wall for r in timing.own_runs], params={**params, "cache": "filled by the cold run"})
+                 runs=[r.wall for r in timing.own_runs], params={**params, "cache": "filled by the cold run",
+                                                                 "env": "GPUTEXT_DAEMON=0"})
+        if timing.server is not None:
+            self.add(entry, "library-server", timing.server, shlex.join(argv), runs=[r.wall for r in timing.server_runs],
+                     params={**params, "cache": "filled by the cold run", "server": "warm server, started first"})
 
     def in_process(self, entry, files):
         device = "cpu" if entry.peer == "cpu-twin" else self.device
