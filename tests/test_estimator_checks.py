@@ -2,6 +2,8 @@
 
 Each check an estimator is expected to fail is listed in EXPECTED_FAILURES (or expected_failures) with the reason.
 """
+import warnings
+
 import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
@@ -48,6 +50,14 @@ def expected_failures(estimator):
     return EXPECTED_FAILURES.get(type(estimator).__name__, {})
 
 
-@parametrize_with_checks(ESTIMATORS, expected_failed_checks=expected_failures)
+# NearestNeighbors keeps scikit-learn's contract without its base class (estimators/base.py: so that
+# importing it does not import scikit-learn); collecting the checks warns that it does not inherit,
+# and every check passes.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", "Estimator NearestNeighbors does not inherit from", UserWarning)
+    SKLEARN_CHECKS = parametrize_with_checks(ESTIMATORS, expected_failed_checks=expected_failures)
+
+
+@SKLEARN_CHECKS
 def test_sklearn_compatible(estimator, check):
     check(estimator)
