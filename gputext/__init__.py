@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "NearestNeighbors": "gputext.estimators.neighbors",
     "KNeighborsClassifier": "gputext.estimators.classification",
-    "KNNMetaFeatures": "gputext.estimators.classification",
+    "KNNMetaFeatures": "gputext.estimators.metafeatures",
     "StarClustering": "gputext.estimators.clustering",
     "StreamClustering": "gputext.estimators.clustering",
     "RankSVM": "gputext.estimators.ranking",

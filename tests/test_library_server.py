@@ -65,6 +65,13 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     named.kneighbors(X[:5].toarray())
 report["warnings"] = [f"{w.category.__name__}: {w.message}" for w in caught]
+from gputext import KNeighborsClassifier
+from gputext.io import read_corpus as again
+y, yq = again("train.h5").obs["label"].values(), again("test.h5").obs["label"].values()
+clf = KNeighborsClassifier(n_neighbors=10, metric="cosine", weights="similarity").fit(X, y)
+np.savez("clf.npz", predict=clf.predict(Q), proba=clf.predict_proba(Q), classes=clf.classes_,
+         score=clf.score(Q, yq), kn=clf.kneighbors(Q[:20])[1])
+report["clf_repr"] = repr(clf)
 report["numba_at_end"] = "numba" in sys.modules
 print(json.dumps(report))
 """
@@ -144,6 +151,25 @@ def test_a_fresh_process_is_answered_by_the_server_and_gets_the_same_results(ser
         again = pickle.load(f)
     d2, i2 = again.kneighbors(Q)
     assert np.array_equal(i2, i) and np.array_equal(d2, d)
+
+
+def test_a_classifier_is_answered_by_the_server_too(server, checked):
+    env, base = server
+    report, _ = checked
+    from gputext import KNeighborsClassifier
+    from gputext.io import read_corpus
+    train, test = read_corpus(base / "train.h5"), read_corpus(base / "test.h5")
+    y, yq = train.obs["label"].values(), test.obs["label"].values()
+    clf = KNeighborsClassifier(n_neighbors=10, metric="cosine", weights="similarity", device="cpu").fit(train.X, y)
+    got = np.load(base / "clf.npz", allow_pickle=True)
+    assert np.array_equal(got["classes"], clf.classes_)
+    assert np.array_equal(got["predict"], clf.predict(test.X))
+    assert np.array_equal(got["proba"], clf.predict_proba(test.X))
+    assert float(got["score"]) == clf.score(test.X, yq) and 0 < float(got["score"]) <= 1
+    assert np.array_equal(got["kn"], clf.kneighbors(test.X[:20])[1])
+    assert report["clf_repr"] == "KNeighborsClassifier(metric='cosine', n_neighbors=10, weights='similarity')"
+    # the pandas DataFrame (a warning's fit) and the pickle imported scikit-learn's pieces they need; numba never
+    assert report["numba_at_end"] is False
 
 
 def test_errors_and_warnings_come_back_as_in_process(server, checked):

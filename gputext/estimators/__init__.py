@@ -3,17 +3,20 @@
     from gputext import NearestNeighbors, KNeighborsClassifier, KNNMetaFeatures
     from gputext import StarClustering, StreamClustering, RankSVM, LinearSVC, TfidfVectorizer
 
-One module per family: neighbors (NearestNeighbors), classification (KNeighborsClassifier,
-KNNMetaFeatures), clustering (StarClustering, StreamClustering), ranking (RankSVM), svm (LinearSVC: the one-vs-rest
-linear SVM trained by our TRON, gputext.linear), text (TfidfVectorizer: raw texts -> `corpus build`'s
-features); inputs holds the input checks they share. Each name is imported on first use (module
-``__getattr__``), so ``from gputext import NearestNeighbors`` imports the neighbours module and
-scikit-learn's base classes, not every family and scikit-learn's text and SVM modules too.
+One module per family: neighbors (NearestNeighbors), classification (KNeighborsClassifier),
+metafeatures (KNNMetaFeatures), clustering (StarClustering, StreamClustering), ranking (RankSVM),
+svm (LinearSVC: the one-vs-rest linear SVM trained by our TRON, gputext.linear), text
+(TfidfVectorizer: raw texts -> `corpus build`'s features); inputs holds the input checks they
+share, base the scikit-learn contract of the estimators that do not import scikit-learn
+(NearestNeighbors, KNeighborsClassifier: their calls may be answered by the warm server,
+daemon/library.py). Each name is imported on first use (module ``__getattr__``), so
+``from gputext import NearestNeighbors`` imports the neighbours module alone, not every family
+and scikit-learn's modules too.
 """
 _EXPORTS = {
     "NearestNeighbors": "neighbors",
     "KNeighborsClassifier": "classification",
-    "KNNMetaFeatures": "classification",
+    "KNNMetaFeatures": "metafeatures",
     "StarClustering": "clustering",
     "StreamClustering": "clustering",
     "RankSVM": "ranking",

@@ -11,7 +11,9 @@ call computes in this process anyway (``validate_data``, in estimators.inputs):
   BaseEstimator's; so ``sklearn.base.clone``, ``GridSearchCV`` and ``Pipeline`` take it as theirs;
 - ``__sklearn_tags__``: BaseEstimator's default tags (``sklearn.utils.Tags``, imported when asked);
 - ``repr``: the class and the parameters that differ from their defaults, as scikit-learn prints
-  them (``NearestNeighbors(n_neighbors=30)``).
+  them (``NearestNeighbors(n_neighbors=30)``);
+- ``Classifier`` (left of ``Estimator``): ClassifierMixin's tags (a classifier, y required, so that
+  ``GridSearchCV`` stratifies its folds) and ``score`` (accuracy).
 
 scikit-learn's estimator checks pass for every subclass (tests/test_estimator_checks.py; they warn
 that it does not inherit BaseEstimator, which scikit-learn itself only checks when it nests an
@@ -80,6 +82,23 @@ class Estimator:
             if not _same(value, default):
                 changed.append(f"{name}={value!r}")
         return f"{type(self).__name__}({', '.join(changed)})"
+
+
+class Classifier:
+    """scikit-learn's ClassifierMixin: the classifier's tags and ``score`` = accuracy of ``predict``."""
+
+    def __sklearn_tags__(self):
+        from sklearn.utils import ClassifierTags
+        tags = super().__sklearn_tags__()
+        tags.estimator_type = "classifier"
+        tags.classifier_tags = ClassifierTags()
+        tags.target_tags.required = True
+        return tags
+
+    def score(self, X, y, sample_weight=None) -> float:
+        """Mean accuracy of ``predict(X)`` against ``y`` (weighted by ``sample_weight``)."""
+        from sklearn.metrics import accuracy_score
+        return accuracy_score(y, self.predict(X), sample_weight=sample_weight)
 
 
 def _same(value, default) -> bool:

@@ -1,13 +1,10 @@
-"""KNeighborsClassifier and KNNMetaFeatures: `gputext knn classify` and `knn metafeatures` as
-scikit-learn estimators.
+"""KNeighborsClassifier: `gputext knn classify` as a scikit-learn estimator (KNNMetaFeatures, `knn
+metafeatures`, is in metafeatures.py).
 
-    from gputext import KNeighborsClassifier, KNNMetaFeatures
+    from gputext import KNeighborsClassifier
     clf = KNeighborsClassifier().fit(X_train, y_train)                    # scikit-learn's defaults: 5, uniform, euclidean
     gt_knn = KNeighborsClassifier(n_neighbors=30, metric="cosine", weights="similarity")   # the CLI's GT-kNN vote
     clf.predict(X_test), clf.predict_proba(X_test), clf.score(X_test, y_test)
-    meta = KNNMetaFeatures(n_neighbors=30)
-    F_train = meta.fit_transform(X_train, y_train)                       # leave-one-out rows
-    F_test = meta.transform(X_test)
 
 Decisions (docs/python.md repeats them):
 - Defaults are scikit-learn's (n_neighbors=5, weights="uniform", metric="minkowski", p=2), so
@@ -26,19 +23,16 @@ Decisions (docs/python.md repeats them):
   scikit-learn's predict_proba.
 - Rows of y that are None are left out of the neighbour search (as the CLI leaves out unlabelled
   training documents).
-- KNNMetaFeatures.fit_transform(X, y) gives the training rows' LEAVE-ONE-OUT features (each row
-  left out of its own class's lists and centroid), which differ from fit(X, y).transform(X) (where
-  each row finds itself): that is what stacking a second model on them needs. transform()
-  computes the new rows' features only.
+- Like NearestNeighbors, the class is on estimators.base (Estimator, Classifier) and imports neither
+  scikit-learn nor numba: in a fresh process with the warm server running, fit, predict,
+  predict_proba, score and the neighbour queries are answered by the server (daemon/library.py).
 """
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted
-
+from ..daemon.library import served
+from .base import Classifier, Estimator
 from .inputs import SparseInput, check_finite_float32, check_X, obs_column, unwrap
 from .neighbor_params import check_algorithm, check_n_neighbors, cpu_threads, engine_metric, to_distance
 from .neighbors import KNeighborsQueries, NeighbourSearch
@@ -77,13 +71,14 @@ def labelled_rows(estimator, X, y, what: str = "y"):
                 rows = np.flatnonzero(keep)
                 X_in = sp.csr_matrix(X_in)[rows] if sp.issparse(X_in) else np.asarray(X_in)[rows]
                 y = y[keep]
+    from sklearn.utils.multiclass import check_classification_targets
     X_csr, y = check_X(estimator, X_in, reset=True, y=y)
     check_classification_targets(y)
     classes, codes = np.unique(y, return_inverse=True)
     return X_csr, classes, codes.astype(np.int64).ravel()
 
 
-class KNeighborsClassifier(KNeighborsQueries, SparseInput, ClassifierMixin, BaseEstimator):
+class KNeighborsClassifier(KNeighborsQueries, SparseInput, Classifier, Estimator):
     """kNN vote over exact neighbours, with scikit-learn's parameters and defaults.
 
     Parameters (scikit-learn's, with its defaults, then ours)
@@ -138,6 +133,7 @@ class KNeighborsClassifier(KNeighborsQueries, SparseInput, ClassifierMixin, Base
         check_n_neighbors(self.n_neighbors)
         return metric, method
 
+    @served(changes_state=True)
     def fit(self, X, y):
         """X (n_samples, n_features); y (n_samples,) labels, or the name of an obs column of an AnnData / Corpus X."""
         metric, method = self._check_params()
@@ -152,6 +148,8 @@ class KNeighborsClassifier(KNeighborsQueries, SparseInput, ClassifierMixin, Base
 
     def _votes(self, X) -> np.ndarray:
         """float64 (n_queries, n_classes) class scores."""
+        from sklearn.utils.validation import check_is_fitted
+
         from ..knn.classify import class_votes
         check_is_fitted(self)
         Q = check_finite_float32(check_X(self, X, reset=False))
@@ -164,11 +162,13 @@ class KNeighborsClassifier(KNeighborsQueries, SparseInput, ClassifierMixin, Base
         weights = vote_weights(self.weights, indices, scores, self.effective_metric_)
         return class_votes(indices, weights, self._codes, len(self.classes_))
 
+    @served()
     def predict(self, X):
         """Labels (n_queries,) of the classes_' type."""
         votes = self._votes(X)
         return self.classes_[votes.argmax(axis=1)]
 
+    @served()
     def predict_proba(self, X):
         """float64 (n_queries, n_classes), columns in classes_ order (module docstring)."""
         votes = self._votes(X)
@@ -178,60 +178,11 @@ class KNeighborsClassifier(KNeighborsQueries, SparseInput, ClassifierMixin, Base
         onehot[np.arange(len(votes)), votes.argmax(axis=1)] = 1.0
         return np.where(total > 0, pos / np.where(total > 0, total, 1.0), onehot)
 
+    score = served()(Classifier.score)  # the whole score in the server: predict and scikit-learn's metric there
 
-class KNNMetaFeatures(SparseInput, TransformerMixin, BaseEstimator):
-    """kNN meta-features (Gopal & Yang 2010; the CLI's `knn metafeatures`): for every class, the
-    cosine / L1 / L2 values of the k nearest training rows of that class and the centroid features,
-    (3k + 2) * n_classes float32 columns (names from get_feature_names_out)."""
 
-    def __init__(self, n_neighbors=30, algorithm="auto", device="auto"):
-        self.n_neighbors = n_neighbors
-        self.algorithm = algorithm
-        self.device = device
-
-    def fit(self, X, y):
-        """X (n_samples, n_features); y labels (or an obs column name of an AnnData / Corpus X)."""
-        self._fit(X, y)
-        return self
-
-    def _fit(self, X, y):
-        from ..backend import resolve
-        from .inputs import check_device
-        check_n_neighbors(self.n_neighbors)
-        check_algorithm(self.algorithm)
-        X, self.classes_, self._codes = labelled_rows(self, X, y)
-        self._X = check_finite_float32(X)
-        self.device_ = resolve(check_device(self.device)).name
-        self._n_features_out = (3 * int(self.n_neighbors) + 2) * len(self.classes_)
-
-    def _compute(self, Q):
-        """Q None: the training rows' leave-one-out features (.train); else Q's only (.queries)."""
-        from ..knn.metafeatures import compute_metafeatures
-        return compute_metafeatures(self._X, self._codes, len(self.classes_), Q, k=int(self.n_neighbors),
-                                    method=check_algorithm(self.algorithm), device=self.device_,
-                                    categories=self.classes_, train_rows=Q is None)
-
-    def fit_transform(self, X, y=None, **fit_params):
-        """The training rows' leave-one-out meta-features, float32 (n_samples, n_features_out)."""
-        if y is None:
-            raise ValueError("requires y to be passed, but the target y is None")
-        self._fit(X, y)
-        return self._compute(None).train
-
-    def transform(self, X):
-        """Meta-features of new rows, float32 (n_queries, (3k + 2) n_classes)."""
-        check_is_fitted(self)
-        Q = check_finite_float32(check_X(self, X, reset=False))
-        return self._compute(Q).queries
-
-    def get_feature_names_out(self, input_features=None):
-        """'<class>:cos@1' .. '<class>:l2_centroid', in column order."""
-        from ..knn.metafeatures import column_names
-        check_is_fitted(self)
-        return np.asarray(column_names(self.classes_, int(self.n_neighbors)), dtype=object)
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.target_tags.required = True
-        tags.transformer_tags.preserves_dtype = ["float32"]
-        return tags
+def __getattr__(name):  # KNNMetaFeatures lived here until 2026-11-28: pickles name this module
+    if name == "KNNMetaFeatures":
+        from .metafeatures import KNNMetaFeatures
+        return KNNMetaFeatures
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
