@@ -181,6 +181,11 @@ KNN_SNIPPET = ("import sys; from gputext import NearestNeighbors; from gputext.i
                "X = read_corpus(sys.argv[1]).X; Q = read_corpus(sys.argv[2]).X; "
                "NearestNeighbors(n_neighbors=30, device=sys.argv[3]).fit(X).kneighbors(Q)")
 
+CLASSIFY_SNIPPET = ("import sys; from gputext import KNeighborsClassifier; from gputext.io import read_corpus; "
+                    "train = read_corpus(sys.argv[1]); test = read_corpus(sys.argv[2]); "
+                    "KNeighborsClassifier(n_neighbors=30, metric='cosine', weights='similarity', device=sys.argv[3])"
+                    ".fit(train.X, train.obs['label'].values()).predict(test.X)")
+
 # (family, dataset, peer, script, workload, suites, devices) of the entries whose figures a family script measures
 GPU, CPU, R = ("cuda",), ("cpu",), ("readme",)
 SCRIPT_FIGURES = [
@@ -236,6 +241,9 @@ ENTRIES = [
     Entry("library-knn", "20ng", "gputext", "fresh Python process: from gputext import NearestNeighbors; "
           "NearestNeighbors(n_neighbors=30).fit(X).kneighbors(Q), imports and reading the files included", READ,
           snippet=KNN_SNIPPET),
+    Entry("library-classify", "20ng", "gputext", "fresh Python process: from gputext import KNeighborsClassifier; "
+          "KNeighborsClassifier(n_neighbors=30, metric='cosine', weights='similarity').fit(X, y).predict(Q), imports "
+          "and reading the files included", READ, snippet=CLASSIFY_SNIPPET),
     # start-up: the command line's own cost (click only) and the imports of each family's library
     Entry("startup", "none", "gputext", "gputext --help in a fresh process", READ + ("smoke",), cli=("--help",)),
     # the warm-up command (every documented command's kernels into an empty cache) and the parts of

@@ -34,10 +34,11 @@ README_ROWS = [
     ("RankSVM", "rank-train/mslr-web30k/gputext", "rank-train/mslr-web30k/cpu-twin", "our CPU twin (16 cores)"),
 ]
 CLI_FAMILIES = ["knn-search", "knn-classify-svm", "knn-classify-vote", "star", "stream", "rank-train", "library-knn",
-                "startup"]
+                "library-classify", "startup"]
 CLI_LABEL = {"knn-search": "knn search -k 30", "knn-classify-svm": "knn classify --model svm --features meta",
              "knn-classify-vote": "knn classify -k 30", "star": "cluster star --beta 0.25",
              "stream": "cluster stream", "rank-train": "rank train", "library-knn": "Python: NearestNeighbors(30)",
+             "library-classify": "Python: KNeighborsClassifier(30)",
              "startup": "gputext --help"}
 
 
@@ -219,7 +220,7 @@ def study_view(family: str, *columns: tuple):
 
 VIEWS = {"readme": view_readme, "knn-detail": view_knn_detail, "cpu-knn": view_cpu_knn, "cli": view_cli,
          "records": view_records, "knn": family_view("knn-search", "knn-query", "library-knn"),
-         "classify": family_view("knn-classify-vote", "knn-classify-svm", "metafeatures", "svm"),
+         "classify": family_view("knn-classify-vote", "knn-classify-svm", "library-classify", "metafeatures", "svm"),
          "star": family_view("star-graph", "star"), "stream": family_view("stream-latency", "stream"),
          "rank": family_view("rank-train"),
          "linearsvc-defaults": study_view("linearsvc-defaults", ("objective above the optimum", "max_rel_objective_gap",
