@@ -53,7 +53,7 @@ def main():
         test_texts, test_labels = small_corpus(15, seed=1)
 
     pipe = Pipeline([("tfidf", TfidfVectorizer(sublinear_tf=True)),
-                     ("knn", KNeighborsClassifier(device=a.device))])
+                     ("knn", KNeighborsClassifier(metric="cosine", device=a.device))])  # cosine: both weights apply
     grid = {"knn__n_neighbors": [5, 15, 30], "knn__weights": ["similarity", "uniform"]}
     search = GridSearchCV(pipe, grid, cv=3).fit(train_texts, train_labels)
     print(f"best parameters: {search.best_params_} (cross-validated accuracy {search.best_score_:.3f})")
