@@ -73,6 +73,10 @@ np.savez("clf.npz", predict=clf.predict(Q), proba=clf.predict_proba(Q), classes=
          score=clf.score(Q, yq), kn=clf.kneighbors(Q[:20])[1])
 report["clf_repr"] = repr(clf)
 report["numba_at_end"] = "numba" in sys.modules
+def mine(d):  # defined in this script's __main__: the server cannot unpickle it, so the call runs here
+    return 1.0 / (1.0 + d)
+report["own_weights"] = KNeighborsClassifier(n_neighbors=5, weights=mine).fit(X, y).predict(Q[:30]).tolist()
+report["numba_after_own_weights"] = "numba" in sys.modules
 print(json.dumps(report))
 """
 
@@ -103,12 +107,12 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def checked(server):
-    """CHECKS run once in a fresh process: (its report, the server's commands it took)."""
+    """CHECKS run once in a fresh process: (its report, the server's commands it took, its stderr)."""
     env, base = server
     before = commands(env, base)
     r = run([sys.executable, "-c", CHECKS], env, base)
     assert r.returncode == 0, r.stderr.decode()
-    return json.loads(r.stdout.decode().strip().splitlines()[-1]), commands(env, base) - before
+    return json.loads(r.stdout.decode().strip().splitlines()[-1]), commands(env, base) - before, r.stderr.decode()
 
 
 def commands(env, base) -> int:
@@ -127,7 +131,7 @@ def in_process(base):
 
 def test_a_fresh_process_is_answered_by_the_server_and_gets_the_same_results(server, checked):
     env, base = server
-    report, taken = checked
+    report, taken, _ = checked
     assert report["numba"] is False and report["sklearn"] is False  # neither was imported for the answers
     # USER_LINES' fit and kneighbors, fit, kneighbors, the graph, kneighbors(), the refused calls, the named fit
     assert taken >= 8
@@ -155,7 +159,7 @@ def test_a_fresh_process_is_answered_by_the_server_and_gets_the_same_results(ser
 
 def test_a_classifier_is_answered_by_the_server_too(server, checked):
     env, base = server
-    report, _ = checked
+    report, *_ = checked
     from gputext import KNeighborsClassifier
     from gputext.io import read_corpus
     train, test = read_corpus(base / "train.h5"), read_corpus(base / "test.h5")
@@ -168,13 +172,16 @@ def test_a_classifier_is_answered_by_the_server_too(server, checked):
     assert float(got["score"]) == clf.score(test.X, yq) and 0 < float(got["score"]) <= 1
     assert np.array_equal(got["kn"], clf.kneighbors(test.X[:20])[1])
     assert report["clf_repr"] == "KNeighborsClassifier(metric='cosine', n_neighbors=10, weights='similarity')"
-    # the pandas DataFrame (a warning's fit) and the pickle imported scikit-learn's pieces they need; numba never
-    assert report["numba_at_end"] is False
+    # a weights function of the script's own: computed in the script's process, the same answer, no noise
+    mine = KNeighborsClassifier(n_neighbors=5, weights=lambda d: 1.0 / (1.0 + d), device="cpu").fit(train.X, y)
+    assert report["own_weights"] == mine.predict(test.X[:30]).tolist()
+    assert report["numba_after_own_weights"] is True
+    assert checked[2] == ""  # the script's stderr: nothing (no error from the server's refused unpickling)
 
 
 def test_errors_and_warnings_come_back_as_in_process(server, checked):
     env, base = server
-    report, _ = checked
+    report, *_ = checked
     nn, X, Q = in_process(base)
     with pytest.raises(ValueError) as exc:
         nn.kneighbors(Q, n_neighbors=X.shape[0] + 1)

@@ -21,7 +21,9 @@ server's command ``gputext daemon call`` (``answer``) gets as its stdin. Its std
 this process's. The file holds ASK, then a pickle of (the estimator, the method's name, its
 arguments, whether it changes the estimator). The estimator is pickled with its parameters and
 fitted state; device buffers are left out. The command runs the method and writes ANSWER and a
-pickle of a dict over the same file. The dict holds:
+pickle of a dict over the same file (``{"here": why}`` when it cannot unpickle the call, say a
+weights function defined in the caller's ``__main__``: the call then runs in the caller). The
+dict holds:
 
 - the result (``SELF`` when it is the estimator);
 - the estimator's new ``__dict__``, for the methods that change it;
@@ -118,6 +120,8 @@ def ask(estimator, name: str, args: tuple, kwargs: dict, changes_state: bool):
         if f.read(len(ANSWER)) != ANSWER:
             return False, None
         reply = pickle.load(f)
+    if "here" in reply:  # the server could not unpickle the call: it runs here
+        return False, None
     import warnings
     for message, category, filename, lineno in reply["warnings"]:
         warnings.warn_explicit(message, category, filename, lineno)
@@ -145,7 +149,11 @@ def answer(fd: int = 0) -> None:
     if not asked:
         raise InputError("gputext daemon call answers the library's calls through the warm server; "
                          "it is not run by hand")
-    estimator, name, args, kwargs, changes_state = pickle.load(f)
+    try:
+        estimator, name, args, kwargs, changes_state = pickle.load(f)
+    except Exception as exc:  # a class or function this process cannot import (one defined in the caller's __main__)
+        _reply(f, {"here": f"{type(exc).__name__}: {exc}"})
+        return
     error = result = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # the caller's filters decide what it shows
@@ -166,6 +174,13 @@ def answer(fd: int = 0) -> None:
                              "error": RuntimeError(f"{name}'s reply does not pickle: {type(exc).__name__}: {exc}; "
                                                    f"{type(error).__name__ if error else 'result'}: {error}")},
                             protocol=5)
+    _reply(f, body)
+
+
+def _reply(f, body) -> None:
+    """Write ANSWER and ``body`` (pickled bytes, or a dict to pickle) over the call's file."""
+    if isinstance(body, dict):
+        body = pickle.dumps(body, protocol=5)
     f.seek(0)
     f.truncate()
     f.write(ANSWER)
