@@ -50,12 +50,12 @@ def expected_failures(estimator):
     return EXPECTED_FAILURES.get(type(estimator).__name__, {})
 
 
-# NearestNeighbors and KNeighborsClassifier keep scikit-learn's contract without its base class
+# NearestNeighbors, KNeighborsClassifier and the clusterers keep scikit-learn's contract without its base class
 # (estimators/base.py: so that importing them does not import scikit-learn); collecting the checks
 # warns that they do not inherit, and every check passes.
 with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", "Estimator (NearestNeighbors|KNeighborsClassifier) does not inherit from",
-                            UserWarning)
+    warnings.filterwarnings("ignore", "Estimator (NearestNeighbors|KNeighborsClassifier|StarClustering|StreamClustering) "
+                            "does not inherit from", UserWarning)
     SKLEARN_CHECKS = parametrize_with_checks(ESTIMATORS, expected_failed_checks=expected_failures)
 
 

@@ -55,11 +55,12 @@ def cli_run(*args):
 
 
 def test_import_gputext_imports_neither_numba_nor_sklearn():
-    # NearestNeighbors and KNeighborsClassifier neither (estimators/base.py); the estimators on
+    # NearestNeighbors, KNeighborsClassifier and the clusterers neither (estimators/base.py); the estimators on
     # scikit-learn's base classes import it
     code = ("import sys, gputext; assert 'numba' not in sys.modules and 'sklearn' not in sys.modules, "
             "sorted(m for m in sys.modules if m.startswith(('numba', 'sklearn')))[:5]; "
-            "from gputext import NearestNeighbors, KNeighborsClassifier; assert not {'numba', 'sklearn'} & set(sys.modules); "
+            "from gputext import NearestNeighbors, KNeighborsClassifier, StarClustering, StreamClustering; "
+            "assert not {'numba', 'sklearn'} & set(sys.modules); "
             "from gputext import KNNMetaFeatures; assert 'sklearn' in sys.modules; print(NearestNeighbors.__name__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "NearestNeighbors", out.stderr

@@ -72,6 +72,15 @@ clf = KNeighborsClassifier(n_neighbors=10, metric="cosine", weights="similarity"
 np.savez("clf.npz", predict=clf.predict(Q), proba=clf.predict_proba(Q), classes=clf.classes_,
          score=clf.score(Q, yq), kn=clf.kneighbors(Q[:20])[1])
 report["clf_repr"] = repr(clf)
+from gputext import StarClustering, StreamClustering
+star = StarClustering(beta=0.2).fit(X)
+star_fp = StarClustering(beta=0.2).fit_predict(X)
+star.partial_fit(Q[:50])
+stream = StreamClustering(threshold=0.3)
+stream.partial_fit(X[:200]); stream.partial_fit(X[200:])
+np.savez("clusters.npz", star_labels=star.labels_, star_fp=star_fp, star_centers=star.centers_,
+         star_predict=star.predict(Q), stream_labels=stream.labels_, stream_predict=stream.predict(Q),
+         stream_pickled=pickle.loads(pickle.dumps(stream)).predict(Q[:30]))
 report["numba_at_end"] = "numba" in sys.modules
 def mine(d):  # defined in this script's __main__: the server cannot unpickle it, so the call runs here
     return 1.0 / (1.0 + d)
@@ -177,6 +186,26 @@ def test_a_classifier_is_answered_by_the_server_too(server, checked):
     assert report["own_weights"] == mine.predict(test.X[:30]).tolist()
     assert report["numba_after_own_weights"] is True
     assert checked[2] == ""  # the script's stderr: nothing (no error from the server's refused unpickling)
+
+
+def test_clusterers_are_answered_by_the_server_and_resume_their_streams(server, checked):
+    env, base = server
+    report, *_ = checked
+    from gputext import StarClustering, StreamClustering
+    _, X, Q = in_process(base)
+    got = np.load(base / "clusters.npz")
+    star = StarClustering(beta=0.2, device="cpu").fit(X)
+    assert np.array_equal(got["star_fp"], star.labels_)
+    star.partial_fit(Q[:50])
+    assert np.array_equal(got["star_labels"], star.labels_) and np.array_equal(got["star_centers"], star.centers_)
+    assert np.array_equal(got["star_predict"], star.predict(Q))
+    stream = StreamClustering(threshold=0.3, device="cpu")
+    stream.partial_fit(X[:200])
+    stream.partial_fit(X[200:])
+    assert np.array_equal(got["stream_labels"], stream.labels_) and len(set(stream.labels_.tolist())) > 1
+    assert np.array_equal(got["stream_predict"], stream.predict(Q))
+    assert np.array_equal(got["stream_pickled"], stream.predict(Q[:30]))
+    assert report["numba_at_end"] is False
 
 
 def test_errors_and_warnings_come_back_as_in_process(server, checked):

@@ -129,7 +129,10 @@ def ask(estimator, name: str, args: tuple, kwargs: dict, changes_state: bool):
         raise reply["error"]
     if changes_state:
         vars(estimator).clear()
-        vars(estimator).update(reply["state"])
+        if hasattr(estimator, "__setstate__"):
+            estimator.__setstate__(reply["state"])
+        else:
+            vars(estimator).update(reply["state"])
     result = reply["result"]
     return True, estimator if isinstance(result, str) and result == SELF else result
 
@@ -165,7 +168,7 @@ def answer(fd: int = 0) -> None:
             if os.environ.get("GPUTEXT_DEBUG"):
                 traceback.print_exception(exc)
     reply = {"result": SELF if result is estimator else result,
-             "state": vars(estimator) if changes_state and error is None else None,
+             "state": estimator.__getstate__() if changes_state and error is None else None,  # as pickle keeps it
              "warnings": [(w.message, w.category, w.filename, w.lineno) for w in caught], "error": error}
     try:
         body = pickle.dumps(reply, protocol=5)

@@ -13,7 +13,8 @@ call computes in this process anyway (``validate_data``, in estimators.inputs):
 - ``repr``: the class and the parameters that differ from their defaults, as scikit-learn prints
   them (``NearestNeighbors(n_neighbors=30)``);
 - ``Classifier`` (left of ``Estimator``): ClassifierMixin's tags (a classifier, y required, so that
-  ``GridSearchCV`` stratifies its folds) and ``score`` (accuracy).
+  ``GridSearchCV`` stratifies its folds) and ``score`` (accuracy); ``Clusterer``: ClusterMixin's
+  tag and ``fit_predict`` (``fit``, then ``labels_``).
 
 scikit-learn's estimator checks pass for every subclass (tests/test_estimator_checks.py; they warn
 that it does not inherit BaseEstimator, which scikit-learn itself only checks when it nests an
@@ -99,6 +100,22 @@ class Classifier:
         """Mean accuracy of ``predict(X)`` against ``y`` (weighted by ``sample_weight``)."""
         from sklearn.metrics import accuracy_score
         return accuracy_score(y, self.predict(X), sample_weight=sample_weight)
+
+
+class Clusterer:
+    """scikit-learn's ClusterMixin: the clusterer's tag and ``fit_predict`` = ``fit`` then ``labels_``."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.estimator_type = "clusterer"
+        if tags.transformer_tags is not None:
+            tags.transformer_tags.preserves_dtype = []
+        return tags
+
+    def fit_predict(self, X, y=None, **kwargs):
+        """Cluster X; labels_ (int64 (n_samples,))."""
+        self.fit(X, **kwargs)
+        return self.labels_
 
 
 def _same(value, default) -> bool:

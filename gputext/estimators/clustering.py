@@ -11,6 +11,10 @@
     stream.labels_                                   # every document so far, in arrival order
     stream.predict(X_new)                            # nearest centroid above the threshold, else -1
 
+Both classes are on estimators.base (Estimator, Clusterer) and import neither scikit-learn nor numba:
+in a fresh process with the warm server running, fit, partial_fit and StreamClustering.predict are
+answered by the server (daemon/library.py); StarClustering.predict is SciPy's work, done here.
+
 Decisions (docs/python.md repeats them):
 - Defaults chosen on real text (20 Newsgroups and Reuters R8 training sets, `corpus build`'s
   tf-idf; gputext.estimators.sweep, figures in docs/python.md): StarClustering beta = 0.1 (the
@@ -46,9 +50,8 @@ import tempfile
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, ClusterMixin
-from sklearn.utils.validation import check_is_fitted
-
+from ..daemon.library import served
+from .base import Clusterer, Estimator
 from .inputs import SparseInput, backend_of, check_device, check_finite_float32, check_X
 
 
@@ -89,7 +92,7 @@ def hard_labels(X: sp.csr_matrix, membership: sp.csr_matrix, centers: np.ndarray
     return best_per_row(rows, cols, sims, X.shape[0])
 
 
-class StarClustering(SparseInput, ClusterMixin, BaseEstimator):
+class StarClustering(SparseInput, Clusterer, Estimator):
     """Overlapping star clustering (OClustR / CUDA-OClus) with the DClustR update as partial_fit.
 
     Parameters
@@ -109,6 +112,7 @@ class StarClustering(SparseInput, ClusterMixin, BaseEstimator):
         self.device = device
         self.batch_size = batch_size
 
+    @served(changes_state=True)
     def fit(self, X, y=None):
         """Cluster the rows of X (n_docs, n_features), e.g. TF-IDF vectors."""
         from ..cluster.graph import check_beta
@@ -128,6 +132,7 @@ class StarClustering(SparseInput, ClusterMixin, BaseEstimator):
         self.labels_ = hard_labels(X, self.membership_, self.centers_)
         self.device_ = device
 
+    @served(changes_state=True)
     def partial_fit(self, X, y=None):
         """Add the rows of X to the clustering (DClustR); labels_ and membership_ then cover all
         documents so far (the old ones first). On an unfitted estimator: fit(X)."""
@@ -141,7 +146,7 @@ class StarClustering(SparseInput, ClusterMixin, BaseEstimator):
         n_old = self._X.shape[0]
         with tempfile.TemporaryDirectory(prefix="gputext-star-") as folder:
             path = os.path.join(folder, "clusters.h5")
-            state = StarResult(n_old, self.centers_.astype(np.int32), self.membership_, None, None, self._graph)
+            state = StarResult(n_old, self.centers_.astype(np.int32), self.membership_, None, None, self._star_graph())
             write_result(Corpus(self._X), state, path, float(self.beta), self.device_, compression=None)
             ids = np.array([str(n_old + i) for i in range(X_new.shape[0])], dtype=object)
             update(path, Corpus(X_new, ids), path, device=backend, quiet=True)
@@ -150,14 +155,30 @@ class StarClustering(SparseInput, ClusterMixin, BaseEstimator):
         self._set(out.X, out.obsm["clusters"], out.params["star"]["centers"], graph, backend.name)
         return self
 
+    def _star_graph(self):
+        """The similarity graph (cluster.graph.StarGraph), rebuilt from its arrays after unpickling."""
+        if isinstance(self._graph, dict):
+            from ..cluster.graph import StarGraph
+            self._graph = StarGraph(**self._graph)
+        return self._graph
+
+    def __getstate__(self):  # the graph as its arrays: unpickling imports no engine module (numba)
+        state = dict(self.__dict__)
+        graph = state.get("_graph")
+        if graph is not None and not isinstance(graph, dict):
+            from dataclasses import fields
+            state["_graph"] = {f.name: getattr(graph, f.name) for f in fields(graph)}
+        return state
+
     def predict(self, X):
         """int64 (n_samples,): the cluster of each row's most similar star centre (cosine; ties ->
         the lower cluster index), -1 for a row sharing no term with any centre."""
+        from sklearn.utils.validation import check_is_fitted
         check_is_fitted(self)
         Q = check_finite_float32(check_X(self, X, reset=False))
         return best_above(unit_rows(Q) @ unit_rows(self._X[self.centers_]).T, 0.0)
 
-class StreamClustering(SparseInput, ClusterMixin, BaseEstimator):
+class StreamClustering(SparseInput, Clusterer, Estimator):
     """Exact single-pass stream clustering (Szaszy & Samet) against an ELLPACK centroid matrix.
 
     Parameters
@@ -191,12 +212,14 @@ class StreamClustering(SparseInput, ClusterMixin, BaseEstimator):
             self._saved = None
         return self._stream
 
+    @served(changes_state=True)
     def fit(self, X, y=None):
         """Start a new stream with the rows of X, in order."""
         for name in ("labels_", "n_clusters_", "device_", "n_features_in_"):
             self.__dict__.pop(name, None)
         return self.partial_fit(X)
 
+    @served(changes_state=True)
     def partial_fit(self, X, y=None):
         """Cluster the rows of X (n_docs, n_features), continuing the stream."""
         first = not hasattr(self, "labels_")
@@ -213,11 +236,14 @@ class StreamClustering(SparseInput, ClusterMixin, BaseEstimator):
         self.device_ = self._stream.backend.name
         return self
 
+    @served()
     def predict(self, X):
         """int64 (n_samples,): each row's most similar cluster when the similarity is > threshold,
         else -1 (where the stream would start a new cluster, or the row has no terms). The
         similarity is the stream's (gputext.cluster.stream_reference): the row's max_terms
         heaviest terms at unit norm against the stored centroids."""
+        from sklearn.utils.validation import check_is_fitted
+
         from ..cluster.stream_reference import prepare_document
         check_is_fitted(self, "labels_")
         Q = check_finite_float32(check_X(self, X, reset=False))
