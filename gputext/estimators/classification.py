@@ -30,10 +30,10 @@ Decisions (docs/python.md repeats them):
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
+
 from ..daemon.library import served
 from .base import Classifier, Estimator
-from .inputs import SparseInput, check_finite_float32, check_X, obs_column, unwrap
+from .inputs import SparseInput, check_finite_float32, check_X, labelled_rows
 from .neighbor_params import check_algorithm, check_n_neighbors, cpu_threads, engine_metric, to_distance
 from .neighbors import KNeighborsQueries, NeighbourSearch
 
@@ -56,26 +56,6 @@ def vote_weights(weights, indices: np.ndarray, scores: np.ndarray, metric: str) 
     rows = at_zero.any(axis=1)
     inverse[rows] = at_zero[rows]  # scikit-learn's rule: the neighbours at distance 0 alone, weight 1 each
     return inverse
-
-
-def labelled_rows(estimator, X, y, what: str = "y"):
-    """(X canonical CSR of the labelled rows, classes_, codes int64): y may name an obs column;
-    rows labelled None are dropped."""
-    X_in, container = unwrap(X)
-    y = obs_column(container, y, what)
-    if y is not None:
-        y = np.asarray(y)
-        if y.dtype == object:
-            keep = np.array([v is not None for v in y], bool)
-            if not keep.all():
-                rows = np.flatnonzero(keep)
-                X_in = sp.csr_matrix(X_in)[rows] if sp.issparse(X_in) else np.asarray(X_in)[rows]
-                y = y[keep]
-    from sklearn.utils.multiclass import check_classification_targets
-    X_csr, y = check_X(estimator, X_in, reset=True, y=y)
-    check_classification_targets(y)
-    classes, codes = np.unique(y, return_inverse=True)
-    return X_csr, classes, codes.astype(np.int64).ravel()
 
 
 class KNeighborsClassifier(KNeighborsQueries, SparseInput, Classifier, Estimator):

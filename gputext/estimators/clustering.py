@@ -50,6 +50,7 @@ import tempfile
 
 import numpy as np
 import scipy.sparse as sp
+
 from ..daemon.library import served
 from .base import Clusterer, Estimator
 from .inputs import SparseInput, backend_of, check_device, check_finite_float32, check_X

@@ -90,3 +90,23 @@ class SparseInput:
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
         return tags
+
+
+def labelled_rows(estimator, X, y, what: str = "y"):
+    """(X canonical CSR of the labelled rows, classes_, codes int64): y may name an obs column;
+    rows labelled None are dropped."""
+    X_in, container = unwrap(X)
+    y = obs_column(container, y, what)
+    if y is not None:
+        y = np.asarray(y)
+        if y.dtype == object:
+            keep = np.array([v is not None for v in y], bool)
+            if not keep.all():
+                rows = np.flatnonzero(keep)
+                X_in = sp.csr_matrix(X_in)[rows] if sp.issparse(X_in) else np.asarray(X_in)[rows]
+                y = y[keep]
+    from sklearn.utils.multiclass import check_classification_targets
+    X_csr, y = check_X(estimator, X_in, reset=True, y=y)
+    check_classification_targets(y)
+    classes, codes = np.unique(y, return_inverse=True)
+    return X_csr, classes, codes.astype(np.int64).ravel()

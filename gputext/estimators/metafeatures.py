@@ -16,8 +16,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from .classification import labelled_rows
-from .inputs import SparseInput, check_finite_float32, check_X
+from .inputs import SparseInput, check_finite_float32, check_X, labelled_rows
 from .neighbor_params import check_algorithm, check_n_neighbors
 
 

@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+
 from ..daemon.library import served
 from .base import Estimator
 from .inputs import SparseInput, backend_of, check_finite_float32, check_X
 from .neighbor_params import check_algorithm, check_n_neighbors, cpu_threads, engine_metric, to_distance
+
 
 def radius_threshold(radius: float, metric: str) -> float:
     """The engine threshold of a distance radius: similarity >= 1 - r (cosine), >= -r (dot), distance <= r."""
