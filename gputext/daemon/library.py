@@ -155,7 +155,7 @@ def answer(fd: int = 0) -> None:
     try:
         estimator, name, args, kwargs, changes_state = pickle.load(f)
     except Exception as exc:  # a class or function this process cannot import (one defined in the caller's __main__)
-        _reply(f, {"here": f"{type(exc).__name__}: {exc}"})
+        _reply(f, pickle.dumps({"here": f"{type(exc).__name__}: {exc}"}, protocol=5))
         return
     error = result = None
     with warnings.catch_warnings(record=True) as caught:
@@ -180,10 +180,8 @@ def answer(fd: int = 0) -> None:
     _reply(f, body)
 
 
-def _reply(f, body) -> None:
-    """Write ANSWER and ``body`` (pickled bytes, or a dict to pickle) over the call's file."""
-    if isinstance(body, dict):
-        body = pickle.dumps(body, protocol=5)
+def _reply(f, body: bytes) -> None:
+    """Write ANSWER and ``body`` (a pickled dict) over the call's file."""
     f.seek(0)
     f.truncate()
     f.write(ANSWER)

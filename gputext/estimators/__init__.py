@@ -9,9 +9,9 @@ svm (LinearSVC: the one-vs-rest linear SVM trained by our TRON, gputext.linear),
 (TfidfVectorizer: raw texts -> `corpus build`'s features); inputs holds the input checks they
 share, base the scikit-learn contract of the estimators that do not import scikit-learn
 (NearestNeighbors, KNeighborsClassifier, StarClustering, StreamClustering: their calls may be
-answered by the warm server, daemon/library.py). Each name is imported on first use (module ``__getattr__``), so
-``from gputext import NearestNeighbors`` imports the neighbours module alone, not every family
-and scikit-learn's modules too.
+answered by the warm server, daemon/library.py). Each name is imported on first use (module
+``__getattr__``), so ``from gputext import NearestNeighbors`` imports the neighbours module alone,
+not every family and scikit-learn's modules too.
 """
 _EXPORTS = {
     "NearestNeighbors": "neighbors",

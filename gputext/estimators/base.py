@@ -18,8 +18,9 @@ call computes in this process anyway (``validate_data``, in estimators.inputs):
 
 scikit-learn's estimator checks pass for every subclass (tests/test_estimator_checks.py; they warn
 that it does not inherit BaseEstimator, which scikit-learn itself only checks when it nests an
-estimator in another's parameters, to print or clone it). Not kept: the HTML repr of a notebook cell (the text repr is shown instead) and metadata routing
-(an estimator that routes metadata, RankSVM's ``qid``, stays on BaseEstimator).
+estimator in another's parameters, to print or clone it). Not kept: the HTML repr of a notebook
+cell (the text repr is shown instead) and metadata routing (an estimator that routes metadata,
+RankSVM's ``qid``, stays on BaseEstimator).
 """
 from __future__ import annotations
 

@@ -3,9 +3,9 @@
 X may be a SciPy sparse matrix or array (any format), a NumPy array (or anything array-like),
 an ``anndata.AnnData`` (its ``.X``) or a ``gputext.io.Corpus`` (its ``.X``). Where a label, a
 relevance or a query id is asked for, an AnnData or Corpus input also accepts the name of one of
-its ``obs`` columns. Everything is validated by scikit-learn's ``validate_data`` (imported at the first check) (so errors and
-``n_features_in_`` are scikit-learn's) and converted to the engine's canonical CSR (float32 data,
-int32 sorted indices, int64 indptr).
+its ``obs`` columns. Everything is validated by scikit-learn's ``validate_data``, imported at the
+first check (so errors and ``n_features_in_`` are scikit-learn's), and converted to the engine's
+canonical CSR (float32 data, int32 sorted indices, int64 indptr).
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from .inputs import SparseInput, check_finite_float32, check_X, labelled_rows
+from .inputs import SparseInput, check_device, check_finite_float32, check_X, labelled_rows
 from .neighbor_params import check_algorithm, check_n_neighbors
 
 
@@ -37,7 +37,6 @@ class KNNMetaFeatures(SparseInput, TransformerMixin, BaseEstimator):
 
     def _fit(self, X, y):
         from ..backend import resolve
-        from .inputs import check_device
         check_n_neighbors(self.n_neighbors)
         check_algorithm(self.algorithm)
         X, self.classes_, self._codes = labelled_rows(self, X, y)
